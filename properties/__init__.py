@@ -1,0 +1,2 @@
+"""Hypothesis strategies and properties of collectives, runnable against any
+backend."""

@@ -1,0 +1,35 @@
+"""simdist: test distributed-training and collective code without a cluster.
+
+N virtual devices run as N processes on one machine, joined by shared-memory
+collectives whose results are deterministic to the bit.
+"""
+
+from ._communicator import OPS, Communicator
+from ._errors import (
+    CollectiveMismatch,
+    CollectiveTimeout,
+    InvalidArgument,
+    InvalidType,
+    InvalidValue,
+    RankDied,
+    RankError,
+    SimdistError,
+)
+from ._world import World, run
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Communicator",
+    "OPS",
+    "World",
+    "run",
+    "SimdistError",
+    "RankError",
+    "CollectiveMismatch",
+    "CollectiveTimeout",
+    "RankDied",
+    "InvalidArgument",
+    "InvalidType",
+    "InvalidValue",
+]

@@ -1,0 +1,110 @@
+"""Every error simdist raises, in one tree.
+
+    SimdistError                  base of everything below
+    ├── RankError                 one or more ranks raised; carries each traceback
+    ├── CollectiveMismatch        ranks disagree on a call (kind, dtype, shape, op, root)
+    ├── CollectiveTimeout         a rank waited in a call longer than the world's timeout
+    ├── RankDied                  a worker process was killed or exited
+    └── InvalidArgument           bad input to a collective (also a TypeError/ValueError)
+        ├── InvalidType           ... of the wrong type or dtype (subclasses TypeError)
+        └── InvalidValue          ... of a wrong value (subclasses ValueError)
+
+RankError, CollectiveMismatch, CollectiveTimeout and RankDied are raised by the
+driver (``World.run``); the world is usable again after any of them.
+CollectiveMismatch and InvalidArgument are also raised inside ranks, by the
+communicator, so rank code may catch them.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "SimdistError",
+    "RankError",
+    "CollectiveMismatch",
+    "CollectiveTimeout",
+    "RankDied",
+    "InvalidArgument",
+    "InvalidType",
+    "InvalidValue",
+]
+
+
+class SimdistError(Exception):
+    """Base class of every simdist error."""
+
+
+class RankError(SimdistError):
+    """One or more ranks raised an exception.
+
+    ``failures`` maps each failed rank to the formatted traceback it raised;
+    ``exceptions`` maps it to the exception object when it could be pickled
+    back to the driver (else ``None``). Ranks that were only interrupted
+    because a peer failed are listed in ``aborted``.
+    """
+
+    def __init__(self, failures: dict[int, str], exceptions=None, aborted=()):
+        self.failures = dict(sorted(failures.items()))
+        self.exceptions = dict(exceptions or {})
+        self.aborted = sorted(aborted)
+        ranks = ", ".join(str(r) for r in self.failures)
+        parts = [f"{len(self.failures)} rank(s) raised: {ranks}"]
+        for rank, tb in self.failures.items():
+            parts.append(f"--- rank {rank} ---\n{tb.rstrip()}")
+        if self.aborted:
+            parts.append(f"(ranks {self.aborted} were interrupted because of the failure)")
+        super().__init__("\n".join(parts))
+
+
+class CollectiveMismatch(SimdistError):
+    """Ranks of one communicator made calls that cannot match.
+
+    Raised at once, on every rank of the call, instead of a hang or garbage:
+    different collectives, or the same one with a different dtype, shape, op
+    or root, or a rank that returned while its peers wait for it.
+    ``calls`` maps each rank involved to a description of its call.
+    """
+
+    def __init__(self, message: str, calls: dict[int, str] | None = None):
+        self.calls = dict(calls or {})
+        super().__init__(message)
+
+
+class CollectiveTimeout(SimdistError):
+    """A rank waited in a communication call for longer than the timeout.
+
+    ``report`` maps every rank to a line saying where it was: waiting in which
+    call (with its sequence number and signature) and for whom, running user
+    code, or already returned.
+    """
+
+    def __init__(self, timeout: float, report: dict[int, str]):
+        self.timeout = timeout
+        self.report = dict(sorted(report.items()))
+        lines = [f"no progress for {timeout:g} s (the world's timeout); where each rank is:"]
+        lines += [f"  rank {r}: {where}" for r, where in self.report.items()]
+        super().__init__("\n".join(lines))
+
+
+class RankDied(SimdistError):
+    """A worker process died (killed by a signal, or exited) during a run.
+
+    ``ranks`` maps each dead rank to a description such as ``"killed by
+    SIGKILL"`` or ``"exited with status 3"``.
+    """
+
+    def __init__(self, ranks: dict[int, str], context: str = ""):
+        self.ranks = dict(sorted(ranks.items()))
+        what = "; ".join(f"rank {r} {how}" for r, how in self.ranks.items())
+        super().__init__(f"{what}{context}")
+
+
+class InvalidArgument(SimdistError):
+    """A collective was called with an argument it cannot accept."""
+
+
+class InvalidType(InvalidArgument, TypeError):
+    """An argument of the wrong type or dtype."""
+
+
+class InvalidValue(InvalidArgument, ValueError):
+    """An argument with a value out of range."""

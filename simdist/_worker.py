@@ -1,0 +1,159 @@
+"""A rank's process: runs the functions its driver sends, on the simulator.
+
+Messages from the driver (pickled tuples on the rank's pipe)::
+
+    ("run", payload, sys_path, cwd, log_levels)   payload = cloudpickle of (fn, args, kwargs)
+    ("exit",)
+
+Messages to the driver::
+
+    ("ready", pid)
+    ("log", record)                              a LogRecord, message already formatted
+    ("done", outcome, data)                      outcome: ok, error, mismatch, aborted
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import pickle
+import signal
+import sys
+import threading
+import traceback
+
+import cloudpickle
+
+from ._errors import CollectiveMismatch
+from .sim._arena import FAILED, RETURNED, S_STATE, USER, Aborted, Arena, Layout
+from .sim._comm import SimComm
+from .sim._p2p import Mailboxes
+
+_PR_SET_PDEATHSIG = 1
+
+
+class _Channel:
+    """The rank's end of its pipe; sends are serialised so that log records
+    from any thread and the final result never interleave."""
+
+    def __init__(self, conn):
+        self.conn = conn
+        self.lock = threading.Lock()
+
+    def send(self, msg) -> None:
+        data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+        with self.lock:
+            self.conn.send_bytes(data)
+
+
+class _ForwardHandler(logging.Handler):
+    """Sends every record to the driver, which hands it to its own loggers."""
+
+    def __init__(self, channel: _Channel):
+        super().__init__()
+        self.channel = channel
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            record.msg = record.getMessage()
+            record.args = None
+            if record.exc_info:
+                record.exc_text = logging.Formatter().formatException(record.exc_info)
+                record.exc_info = None
+            record.stack_info = record.stack_info
+            self.channel.send(("log", record))
+        except Exception:
+            self.handleError(record)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Ask the kernel to SIGKILL us when our parent exits (Linux)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        return
+    if os.getppid() != parent_pid:  # the parent died before prctl
+        os._exit(1)
+
+
+def main(rank: int, layout_args: dict, shared_fd, conn, parent_pid: int) -> None:
+    """Entry point of a worker process."""
+    _die_with_parent(parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C
+    channel = _Channel(conn)
+    arena = Arena(Layout(**layout_args), shared_fd.fd, rank)
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    root.addHandler(_ForwardHandler(channel))
+    channel.send(("ready", os.getpid()))
+    while True:
+        try:
+            msg = pickle.loads(conn.recv_bytes())
+        except EOFError:
+            break
+        if msg[0] == "exit":
+            break
+        channel.send(("done", *_run(arena, rank, *msg[1:])))
+    arena.close()
+
+
+def _configure(sys_path, cwd, log_levels) -> None:
+    if sys.path != sys_path:
+        sys.path[:] = sys_path
+    if cwd and os.getcwd() != cwd:
+        os.chdir(cwd)
+    for name, level in log_levels.items():
+        logging.getLogger(name or None).setLevel(level)
+
+
+def _run(arena: Arena, rank: int, payload: bytes, sys_path, cwd, log_levels):
+    """Run one function on this rank; return (outcome, data)."""
+    q = arena.q
+    state = arena.layout.status_word(rank, S_STATE)
+    arena.pending_release = None
+    arena.free_contexts = ((1 << min(arena.layout.contexts, 63)) - 1) & ~1
+    try:
+        _configure(sys_path, cwd, log_levels)
+        fn, args, kwargs = pickle.loads(payload)
+        comm = SimComm(arena, Mailboxes(arena), list(range(arena.size)), 0)
+        q[state] = USER
+        value = fn(comm, *args, **kwargs)
+    except Aborted as exc:
+        _fail(arena, state)
+        return "aborted", exc.reason
+    except CollectiveMismatch as exc:
+        _fail(arena, state)
+        return "mismatch", (str(exc), exc.calls, traceback.format_exc())
+    except BaseException as exc:
+        _fail(arena, state)
+        return "error", (traceback.format_exc(), _pickled_or_none(exc))
+    q[state] = RETURNED
+    arena.wake_sleepers()  # peers waiting on us re-check and see that we returned
+    try:
+        return "ok", pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        try:
+            return "ok", cloudpickle.dumps(value)
+        except Exception as exc:
+            return "error", (
+                f"rank {rank} returned a value that cannot be pickled back to the driver: "
+                f"{type(value).__name__}: {exc}\n",
+                None,
+            )
+
+
+def _fail(arena: Arena, state: int) -> None:
+    arena.q[state] = FAILED
+    arena.wake_sleepers()
+
+
+def _pickled_or_none(exc: BaseException):
+    try:
+        data = cloudpickle.dumps(exc)
+        pickle.loads(data)
+        return data
+    except Exception:
+        return None

@@ -1,0 +1,355 @@
+"""The simulator's transport: one shared-memory arena per world.
+
+Segment
+-------
+The arena is an anonymous ``memfd`` mapped by the driver and every worker.
+It has no name in /dev/shm, so nothing can leak when a process is killed:
+the memory goes away with the last mapping. It is also not bounded by the
+size of /dev/shm (often 64 MiB in containers). Pages of the control and
+collective regions are allocated up front (``posix_fallocate``) so a machine
+short of memory fails at world start with a clear error, never with SIGBUS
+in the middle of a collective.
+
+Layout (all offsets in bytes, every region 64-byte aligned)::
+
+    header    4096            magic, size, abort word
+    status    size x 128      per world rank: state, progress, current call,
+                              sleeping flag, futex word (bell), p2p call info
+    contexts  size x C x 640  per world rank and communicator context:
+                              arrive epoch, done epoch, call signature
+    p2p index size x size x 64  per ordered pair: head (sender), tail (receiver)
+    p2p rings size x size x R   per ordered pair: a byte ring of messages
+    slots     size x SLOT     per world rank: its collective buffer
+
+Who writes what
+---------------
+Every word has exactly one writer, so no atomic read-modify-write is ever
+needed: a rank writes only its own status, its own context entries, its own
+slot, the heads of the rings it sends on and the tails of the rings it
+receives on. The driver writes the header (abort), zeroes the control regions
+between runs (when no worker runs) and reads everything for reports.
+
+Why the ordering is safe
+------------------------
+A collective is a sequence of phases. In a phase each member writes its data
+(slot) and call signature, then *publishes* by storing a larger ``arrive``
+epoch; a reader waits until every member's ``arrive`` reaches the phase's
+epoch, then reads. On x86-64 (total store order) stores become visible in
+program order and loads are not reordered with older loads, so a reader that
+sees the epoch sees the data written before it. After its reads a member
+stores ``done``; a writer waits (lazily, just before it next writes its slot
+or signature) until every reader of its last phase is done. Epochs only grow
+within a run; a sub-communicator starts at an epoch above every stale value
+of its members' entries (see ``SimComm.split``), so no stale word satisfies a
+wait.
+
+Waiting spins briefly, then yields, then sleeps on the waiter's own futex
+word after raising its ``sleeping`` flag. A publisher wakes every member whose
+flag is up by storing a fresh token in that member's word and calling
+FUTEX_WAKE. Both sides run a full fence between their store and their load
+(Dekker), so either the publisher sees the flag or the sleeper sees the
+publication; sleeps also time out so that aborts and dead peers are noticed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import platform
+import threading
+
+import numpy as np
+
+from .._errors import CollectiveMismatch, SimdistError
+
+__all__ = ["Arena", "Layout", "Aborted"]
+
+MAGIC = 0x5349_4D44_4953_5431  # "SIMDIST1"
+LINE = 64
+HEADER = 4096
+STATUS = 128
+ENTRY = 640
+SIG_OFFSET = 64  # within a context entry
+SIG_WORDS = (ENTRY - SIG_OFFSET) // 8
+
+# header words (int64 index)
+H_MAGIC, H_SIZE, H_ABORT = 0, 1, 2
+
+# status words, relative to a rank's status entry (int64 index)
+S_STATE, S_PROGRESS, S_CTX, S_SLEEPING, S_WAITING_FOR = 0, 1, 2, 3, 4
+S_P2P_KIND, S_P2P_PEER, S_P2P_TAG, S_P2P_NBYTES, S_P2P_SEQ = 5, 6, 7, 9, 10
+S_BELL = 8  # int64 word whose low 32 bits are the futex word
+
+# rank states
+IDLE, USER, CALL, RETURNED, FAILED = 0, 1, 2, 3, 4
+
+# abort reasons (header word H_ABORT)
+ABORT_NONE, ABORT_PEER_FAILED, ABORT_DRIVER = 0, 1, 2
+
+_SYS_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}.get(platform.machine().lower())
+_FUTEX_WAIT, _FUTEX_WAKE = 0, 1
+_libc = ctypes.CDLL(None, use_errno=True)
+_syscall = _libc.syscall
+_syscall.restype = ctypes.c_long
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+_fence_lock = threading.Lock()
+_acquire, _release = _fence_lock.acquire, _fence_lock.release
+
+
+def fence() -> None:
+    """A full memory barrier: an uncontended lock is a locked instruction."""
+    _acquire()
+    _release()
+
+
+class Aborted(BaseException):
+    """Raised inside a rank to unwind it when the run is being aborted.
+
+    A BaseException so that ``except Exception`` in user code does not
+    swallow it.
+    """
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        super().__init__(reason)
+
+
+def _align(n: int, to: int = LINE) -> int:
+    return (n + to - 1) // to * to
+
+
+class Layout:
+    """Sizes and offsets of an arena for ``size`` ranks."""
+
+    def __init__(self, size: int, slot_bytes: int | None = None, ring_bytes: int | None = None, contexts: int = 64):
+        self.size = size
+        self.contexts = contexts
+        if slot_bytes is None:  # 8 MiB per rank up to 16 ranks, then 128 MiB in all
+            slot_bytes = max(256 << 10, min(8 << 20, (128 << 20) // size))
+        if ring_bytes is None:
+            ring_bytes = max(8 << 10, min(1 << 20, (64 << 20) // (size * size)))
+        self.slot_bytes = _align(slot_bytes, 4096)
+        self.ring_bytes = _align(ring_bytes, 4096)
+        self.status = HEADER
+        self.ctx = _align(self.status + size * STATUS, 4096)
+        self.p2p_index = _align(self.ctx + size * contexts * ENTRY, 4096)
+        self.rings = _align(self.p2p_index + size * size * LINE, 4096)
+        self.slots = _align(self.rings + size * size * self.ring_bytes, 4096)
+        self.total = self.slots + size * self.slot_bytes
+
+    # word (int64) indexes
+    def status_word(self, rank: int, word: int) -> int:
+        return (self.status + rank * STATUS) // 8 + word
+
+    def arrive_word(self, rank: int, ctx: int) -> int:
+        return (self.ctx + (rank * self.contexts + ctx) * ENTRY) // 8
+
+    def sig_offset(self, rank: int, ctx: int) -> int:
+        return self.ctx + (rank * self.contexts + ctx) * ENTRY + SIG_OFFSET
+
+    def pair_word(self, src: int, dst: int) -> int:
+        """Word index of the (src -> dst) ring's head; the tail follows it."""
+        return (self.p2p_index + (src * self.size + dst) * LINE) // 8
+
+    def ring_offset(self, src: int, dst: int) -> int:
+        return self.rings + (src * self.size + dst) * self.ring_bytes
+
+    def slot_offset(self, rank: int) -> int:
+        return self.slots + rank * self.slot_bytes
+
+
+class Arena:
+    """A mapping of the world's shared memory, in the driver or in a worker.
+
+    ``rank`` is the world rank of the process that maps it (``None`` in the
+    driver). The attributes ``q`` (int64 words) and ``buf`` (bytes) view the
+    whole arena.
+    """
+
+    def __init__(self, layout: Layout, fd: int, rank: int | None, ncpu: int | None = None):
+        self.layout = layout
+        self.fd = fd
+        self.rank = rank
+        self.mm = mmap.mmap(fd, layout.total)
+        self.buf = memoryview(self.mm)
+        self.q = self.buf.cast("q")
+        self.size = layout.size
+        ncpu = ncpu or len(os.sched_getaffinity(0))
+        # Spinning helps only when every rank has a core of its own.
+        self.oversubscribed = layout.size >= ncpu
+        self.spin_iters = 200 if self.oversubscribed else 20000
+        self.yield_iters = 50 if self.oversubscribed else 10
+        self._token = 0
+        self._bell_addr = [
+            ctypes.addressof(ctypes.c_int32.from_buffer(self.mm, layout.status_word(r, S_BELL) * 8))
+            for r in range(layout.size)
+        ]
+        # Set by the pending phase whose readers must finish before this rank
+        # writes its slot or a signature again: (done word indexes, epoch).
+        self.pending_release: tuple[list[int], int, list[int]] | None = None
+        # Contexts this rank can give a new sub-communicator (bit c: context c
+        # is free). Context 0 is the world's; bit 63 stays clear to fit int64.
+        self.free_contexts = ((1 << min(layout.contexts, 63)) - 1) & ~1
+
+    # -- creation -------------------------------------------------------
+    @classmethod
+    def create(cls, layout: Layout) -> "Arena":
+        fd = os.memfd_create(f"simdist-{os.getpid()}", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, layout.total)
+            try:  # reserve the pages that collectives touch; rings stay sparse
+                os.posix_fallocate(fd, 0, layout.rings)
+                os.posix_fallocate(fd, layout.slots, layout.total - layout.slots)
+            except OSError as exc:
+                raise SimdistError(
+                    f"cannot reserve {layout.total >> 20} MiB of shared memory for a world of "
+                    f"{layout.size} ranks: {exc.strerror}; use fewer ranks or a smaller slot_bytes"
+                ) from None
+            arena = cls(layout, fd, rank=None)
+        except BaseException:
+            os.close(fd)
+            raise
+        arena.q[H_MAGIC] = MAGIC
+        arena.q[H_SIZE] = layout.size
+        return arena
+
+    def close(self) -> None:
+        if self.mm is None:
+            return
+        self.q.release()
+        self.buf.release()
+        self.mm.close()
+        self.mm = None
+        os.close(self.fd)
+
+    def reset_control(self) -> None:
+        """Zero status, contexts and ring pointers; only while no worker runs."""
+        lay = self.layout
+        self.q[H_ABORT] = 0
+        self.buf[lay.status : lay.rings] = bytes(lay.rings - lay.status)
+
+    # -- views ------------------------------------------------------------
+    def array(self, offset: int, dtype, shape) -> np.ndarray:
+        return np.ndarray(shape, dtype=dtype, buffer=self.mm, offset=offset)
+
+    def slot_bytes_view(self, rank: int) -> np.ndarray:
+        lay = self.layout
+        return np.ndarray((lay.slot_bytes,), dtype=np.uint8, buffer=self.mm, offset=lay.slot_offset(rank))
+
+    def arrive_epochs(self, rank: int) -> np.ndarray:
+        """``rank``'s arrive epoch in every context (a view)."""
+        lay = self.layout
+        entries = self.array(lay.arrive_word(rank, 0) * 8, np.int64, (lay.contexts, ENTRY // 8))
+        return entries[:, 0]
+
+    # -- publishing and waking ------------------------------------------------
+    def publish(self, word: int, value: int, members) -> None:
+        """Store ``value`` at ``word`` and wake members sleeping on it."""
+        q = self.q
+        q[word] = value
+        _acquire()
+        _release()
+        lay_status = self.layout.status // 8
+        for m in members:
+            if q[lay_status + m * 16 + S_SLEEPING]:
+                self.wake(m)
+
+    def wake(self, rank: int) -> None:
+        self._token = (self._token + 1) & 0xFFFFF
+        # A token unique to this writer and moment: the sleeper compares its
+        # word with the value it read, so any store of a new token wakes it.
+        token = ((self._token << 11) | ((self.rank if self.rank is not None else 2047) & 0x7FF)) & 0x7FFFFFFF
+        self.q[self.layout.status_word(rank, S_BELL)] = token
+        if _SYS_FUTEX is not None:
+            _syscall(_SYS_FUTEX, ctypes.c_void_p(self._bell_addr[rank]), _FUTEX_WAKE, 0x7FFFFFFF, None, None, 0)
+
+    def wake_all(self) -> None:
+        for r in range(self.size):
+            self.wake(r)
+
+    def wake_sleepers(self) -> None:
+        """Wake every rank whose sleeping flag is up (after a fence)."""
+        fence()
+        q, lay = self.q, self.layout
+        for r in range(self.size):
+            if q[lay.status_word(r, S_SLEEPING)]:
+                self.wake(r)
+
+    # -- waiting ------------------------------------------------------------
+    def wait_words(self, words, target: int, ranks) -> None:
+        """Wait until ``q[w] >= target`` for every ``w`` in ``words``.
+
+        ``ranks[i]`` is the world rank that writes ``words[i]`` (for reports
+        and for noticing a peer that returned or failed).
+        """
+        q = self.q
+        for w in words:
+            if q[w] < target:
+                break
+        else:
+            return
+        for i, w in enumerate(words):
+            if q[w] < target:
+                self._wait_one(w, target, ranks[i])
+
+    def _check_peer(self, word: int, target: int, writer: int) -> None:
+        """Raise instead of waiting forever: the run is aborting, or ``writer``
+        has failed or returned without making the call we wait for."""
+        q = self.q
+        if q[H_ABORT]:
+            raise Aborted("the run was aborted by the driver" if q[H_ABORT] == ABORT_DRIVER else "a rank failed")
+        state = q[self.layout.status_word(writer, S_STATE)]
+        if state in (RETURNED, FAILED) and q[word] < target:
+            if state == FAILED:
+                raise Aborted(f"rank {writer} failed")
+            from ._report import current_call
+
+            mine = current_call(self, self.rank)
+            raise CollectiveMismatch(
+                f"rank {self.rank} waits in {mine}, but rank {writer} has returned from the function "
+                "without making that call; every rank must make the same calls",
+                {self.rank: mine, writer: "returned"},
+            )
+
+    def _wait_one(self, word: int, target: int, writer: int) -> None:
+        q = self.q
+        for _ in range(self.spin_iters):
+            if q[word] >= target:
+                return
+        for _ in range(self.yield_iters):
+            os.sched_yield()
+            if q[word] >= target:
+                return
+        me = self.rank
+        lay = self.layout
+        sleeping = lay.status_word(me, S_SLEEPING)
+        bell = lay.status_word(me, S_BELL)
+        q[lay.status_word(me, S_WAITING_FOR)] = writer
+        ts = _Timespec(0, 50_000_000)
+        addr = ctypes.c_void_p(self._bell_addr[me])
+        try:
+            while True:
+                expected = q[bell] & 0xFFFFFFFF
+                q[sleeping] = 1
+                fence()
+                if q[word] >= target:
+                    return
+                self._check_peer(word, target, writer)
+                if _SYS_FUTEX is not None:
+                    if expected >= 1 << 31:
+                        expected -= 1 << 32
+                    _syscall(_SYS_FUTEX, addr, _FUTEX_WAIT, ctypes.c_int(expected), ctypes.byref(ts), None, 0)
+                else:  # pragma: no cover - no futex on this platform
+                    os.sched_yield()
+                q[sleeping] = 0
+                if q[word] >= target:
+                    return
+        finally:
+            q[sleeping] = 0
+            q[lay.status_word(me, S_WAITING_FOR)] = -1

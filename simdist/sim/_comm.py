@@ -1,0 +1,483 @@
+"""The simulator's communicator: the contract's collectives over the arena.
+
+Every collective is a sequence of phases (see ``_arena``): each member
+writes its part into its own slot, arrives, waits for all members, reads
+what it needs from the others' slots, and stores ``done``. The first phase
+also compares the members' call signatures, so mismatched calls raise
+CollectiveMismatch on every rank instead of hanging or mixing data.
+Messages larger than a slot are cut into chunks, one phase per chunk, so a
+collective of any size fits in a bounded arena.
+
+Reductions use the canonical fold of ``simdist._reduction``. Small messages
+(and every message on two ranks) are folded by every rank on its own; larger
+ones are folded in parallel, each rank folding one slice of the elements
+over all ranks and the others copying that slice from its slot. Both give
+the bits of the fold.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._checks import DTYPE_CODE, DTYPES, OP_CODE, as_input, check_blocks, check_int, check_op, check_rank_arg
+from .._communicator import Communicator
+from .._errors import InvalidValue, SimdistError
+from .._reduction import fold
+from . import _signature as sig
+from ._arena import CALL, S_CTX, S_PROGRESS, S_STATE, USER
+from ._p2p import Mailboxes
+from ._report import comm_name
+
+#: Reductions of at most this many bytes are folded by every rank on its own.
+SMALL_REDUCTION = 64 << 10
+
+_K = sig.KIND_CODE
+_ALLREDUCE, _REDUCE, _BROADCAST = _K["allreduce"], _K["reduce"], _K["broadcast"]
+_ALLGATHER, _GATHER, _SCATTER = _K["allgather"], _K["gather"], _K["scatter"]
+_REDUCE_SCATTER, _ALLTOALL, _BARRIER = _K["reduce_scatter"], _K["alltoall"], _K["barrier"]
+_SPLIT, _FREE = _K["split"], _K["free"]
+
+
+class SimComm(Communicator):
+    """A communicator of the simulator; see :class:`simdist.Communicator`.
+
+    ``members`` are the world ranks of the communicator in its rank order;
+    ``ctx`` is the context index its members' control entries use.
+    """
+
+    def __init__(self, arena, mailboxes: Mailboxes, members: list[int], ctx: int, epoch: int = 0):
+        me = arena.rank
+        lay = arena.layout
+        self._arena = arena
+        self._mail = mailboxes
+        self._members = members
+        self._rank = members.index(me)
+        self._size = len(members)
+        self._ctx = ctx
+        self._epoch = epoch
+        self._seq = 0
+        self._freed = False
+        self._peers = [m for m in members if m != me]
+        self._peer_arrive = [lay.arrive_word(m, ctx) for m in self._peers]
+        self._peer_done = [w + 1 for w in self._peer_arrive]
+        self._my_arrive = lay.arrive_word(me, ctx)
+        self._my_sig = lay.sig_offset(me, ctx)
+        self._peer_sig = [lay.sig_offset(m, ctx) for m in self._peers]
+        self._slot_off = [lay.slot_offset(m) for m in members]
+        self._slot_bytes = lay.slot_bytes
+        self._state = lay.status_word(me, S_STATE)
+        self._ctx_word = lay.status_word(me, S_CTX)
+        self._progress = lay.status_word(me, S_PROGRESS)
+        self._views: dict = {}
+        self._name = comm_name(ctx)
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    # -- phases ---------------------------------------------------------------
+    def _begin(self, name: str, kind: int, x, op: int = 0, root: int = -1) -> int:
+        """Enter a call: wait for our last phase's readers, then write the
+        signature. Returns the signature's length in bytes."""
+        if self._freed:
+            raise SimdistError(f"rank {self._rank}: {name} on a communicator that was freed")
+        arena = self._arena
+        self._release()
+        self._seq += 1
+        if x is None:
+            row = (kind, self._seq, op, root, 0, -1)
+        else:
+            row = (kind, self._seq, op, root, DTYPE_CODE[x.dtype], x.ndim, *x.shape)
+        packer = sig.packer(x.ndim if x is not None else 0)
+        packer.pack_into(arena.mm, self._my_sig, *row)
+        q = arena.q
+        q[self._ctx_word] = self._ctx
+        q[self._state] = CALL
+        return packer.size
+
+    def _end(self) -> None:
+        q = self._arena.q
+        q[self._progress] += 1
+        q[self._state] = USER
+
+    def _release(self) -> None:
+        arena = self._arena
+        pending = arena.pending_release
+        if pending is not None:
+            arena.pending_release = None
+            arena.wait_words(*pending)
+
+    def _arrive(self) -> None:
+        self._epoch += 1
+        arena = self._arena
+        arena.publish(self._my_arrive, self._epoch, self._peers)
+        arena.wait_words(self._peer_arrive, self._epoch, self._peers)
+
+    def _done(self) -> None:
+        arena = self._arena
+        arena.publish(self._my_arrive + 1, self._epoch, self._peers)
+        arena.pending_release = (self._peer_done, self._epoch, self._peers)
+
+    def _check(self, nbytes: int) -> None:
+        """Compare our signature with every peer's (after the first arrival)."""
+        buf = self._arena.buf
+        mine = buf[self._my_sig : self._my_sig + nbytes]
+        for off in self._peer_sig:
+            if buf[off : off + nbytes] != mine:
+                break
+        else:
+            return
+        rows = {m: sig.read(buf, self._arena.layout.sig_offset(m, self._ctx)) for m in self._members}
+        try:
+            sig.check_match(self._name, {self._members.index(m): row for m, row in rows.items()})
+        except BaseException:
+            self._done()  # every member detects it and abandons the call
+            raise
+
+    def _root_row(self, root: int) -> tuple[int, ...]:
+        return sig.read(self._arena.buf, self._arena.layout.sig_offset(self._members[root], self._ctx))
+
+    def _flat_views(self, dtype: np.dtype, count: int, offset: int = 0) -> list[np.ndarray]:
+        """Per-member views of ``count`` elements at ``offset`` bytes into each slot."""
+        key = (dtype, count, offset)
+        views = self._views.get(key)
+        if views is None:
+            if len(self._views) > 64:
+                self._views.clear()
+            mm = self._arena.mm
+            views = [np.ndarray((count,), dtype, mm, off + offset) for off in self._slot_off]
+            self._views[key] = views
+        return views
+
+    def _chunk(self, dtype: np.dtype, blocks: int = 1) -> int:
+        """Elements per block that fit in a slot holding ``blocks`` blocks."""
+        per = self._slot_bytes // (dtype.itemsize * blocks)
+        if per == 0:
+            raise InvalidValue(f"a slot of {self._slot_bytes} bytes cannot hold {blocks} blocks of {dtype}")
+        return per
+
+    # -- reductions -----------------------------------------------------------
+    def allreduce(self, x, op="sum"):
+        x = as_input(x, self._rank, "allreduce")
+        check_op(op, x.dtype, self._rank, "allreduce")
+        return self._reduction(_ALLREDUCE, "allreduce", x, op, -1)
+
+    def reduce(self, x, root=0, op="sum"):
+        x = as_input(x, self._rank, "reduce")
+        root = check_rank_arg(root, self._size, self._rank, "reduce", "root")
+        check_op(op, x.dtype, self._rank, "reduce")
+        return self._reduction(_REDUCE, "reduce", x, op, root)
+
+    def _reduction(self, kind, name, x, op, root):
+        nbytes = self._begin(name, kind, x, OP_CODE[op], root)
+        try:
+            out = np.empty(x.shape, x.dtype) if root < 0 or root == self._rank else None
+            flat = np.ascontiguousarray(x).reshape(-1)
+            out_flat = out.reshape(-1) if out is not None else None
+            if self._size == 2 or x.nbytes <= SMALL_REDUCTION:
+                self._fold_everywhere(flat, out_flat, op, nbytes)
+            else:
+                self._fold_in_parallel(flat, out_flat, op, nbytes)
+            return out
+        finally:
+            self._end()
+
+    def _fold_everywhere(self, flat, out_flat, op, nbytes):
+        n, cap = flat.size, self._chunk(flat.dtype)
+        me = self._rank
+        for lo in range(0, max(n, 1), cap):
+            hi = min(n, lo + cap)
+            views = self._flat_views(flat.dtype, hi - lo)
+            if lo:
+                self._release()
+            views[me][...] = flat[lo:hi]
+            self._arrive()
+            if not lo:
+                self._check(nbytes)
+            if out_flat is not None:
+                fold(op, views, out_flat[lo:hi], self._size)
+            self._done()
+
+    def _fold_in_parallel(self, flat, out_flat, op, nbytes):
+        n, cap = flat.size, self._chunk(flat.dtype)
+        me, size = self._rank, self._size
+        own = np.empty(cap // size + 1, flat.dtype)
+        for lo in range(0, n, cap):
+            hi = min(n, lo + cap)
+            views = self._flat_views(flat.dtype, hi - lo)
+            if lo:
+                self._release()
+            views[me][...] = flat[lo:hi]
+            self._arrive()
+            if not lo:
+                self._check(nbytes)
+            bounds = [(hi - lo) * j // size for j in range(size + 1)]
+            a, b = bounds[me], bounds[me + 1]
+            mine = own[: b - a]
+            fold(op, [v[a:b] for v in views], mine, size)
+            views[me][a:b] = mine
+            self._arrive()  # every slice is folded; copy the others' slices
+            if out_flat is not None:
+                for j, v in enumerate(views):
+                    out_flat[lo + bounds[j] : lo + bounds[j + 1]] = v[bounds[j] : bounds[j + 1]]
+            self._done()
+
+    def reduce_scatter(self, x, op="sum"):
+        x = as_input(x, self._rank, "reduce_scatter")
+        check_blocks(x, self._size, self._rank, "reduce_scatter")
+        check_op(op, x.dtype, self._rank, "reduce_scatter")
+        nbytes = self._begin("reduce_scatter", _REDUCE_SCATTER, x, OP_CODE[op])
+        try:
+            me, size = self._rank, self._size
+            out = np.empty(x.shape[1:], x.dtype)
+            blocks = np.ascontiguousarray(x).reshape(size, -1)
+            out_flat = out.reshape(-1)
+            self._blockwise(blocks, nbytes, lambda views, lo, hi: fold(op, [v[me] for v in views], out_flat[lo:hi], size))
+            return out
+        finally:
+            self._end()
+
+    # -- data movement ----------------------------------------------------------
+    def broadcast(self, x, root=0):
+        root = check_rank_arg(root, self._size, self._rank, "broadcast", "root")
+        is_root = self._rank == root
+        if x is not None or is_root:
+            x = as_input(x, self._rank, "broadcast")
+        nbytes = self._begin("broadcast", _BROADCAST, x, 0, root)
+        try:
+            me = self._rank
+            if is_root:
+                flat = np.ascontiguousarray(x).reshape(-1)
+                dtype, shape = x.dtype, x.shape
+            n = cap = None
+            out_flat = None
+            lo = 0
+            while True:
+                if lo:
+                    self._release()
+                if is_root:
+                    n, cap = flat.size, self._chunk(dtype)
+                    hi = min(n, lo + cap)
+                    self._flat_views(dtype, hi - lo)[me][...] = flat[lo:hi]
+                self._arrive()
+                if not lo:
+                    self._check(nbytes)
+                    if not is_root:
+                        row = self._root_row(root)
+                        dtype, shape = DTYPES[row[4] - 1], tuple(row[6 : 6 + row[5]])
+                        out = np.empty(shape, dtype)
+                        out_flat = out.reshape(-1)
+                        n, cap = out_flat.size, self._chunk(dtype)
+                    else:
+                        out = np.array(x, order="C", copy=True)
+                hi = min(n, lo + cap)
+                if not is_root:
+                    out_flat[lo:hi] = self._flat_views(dtype, hi - lo)[root]
+                self._done()
+                lo += cap
+                if lo >= n:
+                    return out
+        finally:
+            self._end()
+
+    def allgather(self, x):
+        x = as_input(x, self._rank, "allgather")
+        return self._gather("allgather", _ALLGATHER, x, -1)
+
+    def gather(self, x, root=0):
+        x = as_input(x, self._rank, "gather")
+        root = check_rank_arg(root, self._size, self._rank, "gather", "root")
+        return self._gather("gather", _GATHER, x, root)
+
+    def _gather(self, name, kind, x, root):
+        nbytes = self._begin(name, kind, x, 0, root)
+        try:
+            size, me = self._size, self._rank
+            out = np.empty((size, *x.shape), x.dtype) if root < 0 or root == me else None
+            out2 = out.reshape(size, -1) if out is not None else None
+            flat = np.ascontiguousarray(x).reshape(-1)
+            n, cap = flat.size, self._chunk(x.dtype)
+            for lo in range(0, max(n, 1), cap):
+                hi = min(n, lo + cap)
+                views = self._flat_views(x.dtype, hi - lo)
+                if lo:
+                    self._release()
+                views[me][...] = flat[lo:hi]
+                self._arrive()
+                if not lo:
+                    self._check(nbytes)
+                if out2 is not None:
+                    for j, v in enumerate(views):
+                        out2[j, lo:hi] = v
+                self._done()
+            return out
+        finally:
+            self._end()
+
+    def scatter(self, x, root=0):
+        root = check_rank_arg(root, self._size, self._rank, "scatter", "root")
+        is_root = self._rank == root
+        if x is not None or is_root:
+            x = as_input(x, self._rank, "scatter")
+            if is_root:
+                check_blocks(x, self._size, self._rank, "scatter")
+        nbytes = self._begin("scatter", _SCATTER, x, 0, root)
+        try:
+            me, size = self._rank, self._size
+            blocks = np.ascontiguousarray(x).reshape(size, -1) if is_root else None
+            dtype = shape = out_flat = None
+            lo = 0
+            while True:
+                if lo:
+                    self._release()
+                if is_root:
+                    dtype, shape = x.dtype, x.shape[1:]
+                    n, cap = blocks.shape[1], self._chunk(dtype, size)
+                    hi = min(n, lo + cap)
+                    self._block_views(dtype, hi - lo)[me][...] = blocks[:, lo:hi]
+                self._arrive()
+                if not lo:
+                    self._check(nbytes)
+                    if not is_root:
+                        row = self._root_row(root)
+                        dtype, shape = DTYPES[row[4] - 1], tuple(row[7 : 6 + row[5]])
+                    out = np.empty(shape, dtype)
+                    out_flat = out.reshape(-1)
+                    n, cap = out_flat.size, self._chunk(dtype, size)
+                hi = min(n, lo + cap)
+                out_flat[lo:hi] = self._block_views(dtype, hi - lo)[root][me]
+                self._done()
+                lo += cap
+                if lo >= n:
+                    return out
+        finally:
+            self._end()
+
+    def alltoall(self, x):
+        x = as_input(x, self._rank, "alltoall")
+        check_blocks(x, self._size, self._rank, "alltoall")
+        nbytes = self._begin("alltoall", _ALLTOALL, x)
+        try:
+            me, size = self._rank, self._size
+            out = np.empty(x.shape, x.dtype)
+            out2 = out.reshape(size, -1)
+            blocks = np.ascontiguousarray(x).reshape(size, -1)
+
+            def take(views, lo, hi):
+                for j, v in enumerate(views):
+                    out2[j, lo:hi] = v[me]
+
+            self._blockwise(blocks, nbytes, take)
+            return out
+        finally:
+            self._end()
+
+    def _block_views(self, dtype, count):
+        """Per-member views of each slot as ``(size, count)`` blocks."""
+        return [v.reshape(self._size, count) for v in self._flat_views(dtype, self._size * count)]
+
+    def _blockwise(self, blocks, nbytes, consume):
+        """Chunked exchange of ``(size, n)`` blocks: every member writes its
+        blocks, then ``consume(views, lo, hi)`` reads columns ``lo:hi``."""
+        n, cap = blocks.shape[1], self._chunk(blocks.dtype, self._size)
+        me = self._rank
+        for lo in range(0, max(n, 1), cap):
+            hi = min(n, lo + cap)
+            views = self._block_views(blocks.dtype, hi - lo)
+            if lo:
+                self._release()
+            views[me][...] = blocks[:, lo:hi]
+            self._arrive()
+            if not lo:
+                self._check(nbytes)
+            consume(views, lo, hi)
+            self._done()
+
+    def barrier(self):
+        nbytes = self._begin("barrier", _BARRIER, None)
+        try:
+            self._arrive()
+            self._check(nbytes)
+            self._done()
+        finally:
+            self._end()
+
+    # -- point to point ---------------------------------------------------------
+    def send(self, x, dest, tag=0):
+        x = as_input(x, self._rank, "send")
+        dest = check_rank_arg(dest, self._size, self._rank, "send", "dest")
+        tag = check_int(tag, self._rank, "send", "tag", minimum=0)
+        self._check_open("send")
+        self._mail.send(x, self._members[dest], tag, self._ctx)
+
+    def recv(self, source, tag=0):
+        source = check_rank_arg(source, self._size, self._rank, "recv", "source")
+        tag = check_int(tag, self._rank, "recv", "tag", minimum=0)
+        self._check_open("recv")
+        return self._mail.recv(self._members[source], tag, self._ctx)
+
+    def _check_open(self, name):
+        if self._freed:
+            raise SimdistError(f"rank {self._rank}: {name} on a communicator that was freed")
+
+    # -- communicators ------------------------------------------------------------
+    def split(self, color, key=0):
+        if color is not None:
+            color = check_int(color, self._rank, "split", "color", minimum=0)
+        key = check_int(key, self._rank, "split", "key")
+        arena = self._arena
+        contexts = arena.layout.contexts
+        nbytes = self._begin("split", _SPLIT, None)
+        try:
+            me = self._rank
+            words = 3 + contexts
+            views = self._flat_views(np.dtype(np.int64), words)
+            row = views[me]
+            row[0] = -1 if color is None else color
+            row[1] = key
+            row[2] = arena.free_contexts
+            row[3:] = arena.arrive_epochs(arena.rank)
+            self._arrive()
+            self._check(nbytes)
+            table = np.array([v[:3] for v in views])
+            arrive = np.array([v[3:] for v in views])
+            self._done()
+        finally:
+            self._end()
+        if color is None:
+            return None
+        free = int(np.bitwise_and.reduce(table[:, 2]))
+        if free == 0:
+            raise SimdistError(
+                f"rank {self._rank}: split: every communicator context is in use ({contexts - 1} "
+                "sub-communicators alive); call free() on the ones you no longer need"
+            )
+        ctx = (free & -free).bit_length() - 1
+        group = sorted((int(table[j, 1]), j) for j in range(self._size) if table[j, 0] == color)
+        ranks = [j for _, j in group]
+        epoch = int(arrive[ranks, ctx].max())
+        arena.free_contexts &= ~(1 << ctx)
+        return SimComm(arena, self._mail, [self._members[j] for j in ranks], ctx, epoch)
+
+    def free(self):
+        if self._ctx == 0:
+            raise InvalidValue(f"rank {self._rank}: free: the world communicator cannot be freed")
+        if self._freed:
+            return
+        nbytes = self._begin("free", _FREE, None)
+        try:
+            self._arrive()
+            self._check(nbytes)
+            self._done()
+        finally:
+            self._end()
+        self._freed = True
+        self._arena.free_contexts |= 1 << self._ctx
+
+    def __repr__(self):
+        return f"<SimComm rank {self._rank} of {self._size} on {self._name}>"
+

@@ -1,0 +1,62 @@
+"""Where is each rank? Read from the arena, for timeouts and mismatch messages.
+
+Used by the driver (which maps the arena too) and by a rank that notices a
+peer has returned while it waits for it.
+"""
+
+from __future__ import annotations
+
+from . import _signature as sig
+from ._arena import (
+    CALL, FAILED, IDLE, RETURNED, S_CTX, S_P2P_KIND, S_P2P_NBYTES, S_P2P_PEER, S_P2P_SEQ, S_P2P_TAG,
+    S_PROGRESS, S_STATE, S_WAITING_FOR, USER,
+)
+
+P2P_CTX = -1
+P2P_KINDS = {1: "send", 2: "recv"}
+
+
+def comm_name(ctx: int) -> str:
+    return "the world" if ctx == 0 else f"a sub-communicator (context {ctx})"
+
+
+def current_call(arena, rank: int) -> str:
+    """The call ``rank`` is in, e.g. ``allreduce #3 (float32 (4,), op=sum) on the world``."""
+    lay = arena.layout
+    q = arena.q
+    ctx = q[lay.status_word(rank, S_CTX)]
+    if ctx == P2P_CTX:
+        kind = P2P_KINDS.get(q[lay.status_word(rank, S_P2P_KIND)], "p2p")
+        peer = q[lay.status_word(rank, S_P2P_PEER)]
+        direction = "to" if kind == "send" else "from"
+        return (
+            f"{kind} #{q[lay.status_word(rank, S_P2P_SEQ)]} {direction} rank {peer} "
+            f"(tag={q[lay.status_word(rank, S_P2P_TAG)]}, {q[lay.status_word(rank, S_P2P_NBYTES)]} bytes)"
+        )
+    row = sig.read(arena.buf, lay.sig_offset(rank, ctx))
+    return f"{sig.describe(row)} on {comm_name(ctx)}"
+
+
+def whereabouts(arena, rank: int, waited: float | None = None) -> str:
+    """One line saying what ``rank`` is doing."""
+    q = arena.q
+    lay = arena.layout
+    state = q[lay.status_word(rank, S_STATE)]
+    calls = q[lay.status_word(rank, S_PROGRESS)]
+    if state == CALL:
+        line = f"waiting in {current_call(arena, rank)}"
+        if waited is not None:
+            line += f" for {waited:.1f} s"
+        peer = q[lay.status_word(rank, S_WAITING_FOR)]
+        if peer >= 0:
+            line += f", on rank {peer}"
+        return line
+    if state == USER:
+        return f"running user code ({calls} calls completed)"
+    if state == RETURNED:
+        return f"returned from the function ({calls} calls completed)"
+    if state == FAILED:
+        return "raised an exception"
+    if state == IDLE:
+        return "idle"
+    return f"unknown state {state}"
