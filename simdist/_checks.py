@@ -41,7 +41,7 @@ def as_input(x, rank: int, collective: str, arg: str = "x") -> np.ndarray:
             raise InvalidType(f"{where(rank, collective)}: {arg}={x!r:.80} is not array-like ({exc})") from None
     if x.dtype not in DTYPE_CODE:
         raise InvalidType(
-            f"{where(rank, collective)}: {arg} has dtype {x.dtype.str!r} ({x.dtype}), which collectives "
+            f"{where(rank, collective)}: {arg} has dtype {x.dtype} ({x.dtype.str!r}), which collectives "
             f"do not carry; supported: {', '.join(str(d) for d in DTYPES)} in native byte order"
             + ("; convert with x.astype(x.dtype.newbyteorder('='))" if x.dtype.kind in "biufc" else "")
         )

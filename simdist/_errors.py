@@ -32,6 +32,8 @@ __all__ = [
 class SimdistError(Exception):
     """Base class of every simdist error."""
 
+    __module__ = "simdist"
+
 
 class RankError(SimdistError):
     """One or more ranks raised an exception.
@@ -41,6 +43,8 @@ class RankError(SimdistError):
     back to the driver (else ``None``). Ranks that were only interrupted
     because a peer failed are listed in ``aborted``.
     """
+
+    __module__ = "simdist"
 
     def __init__(self, failures: dict[int, str], exceptions=None, aborted=()):
         self.failures = dict(sorted(failures.items()))
@@ -54,6 +58,9 @@ class RankError(SimdistError):
             parts.append(f"(ranks {self.aborted} were interrupted because of the failure)")
         super().__init__("\n".join(parts))
 
+    def __reduce__(self):
+        return type(self), (self.failures, {}, self.aborted)
+
 
 class CollectiveMismatch(SimdistError):
     """Ranks of one communicator made calls that cannot match.
@@ -64,9 +71,14 @@ class CollectiveMismatch(SimdistError):
     ``calls`` maps each rank involved to a description of its call.
     """
 
+    __module__ = "simdist"
+
     def __init__(self, message: str, calls: dict[int, str] | None = None):
         self.calls = dict(calls or {})
         super().__init__(message)
+
+    def __reduce__(self):
+        return type(self), (str(self), self.calls)
 
 
 class CollectiveTimeout(SimdistError):
@@ -77,12 +89,17 @@ class CollectiveTimeout(SimdistError):
     code, or already returned.
     """
 
+    __module__ = "simdist"
+
     def __init__(self, timeout: float, report: dict[int, str]):
         self.timeout = timeout
         self.report = dict(sorted(report.items()))
         lines = [f"no progress for {timeout:g} s (the world's timeout); where each rank is:"]
         lines += [f"  rank {r}: {where}" for r, where in self.report.items()]
         super().__init__("\n".join(lines))
+
+    def __reduce__(self):
+        return type(self), (self.timeout, self.report)
 
 
 class RankDied(SimdistError):
@@ -92,19 +109,31 @@ class RankDied(SimdistError):
     SIGKILL"`` or ``"exited with status 3"``.
     """
 
+    __module__ = "simdist"
+
     def __init__(self, ranks: dict[int, str], context: str = ""):
         self.ranks = dict(sorted(ranks.items()))
+        self.context = context
         what = "; ".join(f"rank {r} {how}" for r, how in self.ranks.items())
         super().__init__(f"{what}{context}")
+
+    def __reduce__(self):
+        return type(self), (self.ranks, self.context)
 
 
 class InvalidArgument(SimdistError):
     """A collective was called with an argument it cannot accept."""
 
+    __module__ = "simdist"
+
 
 class InvalidType(InvalidArgument, TypeError):
     """An argument of the wrong type or dtype."""
 
+    __module__ = "simdist"
+
 
 class InvalidValue(InvalidArgument, ValueError):
     """An argument with a value out of range."""
+
+    __module__ = "simdist"

@@ -29,10 +29,10 @@ def current_call(arena, rank: int) -> str:
         kind = P2P_KINDS.get(q[lay.status_word(rank, S_P2P_KIND)], "p2p")
         peer = q[lay.status_word(rank, S_P2P_PEER)]
         direction = "to" if kind == "send" else "from"
-        return (
-            f"{kind} #{q[lay.status_word(rank, S_P2P_SEQ)]} {direction} rank {peer} "
-            f"(tag={q[lay.status_word(rank, S_P2P_TAG)]}, {q[lay.status_word(rank, S_P2P_NBYTES)]} bytes)"
-        )
+        detail = f"tag={q[lay.status_word(rank, S_P2P_TAG)]}"
+        if kind == "send":
+            detail += f", {q[lay.status_word(rank, S_P2P_NBYTES)]} bytes"
+        return f"{kind} #{q[lay.status_word(rank, S_P2P_SEQ)]} {direction} rank {peer} ({detail})"
     row = sig.read(arena.buf, lay.sig_offset(rank, ctx))
     return f"{sig.describe(row)} on {comm_name(ctx)}"
 
