@@ -57,6 +57,8 @@ try:  # numpy >= 2: switch floating-point error handling off for ~100 ns
     from numpy._core._multiarray_umath import _extobj_contextvar, _make_extobj
 
     _QUIET = _make_extobj(all="ignore")
+    _quiet_on = _extobj_contextvar.set
+    _quiet_off = _extobj_contextvar.reset
 
     class _Quiet:
         __slots__ = ("_token",)
@@ -72,6 +74,14 @@ try:  # numpy >= 2: switch floating-point error handling off for ~100 ns
         return _Quiet()
 
 except ImportError:  # pragma: no cover - older numpy
+    _QUIET = None
+
+    def _quiet_on(_):
+        state = np.seterr(all="ignore")
+        return state
+
+    def _quiet_off(state):
+        np.seterr(**state)
 
     def quiet_fp():
         return np.errstate(all="ignore")
@@ -106,6 +116,31 @@ def fold(op: str, parts: Sequence[np.ndarray], out: np.ndarray, size: int | None
         if op == "mean":
             _divide(out, len(parts) if size is None else size)
     return out
+
+
+def small_fold_ufunc(op: str, dtype: np.dtype):
+    """The ufunc :func:`small_fold` uses for ``op`` on ``dtype``, or None
+    where the fold needs more than one ufunc (logical ops on integers,
+    complex mean)."""
+    if (op in _LOGICAL and dtype.kind != "b") or (op == "mean" and dtype.kind == "c"):
+        return None
+    return _UFUNC[op]
+
+
+def small_fold(ufunc, parts, out, divisor=None) -> None:
+    """:func:`fold` with the ufunc looked up (see :func:`small_fold_ufunc`)."""
+    token = _quiet_on(_QUIET)
+    try:
+        if len(parts) == 1:
+            np.copyto(out, parts[0])
+        else:
+            ufunc(parts[0], parts[1], out=out)
+            for part in parts[2:]:
+                ufunc(out, part, out=out)
+        if divisor is not None:
+            np.divide(out, divisor, out=out)
+    finally:
+        _quiet_off(token)
 
 
 def _fold_logical(op, parts, out):

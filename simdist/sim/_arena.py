@@ -182,9 +182,9 @@ class Arena:
         self.size = layout.size
         ncpu = ncpu or len(os.sched_getaffinity(0))
         # Spinning helps only when every rank has a core of its own.
-        self.oversubscribed = layout.size >= ncpu
-        self.spin_iters = 200 if self.oversubscribed else 20000
-        self.yield_iters = 50 if self.oversubscribed else 10
+        self.oversubscribed = layout.size > ncpu
+        self.spin_iters = 50 if self.oversubscribed else 5000
+        self.yield_iters = 2000 if self.oversubscribed else 100
         self._token = 0
         self._bell_addr = [
             ctypes.addressof(ctypes.c_int32.from_buffer(self.mm, layout.status_word(r, S_BELL) * 8))

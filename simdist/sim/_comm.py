@@ -9,10 +9,9 @@ Messages larger than a slot are cut into chunks, one phase per chunk, so a
 collective of any size fits in a bounded arena.
 
 Reductions use the canonical fold of ``simdist._reduction``. Small messages
-(and every message on two ranks) are folded by every rank on its own; larger
-ones are folded in parallel, each rank folding one slice of the elements
-over all ranks and the others copying that slice from its slot. Both give
-the bits of the fold.
+are folded by every rank on its own; larger ones are folded in parallel, each
+rank folding one slice of the elements over all ranks and the others copying
+that slice from its slot. Both give the bits of the fold.
 """
 
 from __future__ import annotations
@@ -22,9 +21,9 @@ import numpy as np
 from .._checks import DTYPE_CODE, DTYPES, OP_CODE, as_input, check_blocks, check_int, check_op, check_rank_arg
 from .._communicator import Communicator
 from .._errors import InvalidValue, SimdistError
-from .._reduction import fold
+from .._reduction import fold, small_fold, small_fold_ufunc
 from . import _signature as sig
-from ._arena import CALL, S_CTX, S_PROGRESS, S_STATE, USER
+from ._arena import CALL, S_CTX, S_PROGRESS, S_SLEEPING, S_STATE, USER, fence
 from ._p2p import Mailboxes
 from ._report import comm_name
 
@@ -69,6 +68,10 @@ class SimComm(Communicator):
         self._ctx_word = lay.status_word(me, S_CTX)
         self._progress = lay.status_word(me, S_PROGRESS)
         self._views: dict = {}
+        self._plans: dict = {}
+        self._last_static = None
+        self._last_sig_bytes = 0
+        self._peer_sleeping = [(lay.status_word(m, S_SLEEPING), m) for m in self._peers]
         self._name = comm_name(ctx)
 
     @property
@@ -89,15 +92,20 @@ class SimComm(Communicator):
         self._release()
         self._seq += 1
         if x is None:
-            row = (kind, self._seq, op, root, 0, -1)
+            static = (kind, op, root, 0, -1)
         else:
-            row = (kind, self._seq, op, root, DTYPE_CODE[x.dtype], x.ndim, *x.shape)
-        packer = sig.packer(x.ndim if x is not None else 0)
-        packer.pack_into(arena.mm, self._my_sig, *row)
+            static = (kind, op, root, DTYPE_CODE[x.dtype], x.ndim, *x.shape)
         q = arena.q
+        if static == self._last_static:  # only the sequence number changes
+            q[self._my_sig // 8 + 1] = self._seq
+        else:
+            packer = sig.packer(max(static[4], 0))
+            packer.pack_into(arena.mm, self._my_sig, kind, self._seq, *static[1:])
+            self._last_static = static
+            self._last_sig_bytes = packer.size
         q[self._ctx_word] = self._ctx
         q[self._state] = CALL
-        return packer.size
+        return self._last_sig_bytes
 
     def _end(self) -> None:
         q = self._arena.q
@@ -162,9 +170,66 @@ class SimComm(Communicator):
 
     # -- reductions -----------------------------------------------------------
     def allreduce(self, x, op="sum"):
+        if type(x) is np.ndarray:
+            plan = self._plans.get((x.dtype, x.shape, op))
+            if plan is not None:
+                return self._small_allreduce(x, plan)
         x = as_input(x, self._rank, "allreduce")
         check_op(op, x.dtype, self._rank, "allreduce")
+        if x.nbytes <= min(SMALL_REDUCTION, self._slot_bytes) and not self._freed:
+            plan = self._small_plan(x, op)
+            if plan is not None:
+                return self._small_allreduce(x, plan)
         return self._reduction(_ALLREDUCE, "allreduce", x, op, -1)
+
+    # A small allreduce of an already seen (dtype, shape, op) skips checks
+    # and lookups: the same phases as _fold_everywhere, inlined.
+    def _small_plan(self, x, op):
+        ufunc = small_fold_ufunc(op, x.dtype)
+        if ufunc is None or len(self._plans) > 64:
+            return None
+        views = [v.reshape(x.shape) for v in self._flat_views(x.dtype, x.size)]
+        static = (_ALLREDUCE, OP_CODE[op], -1, DTYPE_CODE[x.dtype], x.ndim, *x.shape)
+        divisor = self._size if op == "mean" else None
+        plan = (static, views, ufunc, divisor, x.dtype, x.shape)
+        self._plans[(x.dtype, x.shape, op)] = plan
+        return plan
+
+    def _small_allreduce(self, x, plan):
+        static, views, ufunc, divisor, dtype, shape = plan
+        arena = self._arena
+        q = arena.q
+        pending = arena.pending_release
+        if pending is not None:
+            arena.pending_release = None
+            arena.wait_words(*pending)
+        self._seq = seq = self._seq + 1
+        if static == self._last_static:
+            q[self._my_sig // 8 + 1] = seq
+        else:
+            packer = sig.packer(static[4])
+            packer.pack_into(arena.mm, self._my_sig, _ALLREDUCE, seq, *static[1:])
+            self._last_static = static
+            self._last_sig_bytes = packer.size
+        q[self._ctx_word] = self._ctx
+        q[self._state] = CALL
+        try:
+            np.copyto(views[self._rank], x)
+            self._epoch = epoch = self._epoch + 1
+            q[self._my_arrive] = epoch
+            fence()
+            for word, member in self._peer_sleeping:
+                if q[word]:
+                    arena.wake(member)
+            arena.wait_words(self._peer_arrive, epoch, self._peers)
+            self._check(self._last_sig_bytes)
+            out = np.empty(shape, dtype)
+            small_fold(ufunc, views, out, divisor)
+            self._done()
+            return out
+        finally:
+            q[self._progress] += 1
+            q[self._state] = USER
 
     def reduce(self, x, root=0, op="sum"):
         x = as_input(x, self._rank, "reduce")
@@ -178,7 +243,7 @@ class SimComm(Communicator):
             out = np.empty(x.shape, x.dtype) if root < 0 or root == self._rank else None
             flat = np.ascontiguousarray(x).reshape(-1)
             out_flat = out.reshape(-1) if out is not None else None
-            if self._size == 2 or x.nbytes <= SMALL_REDUCTION:
+            if self._size == 1 or x.nbytes <= SMALL_REDUCTION:
                 self._fold_everywhere(flat, out_flat, op, nbytes)
             else:
                 self._fold_in_parallel(flat, out_flat, op, nbytes)
@@ -203,27 +268,35 @@ class SimComm(Communicator):
             self._done()
 
     def _fold_in_parallel(self, flat, out_flat, op, nbytes):
+        # Rank r folds slice r of every chunk. It publishes only the slices
+        # the others fold (its own slice it reads from its input), then
+        # stores its folded slice where that slice would have been.
         n, cap = flat.size, self._chunk(flat.dtype)
         me, size = self._rank, self._size
-        own = np.empty(cap // size + 1, flat.dtype)
+        own = np.empty(cap // size + 1, flat.dtype) if out_flat is None else None
         for lo in range(0, n, cap):
             hi = min(n, lo + cap)
             views = self._flat_views(flat.dtype, hi - lo)
+            bounds = [(hi - lo) * j // size for j in range(size + 1)]
+            a, b = bounds[me], bounds[me + 1]
+            mine = views[me]
             if lo:
                 self._release()
-            views[me][...] = flat[lo:hi]
+            mine[:a] = flat[lo : lo + a]
+            mine[b:] = flat[lo + b : hi]
             self._arrive()
             if not lo:
                 self._check(nbytes)
-            bounds = [(hi - lo) * j // size for j in range(size + 1)]
-            a, b = bounds[me], bounds[me + 1]
-            mine = own[: b - a]
-            fold(op, [v[a:b] for v in views], mine, size)
-            views[me][a:b] = mine
-            self._arrive()  # every slice is folded; copy the others' slices
+            parts = [v[a:b] for v in views]
+            parts[me] = flat[lo + a : lo + b]
+            folded = out_flat[lo + a : lo + b] if out_flat is not None else own[: b - a]
+            fold(op, parts, folded, size)
+            mine[a:b] = folded
+            self._arrive()  # every slice is folded: copy the others' slices
             if out_flat is not None:
                 for j, v in enumerate(views):
-                    out_flat[lo + bounds[j] : lo + bounds[j + 1]] = v[bounds[j] : bounds[j + 1]]
+                    if j != me:
+                        out_flat[lo + bounds[j] : lo + bounds[j + 1]] = v[bounds[j] : bounds[j + 1]]
             self._done()
 
     def reduce_scatter(self, x, op="sum"):
