@@ -67,20 +67,25 @@ class _ForwardHandler(logging.Handler):
             self.handleError(record)
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """Ask the kernel to SIGKILL us when our parent exits (Linux)."""
+def _die_with_parent() -> None:
+    """Ask the kernel to SIGKILL us when our parent exits (Linux).
+
+    The parent is the driver (fork, spawn) or multiprocessing's fork server,
+    which exits when the driver does (forkserver).
+    """
+    parent = os.getppid()
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):  # pragma: no cover - not Linux
         return
-    if os.getppid() != parent_pid:  # the parent died before prctl
+    if os.getppid() != parent:  # the parent died before prctl took effect
         os._exit(1)
 
 
-def main(rank: int, layout_args: dict, shared_fd, conn, parent_pid: int) -> None:
+def main(rank: int, layout_args: dict, shared_fd, conn) -> None:
     """Entry point of a worker process."""
-    _die_with_parent(parent_pid)
+    _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C
     channel = _Channel(conn)
     arena = Arena(Layout(**layout_args), shared_fd.fd, rank)

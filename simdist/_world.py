@@ -127,7 +127,7 @@ class World:
             parent, child = self._mp.Pipe()
             proc = self._mp.Process(
                 target=_worker.main,
-                args=(rank, layout_args, fd, child, os.getpid()),
+                args=(rank, layout_args, fd, child),
                 name=f"simdist-rank-{rank}",
                 daemon=True,
             )
