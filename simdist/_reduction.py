@@ -16,7 +16,7 @@ import numpy as np
 
 from ._communicator import OPS
 
-__all__ = ["OPS", "ops_for", "fold", "quiet_fp"]
+__all__ = ["OPS", "ops_for", "accepts", "fold", "fold_ufunc", "fold_with", "quiet_fp"]
 
 _INT_KINDS = "iu"
 _FLOAT_KINDS = "f"
@@ -103,32 +103,32 @@ def fold(op: str, parts: Sequence[np.ndarray], out: np.ndarray, size: int | None
     order. ``size`` divides the sum for ``mean`` (default ``len(parts)``).
     ``out`` may be ``parts[0]`` but no other part.
     """
-    with quiet_fp():
-        if op in _LOGICAL and out.dtype.kind != "b":
-            return _fold_logical(op, parts, out)
-        ufunc = _UFUNC[op]
-        if len(parts) == 1:
-            np.copyto(out, parts[0])
-        else:
-            ufunc(parts[0], parts[1], out=out)
-            for part in parts[2:]:
-                ufunc(out, part, out=out)
-        if op == "mean":
-            _divide(out, len(parts) if size is None else size)
+    divisor = (len(parts) if size is None else size) if op == "mean" else None
+    ufunc = fold_ufunc(op, out.dtype)
+    if ufunc is not None:
+        fold_with(ufunc, parts, out, divisor)
+    elif op in _LOGICAL:
+        _fold_logical(op, parts, out)
+    else:  # complex mean: divide each component by the (real) size, so the
+        # result is the correctly rounded quotient of each component
+        fold_with(np.add, parts, out)
+        with quiet_fp():
+            np.divide(out.real, divisor, out=out.real)
+            np.divide(out.imag, divisor, out=out.imag)
     return out
 
 
-def small_fold_ufunc(op: str, dtype: np.dtype):
-    """The ufunc :func:`small_fold` uses for ``op`` on ``dtype``, or None
-    where the fold needs more than one ufunc (logical ops on integers,
-    complex mean)."""
+def fold_ufunc(op: str, dtype: np.dtype):
+    """The one ufunc that folds ``op`` on ``dtype``, or None where the fold
+    needs more (logical ops on integers, complex mean)."""
     if (op in _LOGICAL and dtype.kind != "b") or (op == "mean" and dtype.kind == "c"):
         return None
     return _UFUNC[op]
 
 
-def small_fold(ufunc, parts, out, divisor=None) -> None:
-    """:func:`fold` with the ufunc looked up (see :func:`small_fold_ufunc`)."""
+def fold_with(ufunc, parts, out, divisor=None) -> None:
+    """The left fold of ``parts`` with ``ufunc`` into ``out``, then the
+    division by ``divisor`` if given; IEEE exceptions stay silent."""
     token = _quiet_on(_QUIET)
     try:
         if len(parts) == 1:
@@ -149,14 +149,3 @@ def _fold_logical(op, parts, out):
     for part in parts[1:]:
         _UFUNC[op](acc, np.not_equal(part, 0), out=acc)
     np.copyto(out, acc, casting="unsafe")
-    return out
-
-
-def _divide(out: np.ndarray, size: int) -> None:
-    # Complex mean divides each component by the (real) size, so the result
-    # is the correctly rounded quotient of each component.
-    if out.dtype.kind == "c":
-        np.divide(out.real, size, out=out.real)
-        np.divide(out.imag, size, out=out.imag)
-    else:
-        np.divide(out, size, out=out)

@@ -183,6 +183,13 @@ class World:
             payload = cloudpickle.dumps((fn, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:
             raise InvalidType(f"World.run: cannot pickle the function or its arguments: {exc}") from exc
+        gone = [r for r, w in enumerate(self._workers) if not w.process.is_alive()]
+        if gone:  # died between runs: replace quietly, the last run had finished
+            for rank in gone:
+                self._workers[rank].process.join(1.0)
+                self._workers[rank].conn.close()
+                _log.warning("rank %d %s between runs; starting a new worker", rank, _how(self._workers[rank].process))
+            self._start(gone)
         self._arena.reset_control()
         message = pickle.dumps(("run", payload, list(sys.path), os.getcwd(), _log_levels()))
         for w in self._workers:

@@ -21,7 +21,7 @@ import numpy as np
 from .._checks import DTYPE_CODE, DTYPES, OP_CODE, as_input, check_blocks, check_int, check_op, check_rank_arg
 from .._communicator import Communicator
 from .._errors import InvalidValue, SimdistError
-from .._reduction import fold, small_fold, small_fold_ufunc
+from .._reduction import fold, fold_ufunc, fold_with
 from . import _signature as sig
 from ._arena import CALL, S_CTX, S_PROGRESS, S_SLEEPING, S_STATE, USER, fence
 from ._p2p import Mailboxes
@@ -185,7 +185,7 @@ class SimComm(Communicator):
     # A small allreduce of an already seen (dtype, shape, op) skips checks
     # and lookups: the same phases as _fold_everywhere, inlined.
     def _small_plan(self, x, op):
-        ufunc = small_fold_ufunc(op, x.dtype)
+        ufunc = fold_ufunc(op, x.dtype)
         if ufunc is None or len(self._plans) > 64:
             return None
         views = [v.reshape(x.shape) for v in self._flat_views(x.dtype, x.size)]
@@ -224,7 +224,7 @@ class SimComm(Communicator):
             arena.wait_words(self._peer_arrive, epoch, self._peers)
             self._check(self._last_sig_bytes)
             out = np.empty(shape, dtype)
-            small_fold(ufunc, views, out, divisor)
+            fold_with(ufunc, views, out, divisor)
             self._done()
             return out
         finally:
