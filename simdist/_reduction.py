@@ -5,7 +5,8 @@ rank-ascending left fold ``((x0 op x1) op x2) ...`` element by element in the
 input dtype, and ``mean`` is that sum divided by the number of ranks. Any
 slicing of the elements gives the same bits, because every element sees the
 same operations in the same order; so ranks may fold disjoint slices in
-parallel.
+parallel. Complex ``prod`` and ``mean`` are spelled out in real operations,
+each rounded on its own, because numpy's complex loops differ by layout.
 """
 
 from __future__ import annotations
@@ -109,6 +110,8 @@ def fold(op: str, parts: Sequence[np.ndarray], out: np.ndarray, size: int | None
         fold_with(ufunc, parts, out, divisor)
     elif op in _LOGICAL:
         _fold_logical(op, parts, out)
+    elif op == "prod":
+        _fold_complex_product(parts, out)
     else:  # complex mean: divide each component by the (real) size, so the
         # result is the correctly rounded quotient of each component
         fold_with(np.add, parts, out)
@@ -120,8 +123,8 @@ def fold(op: str, parts: Sequence[np.ndarray], out: np.ndarray, size: int | None
 
 def fold_ufunc(op: str, dtype: np.dtype):
     """The one ufunc that folds ``op`` on ``dtype``, or None where the fold
-    needs more (logical ops on integers, complex mean)."""
-    if (op in _LOGICAL and dtype.kind != "b") or (op == "mean" and dtype.kind == "c"):
+    needs more (logical ops on integers, complex mean and product)."""
+    if (op in _LOGICAL and dtype.kind != "b") or (dtype.kind == "c" and op in ("mean", "prod")):
         return None
     return _UFUNC[op]
 
@@ -139,6 +142,30 @@ def fold_with(ufunc, parts, out, divisor=None) -> None:
                 ufunc(out, part, out=out)
         if divisor is not None:
             np.divide(out, divisor, out=out)
+    finally:
+        _quiet_off(token)
+
+
+def _fold_complex_product(parts, out) -> None:
+    # numpy's complex multiply takes different loops (with and without fused
+    # multiply-add) depending on length and aliasing, so its bits depend on
+    # the layout. The product is defined instead by the textbook formula,
+    # each real operation rounded on its own:
+    #   (a + bi)(c + di) = (ac - bd) + (ad + bc)i
+    token = _quiet_on(_QUIET)
+    try:
+        np.copyto(out, parts[0])
+        re, im = out.real, out.imag
+        t1, t2 = np.empty_like(re), np.empty_like(re)
+        for part in parts[1:]:
+            c, d = part.real, part.imag
+            np.multiply(re, c, out=t1)
+            np.multiply(im, d, out=t2)
+            np.subtract(t1, t2, out=t1)  # ac - bd
+            np.multiply(re, d, out=t2)
+            np.multiply(im, c, out=im)
+            np.add(t2, im, out=im)  # ad + bc
+            np.copyto(re, t1)
     finally:
         _quiet_off(token)
 

@@ -135,15 +135,20 @@ class World:
             child.close()
             self._workers[rank] = _Worker(proc, parent)
             started.append(rank)
-        deadline = time.monotonic() + max(self.timeout, 60.0)
+        limit = max(self.timeout, 60.0)
+        deadline = time.monotonic() + limit
         for rank in started:
             w = self._workers[rank]
-            while not w.conn.poll(0.1):
-                if not w.process.is_alive():
-                    raise RankDied({rank: _how(w.process)}, " while the world was starting")
-                if time.monotonic() > deadline:
-                    raise SimdistError(f"rank {rank} did not start within {deadline:.0f} s")
-            msg = pickle.loads(w.conn.recv_bytes())
+            try:
+                while not w.conn.poll(0.1):
+                    if not w.process.is_alive():
+                        raise EOFError
+                    if time.monotonic() > deadline:
+                        raise SimdistError(f"rank {rank} did not start within {limit:.0f} s")
+                msg = pickle.loads(w.conn.recv_bytes())
+            except (EOFError, OSError):
+                w.process.join(5.0)
+                raise RankDied({rank: _how(w.process)}, " while the world was starting") from None
             assert msg[0] == "ready", msg
 
     def close(self) -> None:

@@ -1,23 +1,15 @@
 """Benchmark: the simulator side by side with Open MPI (mpi4py), same machine, same run.
 
-``python -m simdist.bench [--json FILE]`` measures, for both backends:
-
-* allreduce of float32 at several message sizes and world sizes, OSU-style:
-  warm-up calls, a barrier, a timed loop, a barrier; each rank reports its
-  mean time per call, and the table shows min/avg/max over the ranks. The
-  data are small integers, so every correct result is exact: results are
-  checked (warm-up calls and the last timed call) and miscounts are "wrong";
-* barrier latency at the same world sizes;
-* ``World.run`` round trips per second (a tiny allreduce inside);
-* start-up: ``World(8)`` plus one trivial run versus ``mpiexec -n 8 python -c
-  "from mpi4py import MPI"``;
-* optionally (``--big-n 256``) a large world: start, one allreduce, close, and
-  the memory of the driver and its workers (sum of PSS).
-
-The MPI side is this same module in worker mode (``--mpi-worker SPEC``) under
-``mpiexec``, using ``comm.Allreduce(sendbuf, recvbuf, op=MPI.SUM)`` on numpy
-arrays, the fastest mpi4py path. Only simdist's public API is used.
-Functions return data; printing and JSON happen in ``main``.
+``python -m simdist.bench [--json FILE]`` measures allreduce (float32, OSU-style:
+warm-up, barrier, timed loop, barrier; each rank's mean time per call, then
+min/avg/max over ranks; exact small-integer data, so wrong results are counted)
+and barrier on both backends; ``World.run`` round trips; start-up of
+``World(8)`` versus ``mpiexec``; and a big world (start, allreduce, memory).
+The MPI side is this module in worker mode (``--mpi-worker SPEC``) under
+``mpiexec``, with ``comm.Allreduce(sendbuf, recvbuf, op=MPI.SUM)`` on numpy
+arrays, mpi4py's fastest path. Only simdist's public API is used. Functions
+return data; printing and JSON happen at the edge (``print_report``, ``main``).
+See docs/performance.md.
 """
 
 from __future__ import annotations
@@ -54,9 +46,8 @@ def expected(size: int, count: int) -> np.ndarray:
 
 def iterations(nbytes: int, opts: dict) -> tuple[int, int]:
     """(warm-up, timed) call counts for a message of ``nbytes``."""
-    if nbytes >= LARGE:
-        return opts["large_warmup"], opts["large_iters"]
-    return opts["warmup"], opts["iters"]
+    large = nbytes >= LARGE
+    return opts["large_warmup" if large else "warmup"], opts["large_iters" if large else "iters"]
 
 
 def sim_allreduce(comm, nbytes: int, warmup: int, iters: int) -> tuple[float, int]:
@@ -118,6 +109,16 @@ def record(backend: str, collective: str, n: int, nbytes: int, per_rank: list) -
             "wrong": sum(w for _, w in per_rank), "rank_us": times}
 
 
+def best_of(rows: list[dict]) -> list[dict]:
+    """One record per (backend, collective, n, bytes): the repeat with the lowest
+    mean, its wrong count summed over every repeat, every repeat's mean kept."""
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault((r["backend"], r["collective"], r["n"], r["bytes"]), []).append(r)
+    return [dict(min(g, key=lambda r: r["time_us"]), wrong=sum(r["wrong"] for r in g),
+                 repeats_us=[r["time_us"] for r in g]) for g in groups.values()]
+
+
 # -- the two backends ---------------------------------------------------------------
 def sim_sweep(n: int, opts: dict) -> list[dict]:
     """Allreduce at every size, then barrier, on one simulated world of ``n`` ranks."""
@@ -134,23 +135,19 @@ def mpi_worker(opts: dict) -> None:
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
-    n, rows = comm.size, []
-    for b in opts["sizes"]:
-        per_rank = comm.gather(mpi_allreduce(comm, MPI, b, *iterations(b, opts)), root=0)
-        if comm.rank == 0:
-            rows.append(record("mpi", "allreduce", n, b, per_rank))
-    per_rank = comm.gather(timed_barriers(comm.Barrier, opts["warmup"], opts["iters"]), root=0)
+    mine = [mpi_allreduce(comm, MPI, b, *iterations(b, opts)) for b in opts["sizes"]]
+    mine.append(timed_barriers(comm.Barrier, opts["warmup"], opts["iters"]))
+    every = comm.gather(mine, root=0)
     if comm.rank == 0:
-        rows.append(record("mpi", "barrier", n, 0, per_rank))
+        rows = [record("mpi", "allreduce", comm.size, b, [e[i] for e in every]) for i, b in enumerate(opts["sizes"])]
+        rows.append(record("mpi", "barrier", comm.size, 0, [e[-1] for e in every]))
         with open(opts["out"], "w") as fh:
             json.dump({"rows": rows, "library": MPI.Get_library_version().splitlines()[0]}, fh)
 
 
 def mpiexec_command(n: int, opts: dict) -> list[str]:
     cmd = [opts["mpiexec"], "-n", str(n)]
-    if n > (os.cpu_count() or 1):
-        cmd.append("--oversubscribe")
-    return cmd + opts["mpi_args"]
+    return cmd + (["--oversubscribe"] if n > len(os.sched_getaffinity(0)) else []) + opts["mpi_args"]
 
 
 def mpi_env() -> dict:
@@ -213,45 +210,39 @@ def startup(n: int, repeats: int, mpi_repeats: int, opts: dict | None) -> dict:
 
 def pss_bytes(pid: int) -> int:
     with open(f"/proc/{pid}/smaps_rollup") as fh:
-        for line in fh:
-            if line.startswith("Pss:"):
-                return int(line.split()[1]) * 1024
-    return 0
+        return sum(int(line.split()[1]) * 1024 for line in fh if line.startswith("Pss:"))
 
 
 def arena_bytes() -> int:
     """Size of the simdist shared-memory mappings of this process (from /proc/self/maps)."""
-    total = 0
     with open("/proc/self/maps") as fh:
-        for line in fh:
-            if "memfd:simdist-" in line:
-                lo, hi = line.split()[0].split("-")
-                total += int(hi, 16) - int(lo, 16)
-    return total
+        spans = [line.split()[0].split("-") for line in fh if "memfd:simdist-" in line]
+    return sum(int(hi, 16) - int(lo, 16) for lo, hi in spans)
 
 
 def _big_allreduce(comm, nbytes):
-    _, wrong = sim_allreduce(comm, nbytes, 0, 1)
-    return wrong
+    return sim_allreduce(comm, nbytes, 0, 1)
 
 
 def big_world(n: int, nbytes: int) -> dict:
-    """Start ``World(n)``, run one allreduce of ``nbytes``, close; wall times and memory."""
+    """Start ``World(n)``, run a trivial function, run one allreduce of ``nbytes``
+    (memory is sampled right after it), close; wall times and memory."""
     t0 = time.perf_counter()
     world = World(n, timeout=300)
     try:
         t1 = time.perf_counter()
-        wrong = sum(world.run(_big_allreduce, nbytes))
+        world.run(_noop)
         t2 = time.perf_counter()
-        pids = [os.getpid(), *world.pids]
-        pss = sum(pss_bytes(p) for p in pids)
-        arena = arena_bytes()
-    finally:
+        per_rank = world.run(_big_allreduce, nbytes)
         t3 = time.perf_counter()
+        pids = [os.getpid(), *world.pids]
+        pss, arena = sum(pss_bytes(p) for p in pids), arena_bytes()
+    finally:
+        t4 = time.perf_counter()
         world.close()
-    return {"n": n, "bytes": nbytes, "start_s": t1 - t0, "allreduce_run_s": t2 - t1,
-            "close_s": time.perf_counter() - t3, "pss_bytes": pss, "processes": len(pids),
-            "arena_bytes": arena, "wrong": wrong}
+    return {"n": n, "bytes": nbytes, "start_s": t1 - t0, "noop_run_s": t2 - t1, "allreduce_run_s": t3 - t2,
+            "allreduce_in_rank_max_s": max(t for t, _ in per_rank) / 1e6, "close_s": time.perf_counter() - t4,
+            "pss_bytes": pss, "processes": len(pids), "arena_bytes": arena, "wrong": sum(w for _, w in per_rank)}
 
 
 # -- targets and machine ------------------------------------------------------------------
@@ -284,23 +275,26 @@ def targets(rows: list[dict], rate: dict | None, start: dict | None, sizes) -> l
     return out
 
 
-def machine(opts: dict) -> dict:
-    import mpi4py
-
-    model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
+def _first_line(cmd: list[str]) -> str | None:
     try:
-        ompi = subprocess.run([opts["mpiexec"], "--version"], capture_output=True, text=True, timeout=30).stdout.splitlines()[0]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.splitlines()[0]
     except (OSError, IndexError, subprocess.SubprocessError):
-        ompi = None
+        return None
+
+
+def machine(opts: dict) -> dict:
     try:
-        here = os.path.dirname(os.path.abspath(__file__))
-        commit = subprocess.run(["git", "-C", here, "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        commit = None
+        import mpi4py
+    except ImportError:
+        mpi4py = None
+    with open("/proc/cpuinfo") as fh:
+        model = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), "?")
+    ompi = _first_line([opts["mpiexec"], "--version"])
+    commit = _first_line(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "describe", "--always", "--dirty"])
     return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "cpu_count": os.cpu_count(), "cpus_usable": len(os.sched_getaffinity(0)), "cpu_model": model,
             "platform": platform.platform(), "python": platform.python_version(), "numpy": np.__version__,
-            "mpi4py": mpi4py.__version__, "mpiexec": ompi, "simdist_commit": commit, "loadavg_start": os.getloadavg()}
+            "mpi4py": mpi4py and mpi4py.__version__, "mpiexec": ompi, "simdist_commit": commit, "loadavg_start": os.getloadavg()}
 
 
 # -- the edge: options, progress, table ----------------------------------------------------
@@ -315,10 +309,6 @@ def _bytes(text: str) -> int:
     text = text.strip().upper().removesuffix("B").removesuffix("I")
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
     return int(text[:-1] if mult > 1 else text) * mult
-
-
-def _ints(text: str) -> list[int]:
-    return [int(v) for v in text.split(",") if v]
 
 
 def format_table(rows: list[dict]) -> str:
@@ -342,28 +332,82 @@ def format_table(rows: list[dict]) -> str:
 
 
 def format_targets(items: list[dict]) -> str:
-    lines = []
-    for t in items:
-        ratio = f"{t['ratio']:.2f}" if t["ratio"] is not None else f"{t['sim']:.0f}/s"
-        lines.append(f"  {t['verdict']:<4}  {t['name']:<36} {ratio:>8}   target {t['limit']}")
-    return "\n".join(lines)
+    figure = lambda t: f"{t['ratio']:.2f}" if t["ratio"] is not None else f"{t['sim']:.0f}/s"
+    return "\n".join(f"  {t['verdict']:<4}  {t['name']:<36} {figure(t):>8}   target {t['limit']}" for t in items)
+
+
+def measure(opts: dict, say) -> dict:
+    """Every measurement the options ask for, as one report (``say`` gets progress lines)."""
+    report = {"machine": machine(opts), "options": {k: v for k, v in opts.items() if k != "mpi_worker"}, "errors": []}
+    rows, total = [], opts["repeats"]
+    for rep in range(1, total + 1):
+        for n in opts["ns"]:
+            say(f"simulator, N={n} (repeat {rep}/{total})")
+            rows += sim_sweep(n, opts)
+            if not opts["no_mpi"]:
+                say(f"Open MPI, N={n} (repeat {rep}/{total}): {' '.join(mpiexec_command(n, opts))}")
+                try:
+                    rows += mpi_sweep(n, opts)
+                except (RuntimeError, subprocess.SubprocessError) as exc:
+                    report["errors"].append(f"MPI N={n}: {exc}")
+    report["results"] = best_of(rows)
+    if opts["runs"]:
+        say(f"World.run rate, N={opts['run_n']}")
+        report["run_rate"] = run_rate(opts["run_n"], opts["runs"])
+    if opts["startup_repeats"]:
+        say(f"start-up, N={opts['startup_n']}")
+        report["startup"] = startup(opts["startup_n"], opts["startup_repeats"], opts["mpi_startup_repeats"],
+                                    None if opts["no_mpi"] else opts)
+    if opts["big_n"]:
+        say(f"big world, N={opts['big_n']}")
+        report["big_world"] = big_world(opts["big_n"], opts["big_bytes"])
+    report["targets"] = targets(report["results"], report.get("run_rate"), report.get("startup"), opts["sizes"])
+    report["machine"]["loadavg_end"] = os.getloadavg()
+    return report
+
+
+def print_report(report: dict) -> None:
+    m = report["machine"]
+    print(f"simdist bench  {m['date']}  simdist {m['simdist_commit']}  {m['cpus_usable']} CPUs ({m['cpu_model']})  "
+          f"Python {m['python']}  numpy {m['numpy']}  mpi4py {m['mpi4py']}  {m['mpiexec']}  load average "
+          f"{m['loadavg_start'][0]:.1f} at start, {m['loadavg_end'][0]:.1f} at end")
+    print(format_table(report["results"]))
+    if "run_rate" in report:
+        r = report["run_rate"]
+        print(f"\nWorld.run round trips, N={r['n']}: {r['per_second']:.0f}/s ({r['runs']} runs, wrong {r['wrong']})")
+    if "startup" in report:
+        s = report["startup"]
+        mpi = f"{s['mpi_s'] * 1000:.0f} ms" if s["mpi_s"] else "-"
+        print(f"start-up, N={s['n']}: World + one run {s['sim_s'] * 1000:.0f} ms (close {s['sim_close_s'] * 1000:.0f} ms)"
+              f" vs mpiexec + import mpi4py {mpi}")
+    if "big_world" in report:
+        b = report["big_world"]
+        print(f"World({b['n']}): start {b['start_s']:.2f} s, trivial run {b['noop_run_s']:.2f} s, {_human(b['bytes'])} "
+              f"allreduce run {b['allreduce_run_s']:.2f} s (in ranks <= {b['allreduce_in_rank_max_s']:.2f} s), close "
+              f"{b['close_s']:.2f} s; PSS of {b['processes']} processes {b['pss_bytes'] / 2**20:.0f} MiB, "
+              f"arena {b['arena_bytes'] / 2**20:.0f} MiB mapped, wrong {b['wrong']}")
+    print("\ntargets:\n" + format_targets(report["targets"]))
+    for err in report["errors"]:
+        print(f"error: {err}")
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m simdist.bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--ns", type=_ints, default=[2, 4, 8], help="world sizes for the sweeps (default 2,4,8)")
+    p.add_argument("--ns", type=lambda s: [int(v) for v in s.split(",")], default=[2, 4, 8],
+                   help="world sizes for the sweeps (default 2,4,8)")
     p.add_argument("--sizes", type=lambda s: [_bytes(v) for v in s.split(",")], default=list(SIZES),
                    help="allreduce message sizes, e.g. 8,1K,64K,1M,4M,16M (the default)")
-    p.add_argument("--warmup", type=int, default=100, help="warm-up calls below 1 MiB (default 100)")
-    p.add_argument("--iters", type=int, default=1000, help="timed calls below 1 MiB, and barriers (default 1000)")
-    p.add_argument("--large-warmup", type=int, default=3, help="warm-up calls from 1 MiB (default 3)")
-    p.add_argument("--large-iters", type=int, default=20, help="timed calls from 1 MiB (default 20)")
-    p.add_argument("--runs", type=int, default=500, help="World.run round trips at N=--run-n (0: skip)")
+    p.add_argument("--warmup", type=int, default=500, help="warm-up calls below 1 MiB (default 500)")
+    p.add_argument("--iters", type=int, default=5000, help="timed calls below 1 MiB, and barriers (default 5000)")
+    p.add_argument("--large-warmup", type=int, default=10, help="warm-up calls from 1 MiB (default 10)")
+    p.add_argument("--large-iters", type=int, default=100, help="timed calls from 1 MiB (default 100)")
+    p.add_argument("--repeats", type=int, default=3, help="sweeps per backend and N; the best mean is kept (default 3)")
+    p.add_argument("--runs", type=int, default=500, help="World.run round trips at N=--run-n (default 500; 0: skip)")
     p.add_argument("--run-n", type=int, default=4)
     p.add_argument("--startup-n", type=int, default=8)
     p.add_argument("--startup-repeats", type=int, default=7, help="World starts to take the median of (0: skip)")
     p.add_argument("--mpi-startup-repeats", type=int, default=3)
-    p.add_argument("--big-n", type=int, default=0, help="also start a world this large (e.g. 256; default 0: skip)")
+    p.add_argument("--big-n", type=int, default=256, help="size of the big-world test (default 256; 0: skip)")
     p.add_argument("--big-bytes", type=_bytes, default=1 << 20)
     p.add_argument("--no-mpi", action="store_true", help="measure the simulator only")
     p.add_argument("--mpiexec", default="mpiexec")
@@ -375,56 +419,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.mpi_worker:
         mpi_worker(json.loads(args.mpi_worker))
         return 0
-    opts = vars(args)
-    say = lambda msg: print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-    report = {"machine": machine(opts), "options": {k: v for k, v in opts.items() if k != "mpi_worker"},
-              "results": [], "errors": []}
-    for n in args.ns:
-        say(f"simulator, N={n}")
-        report["results"] += sim_sweep(n, opts)
-        if not args.no_mpi:
-            say(f"Open MPI, N={n}: {' '.join(mpiexec_command(n, opts))}")
-            try:
-                report["results"] += mpi_sweep(n, opts)
-            except (RuntimeError, subprocess.SubprocessError) as exc:
-                report["errors"].append(f"MPI N={n}: {exc}")
-                say(f"MPI N={n} failed: {exc}")
-    rate = start = None
-    if args.runs:
-        say(f"World.run rate, N={args.run_n}")
-        rate = report["run_rate"] = run_rate(args.run_n, args.runs)
-    if args.startup_repeats:
-        say(f"start-up, N={args.startup_n}")
-        start = report["startup"] = startup(args.startup_n, args.startup_repeats, args.mpi_startup_repeats,
-                                            None if args.no_mpi else opts)
-    if args.big_n:
-        say(f"big world, N={args.big_n}")
-        report["big_world"] = big_world(args.big_n, args.big_bytes)
-    report["targets"] = targets(report["results"], rate, start, args.sizes)
-    report["machine"]["loadavg_end"] = os.getloadavg()
-
-    m = report["machine"]
-    print(f"simdist bench  {m['date']}  {m['cpus_usable']} CPUs ({m['cpu_model']})  Python {m['python']}  "
-          f"numpy {m['numpy']}  mpi4py {m['mpi4py']}  {m['mpiexec']}")
-    print(format_table(report["results"]))
-    if rate:
-        print(f"\nWorld.run round trips, N={rate['n']}: {rate['per_second']:.0f}/s ({rate['runs']} runs, wrong {rate['wrong']})")
-    if start:
-        mpi = f"{start['mpi_s'] * 1000:.0f} ms" if start["mpi_s"] else "-"
-        print(f"start-up, N={start['n']}: World + one run {start['sim_s'] * 1000:.0f} ms (close {start['sim_close_s'] * 1000:.0f} ms)"
-              f" vs mpiexec + import mpi4py {mpi}")
-    if "big_world" in report:
-        b = report["big_world"]
-        print(f"World({b['n']}): start {b['start_s']:.2f} s, {_human(b['bytes'])} allreduce run {b['allreduce_run_s']:.2f} s, "
-              f"close {b['close_s']:.2f} s; PSS of {b['processes']} processes {b['pss_bytes'] / 2**20:.0f} MiB, "
-              f"arena {b['arena_bytes'] / 2**20:.0f} MiB mapped, wrong {b['wrong']}")
-    print("\ntargets:\n" + format_targets(report["targets"]))
-    for err in report["errors"]:
-        print(f"error: {err}")
+    report = measure(vars(args), lambda msg: print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True))
+    print_report(report)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(report, fh, indent=2)
-    wrong = sum(r["wrong"] for r in report["results"]) + (rate or {}).get("wrong", 0)
+    wrong = sum(r["wrong"] for r in report["results"])
+    wrong += report.get("run_rate", {}).get("wrong", 0) + report.get("big_world", {}).get("wrong", 0)
     return 1 if wrong or report["errors"] else 0
 
 

@@ -549,6 +549,7 @@ class SimComm(Communicator):
         finally:
             self._end()
         self._freed = True
+        self._plans.clear()  # the fast path must see the freed check
         self._arena.free_contexts |= 1 << self._ctx
 
     def __repr__(self):
