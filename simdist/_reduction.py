@@ -129,7 +129,7 @@ def fold_ufunc(op: str, dtype: np.dtype):
     return _UFUNC[op]
 
 
-def fold_with(ufunc, parts, out, divisor=None) -> None:
+def fold_with(ufunc, parts, out, divisor=None) -> np.ndarray:
     """The left fold of ``parts`` with ``ufunc`` into ``out``, then the
     division by ``divisor`` if given; IEEE exceptions stay silent."""
     token = _quiet_on(_QUIET)
@@ -144,6 +144,25 @@ def fold_with(ufunc, parts, out, divisor=None) -> None:
             np.divide(out, divisor, out=out)
     finally:
         _quiet_off(token)
+    return out
+
+
+def fold_new(ufunc, parts, divisor=None) -> np.ndarray:
+    """:func:`fold_with` into a new array (one numpy call fewer for small ones)."""
+    if len(parts) == 1:
+        return fold_with(ufunc, parts, np.empty_like(parts[0]), divisor)
+    token = _quiet_on(_QUIET)
+    try:
+        out = ufunc(parts[0], parts[1])
+        if type(out) is not np.ndarray:  # 0-d inputs give a numpy scalar
+            out = np.array(out)
+        for part in parts[2:]:
+            ufunc(out, part, out=out)
+        if divisor is not None:
+            np.divide(out, divisor, out=out)
+    finally:
+        _quiet_off(token)
+    return out
 
 
 def _fold_complex_product(parts, out) -> None:

@@ -83,12 +83,36 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
-def main(rank: int, layout_args: dict, shared_fd, conn) -> None:
+def _watch_lifeline(lifeline, inherited_write_end) -> None:
+    """Exit when the driver's end of the lifeline closes (the driver died)."""
+    if inherited_write_end is not None:  # fork copied the driver's end too
+        os.close(inherited_write_end)
+
+    def watch():
+        while os.read(lifeline.fd, 1):
+            pass
+        os._exit(70)
+
+    threading.Thread(target=watch, name="simdist-lifeline", daemon=True).start()
+
+
+def _pin(rank: int, size: int) -> None:
+    """Give each rank a CPU of its own when there are enough (as mpiexec
+    binds ranks to cores): two spinning ranks that the scheduler put on one
+    CPU would otherwise take turns for whole time slices."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if size <= len(cpus):
+        os.sched_setaffinity(0, {cpus[rank]})
+
+
+def main(rank: int, layout_args: dict, shared_fd, conn, lifeline, inherited_write_end) -> None:
     """Entry point of a worker process."""
     _die_with_parent()
+    _watch_lifeline(lifeline, inherited_write_end)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C
     channel = _Channel(conn)
     arena = Arena(Layout(**layout_args), shared_fd.fd, rank)
+    _pin(rank, arena.size)
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
@@ -119,7 +143,7 @@ def _run(arena: Arena, rank: int, payload: bytes, sys_path, cwd, log_levels):
     q = arena.q
     state = arena.layout.status_word(rank, S_STATE)
     arena.pending_release = None
-    arena.free_contexts = ((1 << min(arena.layout.contexts, 63)) - 1) & ~1
+    arena.free_contexts = arena.initial_free_contexts
     try:
         _configure(sys_path, cwd, log_levels)
         fn, args, kwargs = pickle.loads(payload)

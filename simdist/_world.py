@@ -27,7 +27,8 @@ import cloudpickle
 
 from . import _worker
 from ._errors import CollectiveMismatch, CollectiveTimeout, InvalidType, InvalidValue, RankDied, RankError, SimdistError
-from .sim._arena import ABORT_DRIVER, CALL, H_ABORT, S_CTX, S_PROGRESS, S_STATE, Arena, Layout
+from .sim._arena import ABORT_DRIVER, CALL, H_ABORT, S_CTX, S_P2P_KIND, S_P2P_PEER, S_PROGRESS, S_STATE, Arena, Layout
+from .sim._p2p import SEND
 from .sim._report import whereabouts
 
 __all__ = ["World", "run"]
@@ -70,8 +71,11 @@ class World:
 
     ``timeout`` bounds, in seconds, how long the ranks may go without any
     progress while one of them waits in a communication call; the run then
-    raises :class:`CollectiveTimeout`. A rank computing on its own is never
-    timed out. ``start_method`` is one of ``fork`` (the default: fastest,
+    raises :class:`CollectiveTimeout`. Ranks that all compute in user code
+    are never timed out; a rank that computes for longer than ``timeout``
+    while a peer waits for it is reported. Once a rank has failed, the
+    others get a grace period of a few seconds to finish before they are
+    stopped. ``start_method`` is one of ``fork`` (the default: fastest,
     and scripts need no ``if __name__ == "__main__"`` guard), ``forkserver``
     and ``spawn`` (which, as in multiprocessing, re-import the main module
     in each worker, so scripts need that guard); results are the same, to
@@ -109,9 +113,13 @@ class World:
             self._mp.set_forkserver_preload(["simdist._worker"])
         self._layout = Layout(size, slot_bytes)
         self._arena = Arena.create(self._layout)
+        # Workers block on reading the lifeline; only the driver holds its
+        # write end, so they see end-of-file when the driver dies, however
+        # it dies and whatever their parent process is.
+        self._lifeline = os.pipe()
         self._workers: list[_Worker | None] = [None] * size
         self._closed = False
-        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._arena)
+        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._arena, self._lifeline)
         try:
             self._start(range(size))
         except BaseException:
@@ -122,12 +130,14 @@ class World:
     def _start(self, ranks) -> None:
         layout_args = {"size": self._layout.size, "slot_bytes": self._layout.slot_bytes, "ring_bytes": self._layout.ring_bytes, "contexts": self._layout.contexts}
         fd = _SharedFd(self._arena.fd)
+        lifeline = _SharedFd(self._lifeline[0])
+        inherited = self._lifeline[1] if self.start_method == "fork" else None
         started = []
         for rank in ranks:
             parent, child = self._mp.Pipe()
             proc = self._mp.Process(
                 target=_worker.main,
-                args=(rank, layout_args, fd, child),
+                args=(rank, layout_args, fd, child, lifeline, inherited),
                 name=f"simdist-rank-{rank}",
                 daemon=True,
             )
@@ -207,14 +217,19 @@ class World:
         dead: dict[int, str] = {}
         watch = _HangWatch(self._arena, self.timeout)
         report = None
+        failed_at = None  # when the first rank failed: the others get a grace period
         try:
             while len(outcomes) + len(dead) < size:
                 self._receive(outcomes, dead, _POLL)
                 if dead:
                     break
-                report = watch.check(outcomes)
+                report = watch.check()
                 if report is not None:
                     break
+                if failed_at is None and any(kind != "ok" for kind, _ in outcomes.values()):
+                    failed_at = time.monotonic()
+                if failed_at is not None and time.monotonic() - failed_at > _GRACE:
+                    break  # the run has failed; ranks still in user code are stopped
         except BaseException:  # Ctrl-C in the driver: stop the ranks, then re-raise
             self._abort(outcomes, dead)
             raise
@@ -310,15 +325,20 @@ class _HangWatch:
         self.since = time.monotonic()
         self.rank_since: dict[int, float] = {}
 
-    def check(self, finished) -> dict[int, str] | None:
+    def check(self) -> dict[int, str] | None:
         arena, lay = self.arena, self.arena.layout
         q = arena.q
         now = time.monotonic()
         snapshot = []
         for r in range(arena.size):
             ctx = q[lay.status_word(r, S_CTX)]
-            epoch = q[lay.arrive_word(r, ctx)] if ctx >= 0 else 0
-            snapshot.append((q[lay.status_word(r, S_STATE)], q[lay.status_word(r, S_PROGRESS)], ctx, epoch))
+            if ctx >= 0:  # a phase of a collective completes
+                moved = q[lay.arrive_word(r, ctx)]
+            else:  # bytes of a message stream through a ring
+                peer = q[lay.status_word(r, S_P2P_PEER)]
+                sending = q[lay.status_word(r, S_P2P_KIND)] == SEND
+                moved = q[lay.pair_word(r, peer)] if sending else q[lay.pair_word(peer, r) + 1]
+            snapshot.append((q[lay.status_word(r, S_STATE)], q[lay.status_word(r, S_PROGRESS)], ctx, moved))
         if self.last is None or snapshot != self.last:
             for r, (old, new) in enumerate(zip(self.last or [None] * len(snapshot), snapshot)):
                 if old != new:
@@ -369,7 +389,7 @@ def _dispatch_log(rank: int, record: logging.LogRecord) -> None:
         logger.handle(record)
 
 
-def _shutdown(workers: list, arena: Arena) -> None:
+def _shutdown(workers: list, arena: Arena, lifeline: tuple[int, int]) -> None:
     """Stop the workers (politely, then by force) and unmap the arena."""
     live = [w for w in workers if w is not None]
     for w in live:
@@ -385,9 +405,24 @@ def _shutdown(workers: list, arena: Arena) -> None:
             w.process.join(5.0)
         w.conn.close()
     arena.close()
+    for fd in lifeline:
+        os.close(fd)
 
 
-def run(fn: Callable[..., Any], size: int, *args, backend: str = "sim", timeout: float = 60.0, **kwargs) -> list[Any]:
-    """Run ``fn(comm, *args, **kwargs)`` once on a new world of ``size`` ranks."""
-    with World(size, backend=backend, timeout=timeout) as world:
+def run(
+    fn: Callable[..., Any],
+    size: int,
+    *args,
+    backend: str = "sim",
+    timeout: float = 60.0,
+    start_method: str | None = None,
+    slot_bytes: int | None = None,
+    **kwargs,
+) -> list[Any]:
+    """Run ``fn(comm, *args, **kwargs)`` once on a new world of ``size`` ranks.
+
+    The keyword arguments named like :class:`World`'s configure the world;
+    all others are passed to ``fn``.
+    """
+    with World(size, backend=backend, timeout=timeout, start_method=start_method, slot_bytes=slot_bytes) as world:
         return world.run(fn, *args, **kwargs)

@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from ._world import World
+from . import World  # the public API only
 
 DTYPE = np.float32
 SIZES = (8, 1 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20)

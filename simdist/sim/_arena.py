@@ -77,7 +77,7 @@ SIG_WORDS = (ENTRY - SIG_OFFSET) // 8
 H_MAGIC, H_SIZE, H_ABORT = 0, 1, 2
 
 # status words, relative to a rank's status entry (int64 index)
-S_STATE, S_PROGRESS, S_CTX, S_SLEEPING, S_WAITING_FOR = 0, 1, 2, 3, 4
+S_STATE, S_PROGRESS, S_CTX, S_SLEEPING, S_WAITING_FOR = 0, 1, 2, 3, 4  # WAITING_FOR: rank + 1, 0 if none
 S_P2P_KIND, S_P2P_PEER, S_P2P_TAG, S_P2P_NBYTES, S_P2P_SEQ = 5, 6, 7, 9, 10
 S_BELL = 8  # int64 word whose low 32 bits are the futex word
 
@@ -183,8 +183,10 @@ class Arena:
         ncpu = ncpu or len(os.sched_getaffinity(0))
         # Spinning helps only when every rank has a core of its own.
         self.oversubscribed = layout.size > ncpu
-        self.spin_iters = 50 if self.oversubscribed else 5000
-        self.yield_iters = 2000 if self.oversubscribed else 100
+        self.spin_iters = 50 if self.oversubscribed else 1000
+        # Yielding lets the ranks that share a core take turns quickly; with
+        # many ranks per core it only churns the run queue, so sleep soon.
+        self.yield_iters = (2000 if layout.size <= 4 * ncpu else 20) if self.oversubscribed else 100
         self._token = 0
         self._bell_addr = [
             ctypes.addressof(ctypes.c_int32.from_buffer(self.mm, layout.status_word(r, S_BELL) * 8))
@@ -195,7 +197,8 @@ class Arena:
         self.pending_release: tuple[list[int], int, list[int]] | None = None
         # Contexts this rank can give a new sub-communicator (bit c: context c
         # is free). Context 0 is the world's; bit 63 stays clear to fit int64.
-        self.free_contexts = ((1 << min(layout.contexts, 63)) - 1) & ~1
+        self.initial_free_contexts = ((1 << min(layout.contexts, 63)) - 1) & ~1
+        self.free_contexts = self.initial_free_contexts
 
     # -- creation -------------------------------------------------------
     @classmethod
@@ -330,7 +333,7 @@ class Arena:
         lay = self.layout
         sleeping = lay.status_word(me, S_SLEEPING)
         bell = lay.status_word(me, S_BELL)
-        q[lay.status_word(me, S_WAITING_FOR)] = writer
+        q[lay.status_word(me, S_WAITING_FOR)] = writer + 1
         ts = _Timespec(0, 50_000_000)
         addr = ctypes.c_void_p(self._bell_addr[me])
         try:
@@ -352,4 +355,4 @@ class Arena:
                     return
         finally:
             q[sleeping] = 0
-            q[lay.status_word(me, S_WAITING_FOR)] = -1
+            q[lay.status_word(me, S_WAITING_FOR)] = 0

@@ -21,7 +21,7 @@ import numpy as np
 from .._checks import DTYPE_CODE, DTYPES, OP_CODE, as_input, check_blocks, check_int, check_op, check_rank_arg
 from .._communicator import Communicator
 from .._errors import InvalidValue, SimdistError
-from .._reduction import fold, fold_ufunc, fold_with
+from .._reduction import fold, fold_new, fold_ufunc
 from . import _signature as sig
 from ._arena import CALL, S_CTX, S_PROGRESS, S_SLEEPING, S_STATE, USER, fence
 from ._p2p import Mailboxes
@@ -170,7 +170,7 @@ class SimComm(Communicator):
 
     # -- reductions -----------------------------------------------------------
     def allreduce(self, x, op="sum"):
-        if type(x) is np.ndarray:
+        if type(x) is np.ndarray and type(op) is str:
             plan = self._plans.get((x.dtype, x.shape, op))
             if plan is not None:
                 return self._small_allreduce(x, plan)
@@ -191,12 +191,16 @@ class SimComm(Communicator):
         views = [v.reshape(x.shape) for v in self._flat_views(x.dtype, x.size)]
         static = (_ALLREDUCE, OP_CODE[op], -1, DTYPE_CODE[x.dtype], x.ndim, *x.shape)
         divisor = self._size if op == "mean" else None
-        plan = (static, views, ufunc, divisor, x.dtype, x.shape)
+        end = self._my_sig + sig.packer(x.ndim).size
+        buf = self._arena.buf
+        mine = buf[self._my_sig : end]
+        theirs = [buf[off : off + end - self._my_sig] for off in self._peer_sig]
+        plan = (static, views, ufunc, divisor, mine, theirs)
         self._plans[(x.dtype, x.shape, op)] = plan
         return plan
 
     def _small_allreduce(self, x, plan):
-        static, views, ufunc, divisor, dtype, shape = plan
+        static, views, ufunc, divisor, mine, theirs = plan
         arena = self._arena
         q = arena.q
         pending = arena.pending_release
@@ -222,10 +226,16 @@ class SimComm(Communicator):
                 if q[word]:
                     arena.wake(member)
             arena.wait_words(self._peer_arrive, epoch, self._peers)
-            self._check(self._last_sig_bytes)
-            out = np.empty(shape, dtype)
-            fold_with(ufunc, views, out, divisor)
-            self._done()
+            for other in theirs:
+                if other != mine:
+                    self._check(len(mine))
+            out = fold_new(ufunc, views, divisor)
+            q[self._my_arrive + 1] = epoch  # done: as _done, inlined
+            fence()
+            for word, member in self._peer_sleeping:
+                if q[word]:
+                    arena.wake(member)
+            arena.pending_release = (self._peer_done, epoch, self._peers)
             return out
         finally:
             q[self._progress] += 1
@@ -526,8 +536,9 @@ class SimComm(Communicator):
         free = int(np.bitwise_and.reduce(table[:, 2]))
         if free == 0:
             raise SimdistError(
-                f"rank {self._rank}: split: every communicator context is in use ({contexts - 1} "
-                "sub-communicators alive); call free() on the ones you no longer need"
+                f"rank {self._rank}: split: every communicator context is in use "
+                f"({bin(arena.initial_free_contexts).count('1')} sub-communicators alive); "
+                "call free() on the ones you no longer need"
             )
         ctx = (free & -free).bit_length() - 1
         group = sorted((int(table[j, 1]), j) for j in range(self._size) if table[j, 0] == color)

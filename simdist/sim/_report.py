@@ -47,7 +47,7 @@ def whereabouts(arena, rank: int, waited: float | None = None) -> str:
         line = f"waiting in {current_call(arena, rank)}"
         if waited is not None:
             line += f" for {waited:.1f} s"
-        peer = q[lay.status_word(rank, S_WAITING_FOR)]
+        peer = q[lay.status_word(rank, S_WAITING_FOR)] - 1
         if peer >= 0:
             line += f", on rank {peer}"
         return line
