@@ -49,7 +49,7 @@ def as_input(x, rank: int, collective: str, arg: str = "x") -> np.ndarray:
 
 
 def check_op(op, dtype: np.dtype, rank: int, collective: str) -> None:
-    if type(op) is not str:
+    if not isinstance(op, str):
         raise InvalidType(f"{where(rank, collective)}: op={op!r} must be a str, one of {', '.join(OPS)}")
     if (op, DTYPE_CODE[dtype]) in OP_DTYPE_OK:
         return

@@ -59,7 +59,7 @@ class RankError(SimdistError):
         super().__init__("\n".join(parts))
 
     def __reduce__(self):
-        return type(self), (self.failures, {}, self.aborted)
+        return type(self), (self.failures, self.exceptions, self.aborted)
 
 
 class CollectiveMismatch(SimdistError):

@@ -2,14 +2,14 @@
 
 Messages from the driver (pickled tuples on the rank's pipe)::
 
-    ("run", payload, sys_path, cwd, log_levels)   payload = cloudpickle of (fn, args, kwargs)
+    ("run", run_id, payload, sys_path, cwd, log_levels)   payload = cloudpickle of (fn, args, kwargs)
     ("exit",)
 
 Messages to the driver::
 
     ("ready", pid)
     ("log", record)                              a LogRecord, message already formatted
-    ("done", outcome, data)                      outcome: ok, error, mismatch, aborted
+    ("done", run_id, outcome, data)              outcome: ok, error, mismatch, aborted
 """
 
 from __future__ import annotations
@@ -125,8 +125,11 @@ def main(rank: int, layout_args: dict, shared_fd, conn, lifeline, inherited_writ
             break
         if msg[0] == "exit":
             break
-        channel.send(("done", *_run(arena, rank, *msg[1:])))
+        channel.send(("done", msg[1], *_run(arena, rank, *msg[2:])))
     arena.close()
+
+
+_levels_set: set[str] = set()  # loggers whose level mirrors the driver's
 
 
 def _configure(sys_path, cwd, log_levels) -> None:
@@ -134,8 +137,12 @@ def _configure(sys_path, cwd, log_levels) -> None:
         sys.path[:] = sys_path
     if cwd and os.getcwd() != cwd:
         os.chdir(cwd)
+    for name in _levels_set - log_levels.keys():  # reset in the driver since
+        logging.getLogger(name or None).setLevel(logging.NOTSET)
     for name, level in log_levels.items():
         logging.getLogger(name or None).setLevel(level)
+    _levels_set.clear()
+    _levels_set.update(log_levels)
 
 
 def _run(arena: Arena, rank: int, payload: bytes, sys_path, cwd, log_levels):

@@ -97,6 +97,11 @@ class World:
             raise InvalidType(f"World(size={size!r}): size must be an int >= 1")
         if size < 1:
             raise InvalidValue(f"World(size={size}): size must be >= 1")
+        if slot_bytes is not None:
+            if isinstance(slot_bytes, bool) or not isinstance(slot_bytes, int):
+                raise InvalidType(f"World(slot_bytes={slot_bytes!r}): slot_bytes must be an int number of bytes")
+            if slot_bytes < 4096:
+                raise InvalidValue(f"World(slot_bytes={slot_bytes}): slot_bytes must be >= 4096")
         if backend != "sim":
             raise InvalidValue(f"World(backend={backend!r}): unknown backend; use backend='sim'")
         if not (isinstance(timeout, (int, float)) and timeout > 0):
@@ -118,6 +123,7 @@ class World:
         # it dies and whatever their parent process is.
         self._lifeline = os.pipe()
         self._workers: list[_Worker | None] = [None] * size
+        self._run_id = 0
         self._closed = False
         self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._arena, self._lifeline)
         try:
@@ -206,15 +212,20 @@ class World:
                 _log.warning("rank %d %s between runs; starting a new worker", rank, _how(self._workers[rank].process))
             self._start(gone)
         self._arena.reset_control()
-        message = pickle.dumps(("run", payload, list(sys.path), os.getcwd(), _log_levels()))
-        for w in self._workers:
-            w.conn.send_bytes(message)
-        return self._collect()
+        self._run_id += 1
+        message = pickle.dumps(("run", self._run_id, payload, list(sys.path), os.getcwd(), _log_levels()))
+        dead: dict[int, str] = {}
+        for rank, w in enumerate(self._workers):
+            try:
+                w.conn.send_bytes(message)
+            except OSError:  # it died since the check above
+                w.process.join(1.0)
+                dead[rank] = _how(w.process)
+        return self._collect(dead)
 
-    def _collect(self) -> list[Any]:
+    def _collect(self, dead: dict[int, str]) -> list[Any]:
         size = self.size
         outcomes: dict[int, tuple] = {}
-        dead: dict[int, str] = {}
         watch = _HangWatch(self._arena, self.timeout)
         report = None
         failed_at = None  # when the first rank failed: the others get a grace period
@@ -268,8 +279,8 @@ class World:
                 msg = pickle.loads(conn.recv_bytes())
                 if msg[0] == "log":
                     _dispatch_log(rank, msg[1])
-                elif msg[0] == "done":
-                    outcomes[rank] = msg[1:]
+                elif msg[0] == "done" and msg[1] == self._run_id:  # not a stale answer
+                    outcomes[rank] = msg[2:]
         except (EOFError, OSError):
             pass
 

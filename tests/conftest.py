@@ -1,0 +1,138 @@
+"""Shared test setup: Hypothesis profiles and a guard against leaked resources.
+
+Every test is checked for what it leaves behind: descendant processes of the
+pytest process, entries in /dev/shm, and simdist memfds (open descriptors or
+mappings) held by the pytest process. Multiprocessing's forkserver and
+resource_tracker helpers persist by design and are ignored (their children,
+such as forkserver-started workers, are not).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import time
+import types
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci", deadline=None, max_examples=25, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile("dev", deadline=2000, max_examples=100)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+LEAK_GRACE = 5.0  # seconds a test's processes get to be reaped before it fails
+HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def process_table() -> dict[int, tuple[int, str, str]]:
+    """``{pid: (ppid, state, cmdline)}`` of every process on the machine."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        stat = _read(f"/proc/{entry}/stat")
+        if not stat:
+            continue
+        state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+        table[int(entry)] = (int(ppid), state, _read(f"/proc/{entry}/cmdline"))
+    return table
+
+
+def descendants(root: int | None = None) -> dict[int, str]:
+    """``{pid: description}`` of the descendants of ``root`` (default: this
+    process), without multiprocessing's long-lived helper processes."""
+    root = os.getpid() if root is None else root
+    table = process_table()
+    children = collections.defaultdict(list)
+    for pid, (ppid, _, _) in table.items():
+        children[ppid].append(pid)
+    found, todo = {}, list(children[root])
+    while todo:
+        pid = todo.pop()
+        todo.extend(children[pid])
+        ppid, state, cmdline = table[pid]
+        is_helper = any(h in cmdline for h in HELPERS)
+        parent_is_helper = any(h in table.get(ppid, (0, "", ""))[2] for h in HELPERS)
+        if is_helper and not parent_is_helper:
+            continue
+        found[pid] = f"pid {pid} (state {state}): {cmdline[:120] or '?'}"
+    return found
+
+
+def alive(pid: int) -> bool:
+    """True if ``pid`` exists and is not a zombie."""
+    stat = _read(f"/proc/{pid}/stat")
+    return bool(stat) and stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def wait_gone(pids, within: float = LEAK_GRACE) -> list[int]:
+    """Wait until none of ``pids`` is alive; return those still alive."""
+    deadline = time.monotonic() + within
+    while True:
+        left = [p for p in pids if alive(p)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+def memfds() -> collections.Counter:
+    """simdist memfds held by this process: open descriptors and mappings."""
+    held = collections.Counter()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("/memfd:simdist"):
+            held[f"fd -> {target}"] += 1
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            if "/memfd:simdist" in line:
+                held["mapping " + line.split(None, 5)[-1].strip()] += 1
+    return held
+
+
+def dev_shm() -> set[str]:
+    try:
+        return set(os.listdir("/dev/shm"))
+    except FileNotFoundError:
+        return set()
+
+
+def _leaks(before) -> list[str]:
+    procs, shm, fds = before
+    found = [f"process {desc}" for pid, desc in descendants().items() if pid not in procs]
+    found += [f"/dev/shm/{name}" for name in sorted(dev_shm() - shm)]
+    found += [f"memfd {what} (x{n})" for what, n in (memfds() - fds).items()]
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_leaks():
+    """Fail the test if it leaves processes, /dev/shm entries or memfds behind."""
+    before = (set(descendants()), dev_shm(), memfds())
+    yield
+    deadline = time.monotonic() + LEAK_GRACE
+    while (leaked := _leaks(before)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if leaked:
+        pytest.fail("the test leaked:\n  " + "\n  ".join(leaked), pytrace=False)
+
+
+@pytest.fixture
+def procs():
+    """Process helpers: ``procs.alive(pid)``, ``procs.wait_gone(pids, within)``,
+    ``procs.table()`` (every process: ``{pid: (ppid, state, cmdline)}``) and
+    ``procs.memfds()`` (the simdist memfds this process holds)."""
+    return types.SimpleNamespace(alive=alive, wait_gone=wait_gone, table=process_table, memfds=memfds)
