@@ -88,24 +88,28 @@ class SimComm(Communicator):
         signature. Returns the signature's length in bytes."""
         if self._freed:
             raise SimdistError(f"rank {self._rank}: {name} on a communicator that was freed")
-        arena = self._arena
-        self._release()
-        self._seq += 1
         if x is None:
             static = (kind, op, root, 0, -1)
         else:
             static = (kind, op, root, DTYPE_CODE[x.dtype], x.ndim, *x.shape)
-        q = arena.q
+        self._enter(static)
+        return self._last_sig_bytes
+
+    def _enter(self, static: tuple) -> None:
+        """Write the signature ``static`` (all but the sequence number) and
+        mark this rank as in a call."""
+        self._release()
+        self._seq += 1
+        q = self._arena.q
         if static == self._last_static:  # only the sequence number changes
             q[self._my_sig // 8 + 1] = self._seq
         else:
             packer = sig.packer(max(static[4], 0))
-            packer.pack_into(arena.mm, self._my_sig, kind, self._seq, *static[1:])
+            packer.pack_into(self._arena.mm, self._my_sig, static[0], self._seq, *static[1:])
             self._last_static = static
             self._last_sig_bytes = packer.size
         q[self._ctx_word] = self._ctx
         q[self._state] = CALL
-        return self._last_sig_bytes
 
     def _end(self) -> None:
         q = self._arena.q
@@ -203,20 +207,7 @@ class SimComm(Communicator):
         static, views, ufunc, divisor, mine, theirs = plan
         arena = self._arena
         q = arena.q
-        pending = arena.pending_release
-        if pending is not None:
-            arena.pending_release = None
-            arena.wait_words(*pending)
-        self._seq = seq = self._seq + 1
-        if static == self._last_static:
-            q[self._my_sig // 8 + 1] = seq
-        else:
-            packer = sig.packer(static[4])
-            packer.pack_into(arena.mm, self._my_sig, _ALLREDUCE, seq, *static[1:])
-            self._last_static = static
-            self._last_sig_bytes = packer.size
-        q[self._ctx_word] = self._ctx
-        q[self._state] = CALL
+        self._enter(static)
         try:
             np.copyto(views[self._rank], x)
             self._epoch = epoch = self._epoch + 1
