@@ -1,0 +1,127 @@
+"""What every backend's driver does during a run.
+
+A driver owns ``size`` rank processes, each reachable over a connection
+(a ``multiprocessing`` Connection). A run sends one message to every rank
+and then collects, rank by rank, an outcome ``(kind, data)`` -- ``ok``,
+``error``, ``mismatch`` or ``aborted`` -- while handing the log records the
+ranks send to the driver's loggers. Backends differ in how they notice a
+dead rank, a hang, and how they stop a run that failed: the methods left to
+subclasses.
+
+Once a rank has failed, the others get a grace period (``GRACE``) to finish
+on their own; ranks still running then are stopped. So a failure never hangs
+the driver, even when a peer of the failed rank computes forever.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import time
+
+GRACE = 2.0  # seconds the other ranks get after a failure
+POLL = 0.05  # seconds between looks for a hang
+
+
+class Driver:
+    """Base class of the simulator's and the MPI backend's drivers."""
+
+    size: int
+    timeout: float
+
+    def __init__(self) -> None:
+        self.run_id = 0
+
+    # -- for subclasses ---------------------------------------------------------
+    def connection(self, rank: int):
+        raise NotImplementedError
+
+    def prepare(self) -> None:
+        """Before a run: replace ranks that died since the last one."""
+
+    def receive(self, outcomes: dict, dead: dict, timeout: float) -> None:
+        """Wait up to ``timeout`` for messages; record outcomes and deaths."""
+        raise NotImplementedError
+
+    def hang_report(self) -> dict[int, str] | None:
+        """A per-rank report if the run is hung, else None."""
+        raise NotImplementedError
+
+    def abort(self, outcomes: dict, dead: dict) -> None:
+        """Stop every rank without an outcome, so the next run starts clean."""
+        raise NotImplementedError
+
+    # -- the run ------------------------------------------------------------------
+    def run(self, payload_parts: tuple) -> tuple[dict, dict, dict | None]:
+        """Send a run to every rank; return (outcomes, dead, hang report)."""
+        self.prepare()
+        self.run_id += 1
+        message = pickle.dumps(("run", self.run_id, *payload_parts))
+        dead: dict[int, str] = {}
+        for rank in range(self.size):
+            try:
+                self.connection(rank).send_bytes(message)
+            except OSError:  # it died since prepare()
+                dead[rank] = self.death(rank)
+        return self.collect(dead)
+
+    def death(self, rank: int) -> str:
+        """How ``rank`` died, e.g. ``"was killed by SIGKILL"``."""
+        return "died"
+
+    def collect(self, dead: dict) -> tuple[dict, dict, dict | None]:
+        outcomes: dict[int, tuple] = {}
+        report = None
+        failed_at = None
+        try:
+            while len(outcomes) + len(dead) < self.size:
+                self.receive(outcomes, dead, POLL)
+                if dead:
+                    break
+                report = self.hang_report()
+                if report is not None:
+                    break
+                if failed_at is None and any(kind != "ok" for kind, _ in outcomes.values()):
+                    failed_at = time.monotonic()
+                if failed_at is not None and time.monotonic() - failed_at > GRACE:
+                    break
+        except BaseException:  # Ctrl-C in the driver: stop the ranks, then re-raise
+            self.abort(outcomes, dead)
+            raise
+        if len(outcomes) + len(dead) < self.size:
+            self.abort(outcomes, dead)
+        return outcomes, dead, report
+
+    def drain(self, rank: int, outcomes: dict, block: bool = False) -> None:
+        """Handle every message waiting on ``rank``'s connection."""
+        conn = self.connection(rank)
+        try:
+            while rank not in outcomes and (block or conn.poll()):
+                block = False
+                self.handle(rank, pickle.loads(conn.recv_bytes()), outcomes)
+        except (EOFError, OSError):
+            pass
+
+    def handle(self, rank: int, msg: tuple, outcomes: dict) -> None:
+        if msg[0] == "log":
+            dispatch_log(rank, msg[1])
+        elif msg[0] == "done" and msg[1] == self.run_id:  # not a stale answer
+            outcomes[rank] = msg[2:]
+
+
+def dispatch_log(rank: int, record: logging.LogRecord) -> None:
+    """Hand a rank's record to the driver's logger of the same name."""
+    record.rank = rank
+    record.msg = f"[rank {rank}] {record.msg}"
+    logger = logging.getLogger(record.name)
+    if logger.isEnabledFor(record.levelno):
+        logger.handle(record)
+
+
+def log_levels() -> dict[str, int]:
+    """The driver's logger levels, which the ranks mirror."""
+    levels = {"": logging.getLogger().getEffectiveLevel()}
+    for name, logger in logging.root.manager.loggerDict.items():
+        if isinstance(logger, logging.Logger) and logger.level != logging.NOTSET:
+            levels[name] = logger.level
+    return levels
