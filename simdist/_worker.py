@@ -1,6 +1,7 @@
-"""A rank's process: runs the functions its driver sends, on the simulator.
+"""The rank side of a world, common to every backend: the channel to the
+driver, log forwarding, and running one function.
 
-Messages from the driver (pickled tuples on the rank's pipe)::
+Messages from the driver (pickled tuples)::
 
     ("run", run_id, payload, sys_path, cwd, log_levels)   payload = cloudpickle of (fn, args, kwargs)
     ("exit",)
@@ -26,14 +27,12 @@ import traceback
 import cloudpickle
 
 from ._errors import CollectiveMismatch
-from .sim._arena import FAILED, RETURNED, S_STATE, USER, Aborted, Arena, Layout
-from .sim._comm import SimComm
-from .sim._p2p import Mailboxes
+from .sim._arena import Aborted
 
 _PR_SET_PDEATHSIG = 1
 
 
-class _Channel:
+class Channel:
     """The rank's end of its pipe; sends are serialised so that log records
     from any thread and the final result never interleave."""
 
@@ -47,10 +46,10 @@ class _Channel:
             self.conn.send_bytes(data)
 
 
-class _ForwardHandler(logging.Handler):
+class ForwardHandler(logging.Handler):
     """Sends every record to the driver, which hands it to its own loggers."""
 
-    def __init__(self, channel: _Channel):
+    def __init__(self, channel: Channel):
         super().__init__()
         self.channel = channel
 
@@ -67,7 +66,7 @@ class _ForwardHandler(logging.Handler):
             self.handleError(record)
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Ask the kernel to SIGKILL us when our parent exits (Linux).
 
     The parent is the driver (fork, spawn) or multiprocessing's fork server,
@@ -83,7 +82,7 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
-def _watch_lifeline(lifeline, inherited_write_end) -> None:
+def watch_lifeline(lifeline, inherited_write_end) -> None:
     """Exit when the driver's end of the lifeline closes (the driver died)."""
     if inherited_write_end is not None:  # fork copied the driver's end too
         os.close(inherited_write_end)
@@ -96,37 +95,12 @@ def _watch_lifeline(lifeline, inherited_write_end) -> None:
     threading.Thread(target=watch, name="simdist-lifeline", daemon=True).start()
 
 
-def _pin(rank: int, size: int) -> None:
-    """Give each rank a CPU of its own when there are enough (as mpiexec
-    binds ranks to cores): two spinning ranks that the scheduler put on one
-    CPU would otherwise take turns for whole time slices."""
-    cpus = sorted(os.sched_getaffinity(0))
-    if size <= len(cpus):
-        os.sched_setaffinity(0, {cpus[rank]})
-
-
-def main(rank: int, layout_args: dict, shared_fd, conn, lifeline, inherited_write_end) -> None:
-    """Entry point of a worker process."""
-    _die_with_parent()
-    _watch_lifeline(lifeline, inherited_write_end)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C
-    channel = _Channel(conn)
-    arena = Arena(Layout(**layout_args), shared_fd.fd, rank)
-    _pin(rank, arena.size)
+def forward_logs(channel: Channel) -> None:
+    """Send every record logged in this process to the driver."""
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
-    root.addHandler(_ForwardHandler(channel))
-    channel.send(("ready", os.getpid()))
-    while True:
-        try:
-            msg = pickle.loads(conn.recv_bytes())
-        except EOFError:
-            break
-        if msg[0] == "exit":
-            break
-        channel.send(("done", msg[1], *_run(arena, rank, *msg[2:])))
-    arena.close()
+    root.addHandler(ForwardHandler(channel))
 
 
 _levels_set: set[str] = set()  # loggers whose level mirrors the driver's
@@ -145,29 +119,30 @@ def _configure(sys_path, cwd, log_levels) -> None:
     _levels_set.update(log_levels)
 
 
-def _run(arena: Arena, rank: int, payload: bytes, sys_path, cwd, log_levels):
-    """Run one function on this rank; return (outcome, data)."""
-    q = arena.q
-    state = arena.layout.status_word(rank, S_STATE)
-    arena.pending_release = None
-    arena.free_contexts = arena.initial_free_contexts
+def execute(rank: int, make_comm, payload: bytes, sys_path, cwd, log_levels, *, started=None, failed=None, returned=None):
+    """Run one function on this rank; return (outcome, data).
+
+    ``make_comm()`` builds the rank's communicator; ``started``, ``failed``
+    and ``returned`` are called when the function starts, raises, returns.
+    """
     try:
         _configure(sys_path, cwd, log_levels)
         fn, args, kwargs = pickle.loads(payload)
-        comm = SimComm(arena, Mailboxes(arena), list(range(arena.size)), 0)
-        q[state] = USER
+        comm = make_comm()
+        if started:
+            started()
         value = fn(comm, *args, **kwargs)
     except Aborted as exc:
-        _fail(arena, state)
+        failed and failed()
         return "aborted", exc.reason
     except CollectiveMismatch as exc:
-        _fail(arena, state)
+        failed and failed()
         return "mismatch", (str(exc), exc.calls, traceback.format_exc())
     except BaseException as exc:
-        _fail(arena, state)
+        failed and failed()
         return "error", (traceback.format_exc(), _pickled_or_none(exc))
-    q[state] = RETURNED
-    arena.wake_sleepers()  # peers waiting on us re-check and see that we returned
+    if returned:
+        returned()
     try:
         return "ok", pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:
@@ -179,11 +154,6 @@ def _run(arena: Arena, rank: int, payload: bytes, sys_path, cwd, log_levels):
                 f"{type(value).__name__}: {exc}\n",
                 None,
             )
-
-
-def _fail(arena: Arena, state: int) -> None:
-    arena.q[state] = FAILED
-    arena.wake_sleepers()
 
 
 def _pickled_or_none(exc: BaseException):

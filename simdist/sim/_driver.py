@@ -20,10 +20,10 @@ import signal
 import time
 import weakref
 
-from .. import _worker
 from .._driver import GRACE, Driver
 from .._errors import RankDied, SimdistError
 from ._arena import ABORT_DRIVER, CALL, H_ABORT, S_CTX, S_P2P_KIND, S_P2P_PEER, S_PROGRESS, S_STATE, Arena, Layout
+from . import _worker
 from ._p2p import SEND
 from ._report import whereabouts
 
@@ -60,7 +60,7 @@ class SimDriver(Driver):
         self.start_method = start_method
         self._mp = multiprocessing.get_context(start_method)
         if start_method == "forkserver":
-            self._mp.set_forkserver_preload(["simdist._worker"])
+            self._mp.set_forkserver_preload(["simdist.sim._worker"])
         self._layout = Layout(size, slot_bytes)
         self.arena = Arena.create(self._layout)
         # Workers block on reading the lifeline; only the driver holds its

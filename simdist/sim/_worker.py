@@ -1,0 +1,65 @@
+"""A simulator rank's process: runs the functions its driver sends, with a
+:class:`SimComm` over the world's arena."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+
+from .._worker import Channel, die_with_parent, execute, forward_logs, watch_lifeline
+from ._arena import FAILED, RETURNED, S_STATE, USER, Arena, Layout
+from ._comm import SimComm
+from ._p2p import Mailboxes
+
+
+def _pin(rank: int, size: int) -> None:
+    """Give each rank a CPU of its own when there are enough (as mpiexec
+    binds ranks to cores): two spinning ranks that the scheduler put on one
+    CPU would otherwise take turns for whole time slices."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if size <= len(cpus):
+        os.sched_setaffinity(0, {cpus[rank]})
+
+
+def main(rank: int, layout_args: dict, shared_fd, conn, lifeline, inherited_write_end) -> None:
+    """Entry point of a worker process."""
+    die_with_parent()
+    watch_lifeline(lifeline, inherited_write_end)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C
+    channel = Channel(conn)
+    arena = Arena(Layout(**layout_args), shared_fd.fd, rank)
+    _pin(rank, arena.size)
+    forward_logs(channel)
+    channel.send(("ready", os.getpid()))
+    while True:
+        try:
+            msg = pickle.loads(conn.recv_bytes())
+        except EOFError:
+            break
+        if msg[0] == "exit":
+            break
+        channel.send(("done", msg[1], *_run(arena, rank, *msg[2:])))
+    arena.close()
+
+
+def _run(arena: Arena, rank: int, payload: bytes, sys_path, cwd, log_levels):
+    """Run one function on this rank; return (outcome, data)."""
+    q = arena.q
+    state = arena.layout.status_word(rank, S_STATE)
+    arena.pending_release = None
+    arena.free_contexts = arena.initial_free_contexts
+
+    def set_state(value):
+        q[state] = value
+        if value != USER:  # peers waiting on us re-check and see it
+            arena.wake_sleepers()
+
+    return execute(
+        rank,
+        lambda: SimComm(arena, Mailboxes(arena), list(range(arena.size)), 0),
+        payload, sys_path, cwd, log_levels,
+        started=lambda: set_state(USER),
+        failed=lambda: set_state(FAILED),
+        returned=lambda: set_state(RETURNED),
+    )
