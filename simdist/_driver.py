@@ -43,7 +43,7 @@ class Driver:
         """Wait up to ``timeout`` for messages; record outcomes and deaths."""
         raise NotImplementedError
 
-    def hang_report(self) -> dict[int, str] | None:
+    def hang_report(self, outcomes: dict) -> dict[int, str] | None:
         """A per-rank report if the run is hung, else None."""
         raise NotImplementedError
 
@@ -78,7 +78,7 @@ class Driver:
                 self.receive(outcomes, dead, POLL)
                 if dead:
                     break
-                report = self.hang_report()
+                report = self.hang_report(outcomes)
                 if report is not None:
                     break
                 if failed_at is None and any(kind != "ok" for kind, _ in outcomes.values()):
@@ -92,15 +92,17 @@ class Driver:
             self.abort(outcomes, dead)
         return outcomes, dead, report
 
-    def drain(self, rank: int, outcomes: dict, block: bool = False) -> None:
-        """Handle every message waiting on ``rank``'s connection."""
+    def drain(self, rank: int, outcomes: dict, block: bool = False) -> bool:
+        """Handle every message waiting on ``rank``'s connection; False if
+        the connection has closed."""
         conn = self.connection(rank)
         try:
             while rank not in outcomes and (block or conn.poll()):
                 block = False
                 self.handle(rank, pickle.loads(conn.recv_bytes()), outcomes)
         except (EOFError, OSError):
-            pass
+            return False
+        return True
 
     def handle(self, rank: int, msg: tuple, outcomes: dict) -> None:
         if msg[0] == "log":

@@ -43,6 +43,13 @@ class World:
     the bit, with any.
     ``slot_bytes`` sets each rank's shared buffer: larger messages are cut
     into chunks of that size, so the world's shared memory stays bounded.
+
+    ``backend="mpi"`` runs the same functions on real MPI: ``mpiexec``
+    (``mpiexec=`` or ``$SIMDIST_MPIEXEC``, else the one beside this Python,
+    else the first on ``PATH``) starts the ranks, each with an ``MpiComm``
+    over ``MPI_COMM_WORLD``; ``start_method`` and ``slot_bytes`` do not
+    apply. A failed run ends the MPI job (a rank blocked in MPI cannot be
+    unwound) and the next run starts a new one.
     """
 
     def __init__(
@@ -53,6 +60,7 @@ class World:
         *,
         start_method: str | None = None,
         slot_bytes: int | None = None,
+        mpiexec: str | None = None,
     ):
         if isinstance(size, bool) or not isinstance(size, int):
             raise InvalidType(f"World(size={size!r}): size must be an int >= 1")
@@ -63,8 +71,8 @@ class World:
                 raise InvalidType(f"World(slot_bytes={slot_bytes!r}): slot_bytes must be an int number of bytes")
             if slot_bytes < 4096:
                 raise InvalidValue(f"World(slot_bytes={slot_bytes}): slot_bytes must be >= 4096")
-        if backend != "sim":
-            raise InvalidValue(f"World(backend={backend!r}): unknown backend; use backend='sim'")
+        if backend not in ("sim", "mpi"):
+            raise InvalidValue(f"World(backend={backend!r}): unknown backend; use 'sim' or 'mpi'")
         if not (isinstance(timeout, (int, float)) and timeout > 0):
             raise InvalidValue(f"World(timeout={timeout!r}): timeout must be a number of seconds > 0")
         start_method = start_method or "fork"
@@ -75,7 +83,12 @@ class World:
         self.timeout = float(timeout)
         self.start_method = start_method
         self._closed = False
-        self._driver = SimDriver(size, self.timeout, start_method, slot_bytes)
+        if backend == "mpi":
+            from .mpi._driver import MpiDriver  # imported only when used
+
+            self._driver = MpiDriver(size, self.timeout, mpiexec)
+        else:
+            self._driver = SimDriver(size, self.timeout, start_method, slot_bytes)
 
     def close(self) -> None:
         """Stop every worker and release the shared memory. Idempotent."""

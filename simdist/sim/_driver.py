@@ -150,7 +150,7 @@ class SimDriver(Driver):
             if rank not in outcomes and not w.process.is_alive():
                 dead[rank] = self.death(rank)
 
-    def hang_report(self):
+    def hang_report(self, outcomes):
         return self._watch.check()
 
     def abort(self, outcomes, dead) -> None:

@@ -1,0 +1,283 @@
+"""The MPI backend's driver: one ``mpiexec`` job per world.
+
+``mpiexec -n N python -m simdist.mpi._worker 127.0.0.1:PORT`` starts the
+ranks; each connects back to the driver's loopback listener and the two
+sides run ``multiprocessing``'s HMAC challenge both ways with a per-world
+secret before anything is unpickled, so a peer without the secret is
+refused. The job runs in a process group of its own, killed with the
+driver (PDEATHSIG) or when a run fails: a rank blocked inside MPI cannot
+be unwound, so a failed run ends the job and the next run starts a new one.
+
+Hangs are found as on the simulator -- a rank waits in a call and no rank
+moves for ``timeout`` seconds -- from the ranks' answers to "where are
+you?", asked every quarter second.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import pickle
+import secrets
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from multiprocessing.connection import AuthenticationError, Connection, answer_challenge, deliver_challenge, wait
+
+from .._driver import Driver
+from .._errors import SimdistError
+from .._tracking import CALL, FAILED, RETURNED, Whereabouts
+
+_log = logging.getLogger("simdist")
+_ASK_EVERY = 0.25  # seconds between "where are you?" during a run
+_HANDSHAKE = 10.0  # seconds a connecting peer gets to prove it has the secret
+
+
+def find_mpiexec() -> str:
+    """``$SIMDIST_MPIEXEC``, else the ``mpiexec`` beside this Python (the
+    ``mpi`` extra's Open MPI wheel), else the first on ``PATH``."""
+    chosen = os.environ.get("SIMDIST_MPIEXEC")
+    if chosen:
+        return chosen
+    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    if os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which("mpiexec")
+    if not found:
+        raise SimdistError(
+            "backend 'mpi': no mpiexec found; install the mpi extra (pip install 'simdist[mpi]') "
+            "or set SIMDIST_MPIEXEC to an mpiexec"
+        )
+    return found
+
+
+def flavor(mpiexec: str) -> str:
+    """``openmpi``, ``mpich`` or ``unknown``, from ``mpiexec --version``."""
+    try:
+        out = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    if "Open MPI" in out or "OpenRTE" in out or "prte" in out.lower():
+        return "openmpi"
+    if "HYDRA" in out or "MPICH" in out:
+        return "mpich"
+    return "unknown"
+
+
+def _own_group_dying_with_us() -> None:  # runs in the child before exec
+    os.setsid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
+def _timeouts(sock: socket.socket, seconds: float) -> None:
+    tv = struct.pack("ll", int(seconds), int((seconds % 1) * 1e6))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+
+
+class MpiDriver(Driver):
+    def __init__(self, size: int, timeout: float, mpiexec: str | None = None):
+        super().__init__()
+        self.size = size
+        self.timeout = timeout
+        self.mpiexec = mpiexec or find_mpiexec()
+        self.flavor = flavor(self.mpiexec)
+        self._key = secrets.token_bytes(32)
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(size + 16)
+        self._job: subprocess.Popen | None = None
+        self._conns: list[Connection | None] = [None] * size
+        self._pids: list[int | None] = [None] * size
+        self._closed = False
+        try:
+            self._launch()
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def pids(self) -> list[int | None]:
+        return list(self._pids)
+
+    def connection(self, rank: int):
+        return self._conns[rank]
+
+    def command(self) -> list[str]:
+        port = self._listener.getsockname()[1]
+        cmd = [self.mpiexec, "-n", str(self.size)]
+        if self.flavor == "openmpi" and self.size > len(os.sched_getaffinity(0)):
+            cmd.append("--oversubscribe")
+        return cmd + [sys.executable, "-m", "simdist.mpi._worker", f"127.0.0.1:{port}"]
+
+    def _environment(self) -> dict[str, str]:
+        env = dict(os.environ, SIMDIST_AUTHKEY=self._key.hex())
+        if self.flavor == "openmpi" and os.geteuid() == 0:
+            env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        return env
+
+    # -- the job ------------------------------------------------------------------
+    def _launch(self) -> None:
+        self._conns = [None] * self.size
+        self._pids = [None] * self.size
+        self._job = subprocess.Popen(
+            self.command(), env=self._environment(), stdin=subprocess.DEVNULL, preexec_fn=_own_group_dying_with_us
+        )
+        limit = max(self.timeout, 60.0)
+        deadline = time.monotonic() + limit
+        self._listener.settimeout(0.2)
+        while None in self._conns:
+            if self._job.poll() is not None:
+                raise SimdistError(
+                    f"backend 'mpi': mpiexec exited with status {self._job.returncode} before every rank "
+                    f"connected ({self._conns.count(None)} of {self.size} missing); command: {' '.join(self.command())}"
+                )
+            if time.monotonic() > deadline:
+                self._kill_job()
+                raise SimdistError(f"backend 'mpi': the ranks did not connect within {limit:.0f} s")
+            try:
+                sock, _ = self._listener.accept()
+            except socket.timeout:
+                continue
+            self._admit(sock)
+
+    def _admit(self, sock: socket.socket) -> None:
+        """Authenticate a connecting rank; refuse anything else."""
+        sock.setblocking(True)
+        _timeouts(sock, _HANDSHAKE)
+        conn = Connection(os.dup(sock.fileno()))
+        try:
+            deliver_challenge(conn, self._key)
+            answer_challenge(conn, self._key)
+            hello = pickle.loads(conn.recv_bytes(256))
+            rank, pid = hello[1], hello[2]
+            if hello[0] != "hello" or not 0 <= rank < self.size or self._conns[rank] is not None:
+                raise AuthenticationError(f"unexpected greeting {hello!r}")
+        except (AuthenticationError, OSError, EOFError, pickle.UnpicklingError, IndexError, TypeError) as exc:
+            _log.warning("backend 'mpi': refused a connection to the world's listener: %s", exc)
+            conn.close()
+            return
+        finally:
+            _timeouts(sock, 0)  # no timeouts after the handshake (the options live on the socket)
+            sock.close()
+        self._conns[rank] = conn
+        self._pids[rank] = pid
+
+    def _kill_job(self) -> None:
+        job = self._job
+        if job is None or job.poll() is not None:
+            return
+        for sig, wait_s in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(job.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                job.wait(wait_s)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def _end_job(self) -> None:
+        self._kill_job()
+        for conn in self._conns:
+            if conn is not None:
+                conn.close()
+        self._conns = [None] * self.size
+
+    # -- a run --------------------------------------------------------------------
+    def prepare(self) -> None:
+        if self._job.poll() is not None:
+            _log.warning("backend 'mpi': the MPI job ended between runs (status %s); starting a new one", self._job.returncode)
+            self._end_job()
+            self._launch()
+        self._where: dict[int, tuple] = {}
+        self._asked = 0.0
+        self._since = time.monotonic()
+        self._last = None
+        self._rank_since: dict[int, float] = {}
+
+    def death(self, rank: int) -> str:
+        code = self._job.poll()
+        if code is None:
+            return "lost its connection to the driver"
+        if code < 0:
+            return f"ended with the MPI job (mpiexec killed by {signal.Signals(-code).name})"
+        return f"ended with the MPI job (mpiexec exited with status {code})"
+
+    def receive(self, outcomes, dead, timeout) -> None:
+        pending = {self._conns[r]: r for r in range(self.size) if r not in outcomes and r not in dead}
+        for ready in wait(list(pending), timeout):
+            rank = pending[ready]
+            if not self.drain(rank, outcomes, block=True):
+                dead[rank] = self.death(rank)
+
+    def handle(self, rank, msg, outcomes) -> None:
+        if msg[0] == "where":
+            self._where[rank] = msg[2]
+        else:
+            super().handle(rank, msg, outcomes)
+
+    def hang_report(self, outcomes):
+        now = time.monotonic()
+        if now - self._asked >= _ASK_EVERY:
+            self._asked = now
+            ask = pickle.dumps(("where", self.run_id))
+            for rank in range(self.size):
+                if rank not in outcomes:
+                    try:
+                        self._conns[rank].send_bytes(ask)
+                    except OSError:
+                        pass
+        snapshot = []
+        for rank in range(self.size):
+            if rank in outcomes:
+                snapshot.append((RETURNED if outcomes[rank][0] == "ok" else FAILED, -1, ()))
+            else:
+                snapshot.append(self._where.get(rank, ("user", 0, ())))
+        if snapshot != self._last:
+            for rank, (old, new) in enumerate(zip(self._last or [None] * self.size, snapshot)):
+                if old != new:
+                    self._rank_since[rank] = now
+            self._last, self._since = snapshot, now
+            return None
+        if now - self._since < self.timeout or not any(s[0] == CALL for s in snapshot):
+            return None
+        return {
+            rank: Whereabouts.describe(s) + (f" for {now - self._rank_since.get(rank, self._since):.1f} s" if s[0] == CALL else "")
+            for rank, s in enumerate(snapshot)
+        }
+
+    def abort(self, outcomes, dead) -> None:
+        """A rank blocked in MPI cannot be unwound: end the job, start anew."""
+        self._end_job()
+        self._launch()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for conn in self._conns:
+            if conn is not None:
+                try:
+                    conn.send_bytes(pickle.dumps(("exit",)))
+                except OSError:
+                    pass
+        if self._job is not None:
+            try:
+                self._job.wait(10.0)
+            except subprocess.TimeoutExpired:
+                pass
+        self._end_job()
+        self._listener.close()
+
+    def __del__(self):
+        if not getattr(self, "_closed", True):
+            self.close()

@@ -1,0 +1,86 @@
+"""An MPI rank's process, started by ``mpiexec``: runs the functions its
+driver sends, with an :class:`MpiComm` over ``MPI_COMM_WORLD``.
+
+It reaches the driver over loopback TCP and proves it knows the world's
+secret (``SIMDIST_AUTHKEY``, from the environment) before anything is
+unpickled on either side. A reader thread answers the driver's "where are
+you?" while the main thread runs user code or waits inside MPI, and exits
+the process when the driver's end closes.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import signal
+import socket
+import sys
+import threading
+from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
+
+from .._tracking import FAILED, RETURNED, USER, TrackedComm, Whereabouts
+from .._worker import Channel, die_with_parent, execute, forward_logs
+
+
+def _connect(address: str, key: bytes) -> Connection:
+    host, port = address.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=60)
+    sock.settimeout(None)
+    conn = Connection(sock.detach())
+    answer_challenge(conn, key)
+    deliver_challenge(conn, key)
+    return conn
+
+
+def _read_commands(conn: Connection, channel: Channel, where: Whereabouts, commands: queue.Queue) -> None:
+    try:
+        while True:
+            msg = pickle.loads(conn.recv_bytes())
+            if msg[0] == "where":
+                channel.send(("where", msg[1], where.snapshot()))
+            else:
+                commands.put(msg)
+    except (EOFError, OSError):
+        os._exit(70)  # the driver is gone: so is this rank
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C
+    key = bytes.fromhex(os.environ.pop("SIMDIST_AUTHKEY"))
+    from mpi4py import MPI
+
+    from ._comm import MpiComm
+
+    conn = _connect(argv[0], key)
+    channel = Channel(conn)
+    rank = MPI.COMM_WORLD.Get_rank()
+    forward_logs(channel)
+    channel.send(("hello", rank, os.getpid()))
+    where = Whereabouts()
+    commands: queue.Queue = queue.Queue()
+    threading.Thread(target=_read_commands, args=(conn, channel, where, commands), daemon=True).start()
+
+    def set_state(value):
+        where.state = value
+
+    while True:
+        msg = commands.get()
+        if msg[0] == "exit":
+            break
+        where.__init__()
+        outcome = execute(
+            rank,
+            lambda: TrackedComm(MpiComm(MPI.COMM_WORLD), where),
+            *msg[2:],
+            started=lambda: set_state(USER),
+            failed=lambda: set_state(FAILED),
+            returned=lambda: set_state(RETURNED),
+        )
+        channel.send(("done", msg[1], *outcome))
+
+
+if __name__ == "__main__":
+    main()
