@@ -95,6 +95,7 @@ class MpiDriver(Driver):
         self._job: subprocess.Popen | None = None
         self._conns: list[Connection | None] = [None] * size
         self._pids: list[int | None] = [None] * size
+        self._segments: set[str] = set()  # the job's files in /dev/shm, removed after it ends
         self._closed = False
         try:
             self._launch()
@@ -191,6 +192,13 @@ class MpiDriver(Driver):
             if conn is not None:
                 conn.close()
         self._conns = [None] * self.size
+        # A killed MPI job cannot clean up after itself: remove its segments.
+        for path in self._segments:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        self._segments.clear()
 
     # -- a run --------------------------------------------------------------------
     def prepare(self) -> None:
@@ -222,6 +230,8 @@ class MpiDriver(Driver):
     def handle(self, rank, msg, outcomes) -> None:
         if msg[0] == "where":
             self._where[rank] = msg[2]
+        elif msg[0] == "segments":  # files the ranks could not remove early
+            self._segments.update(p for p in msg[1] if p.startswith("/dev/shm/"))
         else:
             super().handle(rank, msg, outcomes)
 

@@ -33,6 +33,33 @@ def _connect(address: str, key: bytes) -> Connection:
     return conn
 
 
+def _shared_memory_files() -> list[str]:
+    """Files in /dev/shm this process maps (the MPI library's segments)."""
+    with open("/proc/self/maps") as maps:
+        return sorted({line.split(None, 5)[5].strip() for line in maps if " /dev/shm/" in line})
+
+
+def _unlink_segments_once_mapped(comm) -> list[str]:
+    """Remove the MPI library's /dev/shm files as soon as every rank maps
+    all of them, so that nothing stays in /dev/shm however the job ends
+    (memory is freed with the last mapping). Open MPI's shared-memory
+    transport maps every peer's segment during MPI_Init for worlds of up
+    to 32 ranks; where a rank does not yet map one per rank (larger worlds,
+    other MPIs), the files are left to the driver, which removes them after
+    the job ends. Returns the files left."""
+    from mpi4py import MPI
+
+    files = _shared_memory_files()
+    if comm.allreduce(len(files) >= comm.size, op=MPI.MIN):
+        for path in files:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        return []
+    return files
+
+
 def _read_commands(conn: Connection, channel: Channel, where: Whereabouts, commands: queue.Queue) -> None:
     try:
         while True:
@@ -59,6 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     rank = MPI.COMM_WORLD.Get_rank()
     forward_logs(channel)
     channel.send(("hello", rank, os.getpid()))
+    channel.send(("segments", _unlink_segments_once_mapped(MPI.COMM_WORLD)))
     where = Whereabouts()
     commands: queue.Queue = queue.Queue()
     threading.Thread(target=_read_commands, args=(conn, channel, where, commands), daemon=True).start()

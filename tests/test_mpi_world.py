@@ -1,0 +1,168 @@
+"""``World(backend="mpi")``: the same functions on real MPI (mpiexec + mpi4py).
+
+These tests launch real ``mpiexec`` jobs. They are skipped only where no MPI
+is installed, and never in CI (``CI`` set), where a missing MPI is a failure.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
+
+import numpy as np
+import pytest
+
+import simdist
+from conftest import alive, wait_gone
+
+try:
+    import mpi4py  # noqa: F401  (the ranks import it; the driver must not initialise MPI)
+    from simdist.mpi._driver import find_mpiexec
+
+    MPIEXEC = find_mpiexec()
+except Exception as exc:  # no mpi4py, or no mpiexec
+    if os.environ.get("CI"):
+        raise RuntimeError(f"CI must run the MPI tests, but MPI is missing: {exc}") from exc
+    pytest.skip(f"no MPI installed ({exc}); pip install -e '.[mpi]'", allow_module_level=True)
+
+TIMEOUT = 20.0
+
+
+@pytest.fixture(scope="module")
+def world():
+    with simdist.World(3, backend="mpi", timeout=TIMEOUT) as w:
+        yield w
+
+
+def test_mpi_world_runs_closures_and_returns_values_by_rank(world):
+    offset = 10
+    assert world.run(lambda comm: (comm.rank, comm.size, comm.rank + offset)) == [(r, 3, r + offset) for r in range(3)]
+
+
+def test_mpi_allreduce_of_exactly_summable_floats_equals_the_simulator_bit_for_bit(world):
+    def program(comm):
+        x = np.arange(1000, dtype=np.float32) * (comm.rank + 1)
+        return comm.allreduce(x), comm.allreduce(x, op="mean"), comm.allgather(x[:3])
+
+    on_mpi = world.run(program)
+    on_sim = simdist.run(program, 3)
+    for a, b in zip(on_mpi, on_sim):
+        for x, y in zip(a, b):
+            assert x.dtype == y.dtype and x.tobytes() == y.tobytes()
+
+
+def test_mpi_rank_error_carries_the_traceback_and_the_world_recovers():
+    def program(comm):
+        if comm.rank == 1:
+            raise ValueError("bad value on rank 1")
+        comm.barrier()  # the others block in MPI; the job is ended after the grace period
+
+    with simdist.World(3, backend="mpi", timeout=TIMEOUT) as world:
+        with pytest.raises(simdist.RankError) as info:
+            world.run(program)
+        assert list(info.value.failures) == [1]
+        assert "ValueError: bad value on rank 1" in info.value.failures[1]
+        assert world.run(lambda comm: comm.allreduce(np.array([comm.rank]))) == [np.array([3])] * 3
+
+
+def test_mpi_hang_raises_collective_timeout_with_each_ranks_whereabouts():
+    with simdist.World(2, backend="mpi", timeout=2.0) as w:
+        def program(comm):
+            if comm.rank == 0:
+                time.sleep(60)
+            comm.allreduce(np.ones(4, np.float32))
+
+        started = time.monotonic()
+        with pytest.raises(simdist.CollectiveTimeout) as info:
+            w.run(program)
+        assert time.monotonic() - started < 30
+        report = info.value.report
+        assert report[0].startswith("running user code")
+        assert report[1].startswith("waiting in allreduce #1 (float32 (4,), op=sum)")
+        assert w.run(lambda comm: comm.rank) == [0, 1]
+
+
+def test_mpi_rank_that_exits_raises_rank_died_and_the_next_run_works():
+    def program(comm):
+        if comm.rank == 2:
+            os._exit(3)
+        comm.barrier()
+
+    with simdist.World(3, backend="mpi", timeout=TIMEOUT) as world:
+        with pytest.raises(simdist.RankDied) as info:
+            world.run(program)
+        assert 2 in info.value.ranks
+        assert world.run(lambda comm: comm.size) == [3, 3, 3]
+
+
+def test_mpi_log_records_reach_the_driver_tagged_with_the_rank(world, caplog):
+    caplog.set_level(logging.INFO)
+    world.run(lambda comm: logging.getLogger("app").info("step %d done", comm.rank))
+    records = sorted((r.rank, r.getMessage()) for r in caplog.records if r.name == "app")
+    assert records == [(r, f"[rank {r}] step {r} done") for r in range(3)]
+
+
+def test_peer_without_the_secret_is_refused_before_anything_is_unpickled(world):
+    driver = world._driver
+    ours, theirs = socket.socketpair()
+    unpickled = []
+
+    class Trap:
+        def __reduce__(self):
+            return unpickled.append, ("unpickled!",)
+
+    def impostor():
+        conn = Connection(theirs.detach())
+        try:
+            answer_challenge(conn, b"not the secret")
+            deliver_challenge(conn, b"not the secret")
+            conn.send_bytes(pickle.dumps(("hello", 0, 1, Trap())))
+        except Exception:
+            pass
+        finally:
+            conn.close()
+
+    thread = threading.Thread(target=impostor)
+    thread.start()
+    before = list(driver._conns)
+    driver._admit(ours)
+    thread.join(10)
+    assert driver._conns == before
+    assert unpickled == []
+    assert world.run(lambda comm: comm.rank) == [0, 1, 2]
+
+
+def test_mpi_ranks_and_mpiexec_die_with_a_killed_driver(tmp_path):
+    script = tmp_path / "driver.py"
+    script.write_text(textwrap.dedent("""
+        import os, sys, time, numpy as np, simdist
+        w = simdist.World(2, backend="mpi", timeout=600)
+        os.write(1, (" ".join(map(str, w.pids + [w._driver._job.pid])) + "\\n").encode())
+        def program(comm):
+            if comm.rank == 0:
+                while True:
+                    pass
+            comm.barrier()
+        w.run(program)
+    """))
+    driver = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, cwd=tmp_path)
+    try:
+        pids = [int(p) for p in driver.stdout.readline().split()]
+        assert len(pids) == 3 and all(alive(p) for p in pids)
+        time.sleep(0.5)
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(10)
+        assert wait_gone(pids, within=15) == []
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
