@@ -88,7 +88,7 @@ class Driver:
         except BaseException:  # Ctrl-C in the driver: stop the ranks, then re-raise
             self.abort(outcomes, dead)
             raise
-        if len(outcomes) + len(dead) < self.size:
+        if dead or len(outcomes) < self.size:  # replace the dead, stop the rest
             self.abort(outcomes, dead)
         return outcomes, dead, report
 

@@ -141,8 +141,8 @@ class World:
             message, calls, _ = mismatches[first]
             raise CollectiveMismatch(message, calls)
         errors = {r: data for r, (kind, data) in outcomes.items() if kind == "error"}
-        if errors:
-            aborted = [r for r, (kind, _) in outcomes.items() if kind == "aborted"]
+        if errors:  # ranks without an outcome were stopped after the grace period
+            aborted = [r for r in range(self.size) if r not in outcomes or outcomes[r][0] == "aborted"]
             exceptions = {r: _unpickle(exc) for r, (_, exc) in errors.items()}
             raise RankError({r: tb for r, (tb, _) in errors.items()}, exceptions, aborted)
         if any(kind == "aborted" for kind, _ in outcomes.values()):

@@ -136,3 +136,18 @@ def procs():
     ``procs.table()`` (every process: ``{pid: (ppid, state, cmdline)}``) and
     ``procs.memfds()`` (the simdist memfds this process holds)."""
     return types.SimpleNamespace(alive=alive, wait_gone=wait_gone, table=process_table, memfds=memfds)
+
+
+def mpiexec_or_skip() -> str:
+    """The mpiexec the MPI tests use: skips where no MPI is installed, but
+    fails in CI (``CI`` set), which must run them."""
+    from simdist.mpi._driver import find_mpiexec
+
+    try:
+        import mpi4py  # noqa: F401  (the package only: MPI is not initialised)
+
+        return find_mpiexec()
+    except Exception as exc:
+        if os.environ.get("CI"):
+            raise RuntimeError(f"CI must run the MPI tests, but MPI is missing: {exc}") from exc
+        pytest.skip(f"no MPI installed ({exc}); pip install -e '.[mpi]'", allow_module_level=True)

@@ -22,17 +22,9 @@ import numpy as np
 import pytest
 
 import simdist
-from conftest import alive, wait_gone
+from conftest import alive, mpiexec_or_skip, wait_gone
 
-try:
-    import mpi4py  # noqa: F401  (the ranks import it; the driver must not initialise MPI)
-    from simdist.mpi._driver import find_mpiexec
-
-    MPIEXEC = find_mpiexec()
-except Exception as exc:  # no mpi4py, or no mpiexec
-    if os.environ.get("CI"):
-        raise RuntimeError(f"CI must run the MPI tests, but MPI is missing: {exc}") from exc
-    pytest.skip(f"no MPI installed ({exc}); pip install -e '.[mpi]'", allow_module_level=True)
+MPIEXEC = mpiexec_or_skip()
 
 TIMEOUT = 20.0
 

@@ -1,0 +1,357 @@
+"""The MPI backend's communicator: the contract's collectives over mpi4py.
+
+Each collective is one call of mpi4py's buffer API on contiguous buffers.
+Inputs are handed to MPI only as send buffers (a contiguous copy when they
+are not contiguous); results are received into new arrays, so MPI never
+writes into a caller's array and read-only inputs work. Broadcast and
+scatter first broadcast root's dtype and shape (a small pickled ``bcast``),
+so non-roots may pass ``None``; ``send`` sends the dtype and shape as a
+message of its own before the data, with the same tag, and MPI's
+non-overtaking rule keeps the messages of one (source, tag) in order.
+
+Where the library does not give the contract's result by itself:
+
+- Open MPI saturates MPI_SUM on 8- and 16-bit integers (its op/avx
+  component; open-mpi/ompi#8045, "wontfix": MPI leaves overflow undefined).
+  The contract wraps, so these sums are reduced as uint32 and narrowed back:
+  exact, for up to 4x the bytes.
+- With one rank MPI copies the input instead of applying the op, so logical
+  ops on integers are mapped to 0/1 afterwards.
+- MPI defines only the logical ops on MPI_C_BOOL: bool ``band``/``min``
+  reduce with MPI_LAND, ``bor``/``max`` with MPI_LOR and ``bxor`` with
+  MPI_LXOR, the same functions on True/False.
+- ``mean`` is MPI_SUM, then the division by ``size`` in the input dtype
+  (each component for complex), as in the simulator.
+
+Deliberate differences from the simulator (where MPI leaves a choice, the
+library's choice is kept: the point of this backend is to run real MPI):
+
+- **Reduction order** is the library's. Open MPI picks an algorithm by
+  message size and number of ranks, and a ring reduces different blocks in
+  different orders, so floating-point results are identical on every rank of
+  a call but are not the simulator's left fold, and ``reduce`` and
+  ``reduce_scatter`` need not equal ``allreduce`` to the bit. Complex
+  ``prod`` is the library's complex multiply, not the textbook formula of
+  ``simdist._reduction``. Integer, min, max, bitwise and logical results are
+  exact, as the contract's.
+- **NaN in min/max.** Open MPI's MPI_MIN and MPI_MAX compare with ``<`` and
+  ``>``, so a NaN is kept or dropped depending on where it meets the other
+  operands; the simulator (numpy) always propagates it.
+- **Dtypes.** float16 travels as the library's 16-bit float (mpi4py maps it
+  to MPI_SHORT_FLOAT, which Open MPI provides with its reductions). A dtype,
+  or an (op, dtype) pair, the library does not support raises
+  :class:`simdist.InvalidType` naming the backend, the call and the reason.
+- **Mismatched calls** (other collectives, dtypes, shapes, ops or roots on
+  different ranks) are not detected: MPI may hang, fail or mix data. Two
+  cases are caught because they are common and cost nothing: a root whose
+  broadcast or scatter argument is invalid tells the non-roots, so every
+  rank raises instead of waiting; and a non-root that passes broadcast an
+  array of another dtype or shape than root's raises CollectiveMismatch,
+  on that rank only, after the transfer.
+- **Tags** must not exceed MPI_TAG_UB (2**31 - 1 in Open MPI; the standard
+  guarantees only 32767); the simulator takes any tag below 2**63.
+- **free** releases the communicators ``split`` returns; the one an
+  ``MpiComm`` is built on belongs to its caller, so ``free`` raises there,
+  as on the simulator's world communicator.
+
+Importing this module initialises MPI (mpi4py's default).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI
+
+from .._checks import DTYPES, as_input, check_blocks, check_int, check_op, check_rank_arg, where
+from .._communicator import Communicator
+from .._errors import CollectiveMismatch, InvalidArgument, InvalidType, InvalidValue, SimdistError
+from .._reduction import quiet_fp
+
+__all__ = ["MpiComm"]
+
+_LIBRARY = MPI.Get_library_version().split(",")[0].strip()
+
+
+def _datatype(dtype: np.dtype):
+    """The library's datatype for ``dtype`` by mpi4py's mapping, or None."""
+    try:
+        datatype = MPI.Datatype.fromcode(dtype.str[1:])  # 'b1', 'i8', 'f2', 'c16', ...
+    except ValueError:
+        return None
+    return None if datatype == MPI.DATATYPE_NULL else datatype
+
+
+#: MPI datatype of each contract dtype; a dtype the library cannot carry is absent.
+TYPES = {dt: t for dt in DTYPES if (t := _datatype(dt)) is not None}
+
+_OPS = {
+    "sum": MPI.SUM, "mean": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX,
+    "band": MPI.BAND, "bor": MPI.BOR, "bxor": MPI.BXOR, "land": MPI.LAND, "lor": MPI.LOR, "lxor": MPI.LXOR,
+}
+# MPI_C_BOOL takes only the logical ops; on True/False these are the same functions.
+_BOOL_OPS = {**_OPS, "min": MPI.LAND, "band": MPI.LAND, "max": MPI.LOR, "bor": MPI.LOR, "bxor": MPI.LXOR}
+_LOGICAL = frozenset(("land", "lor", "lxor"))
+# 8- and 16-bit integer sums travel as uint32 (see the module docstring):
+# uint32 additions wrap modulo 2**32, and narrowing keeps the low bits.
+_WIDE = np.dtype(np.uint32)
+_WIDENED = frozenset(dt for dt in DTYPES if dt.kind in "iu" and dt.itemsize < _WIDE.itemsize)
+
+
+def _unsupported(rank: int, name: str, dtype: np.dtype) -> InvalidType:
+    if dtype.kind == "f":
+        why, fix = f"it has no {8 * dtype.itemsize}-bit float type", "convert with x.astype(np.float32)"
+    else:
+        why, fix = "it has no datatype for it", "convert it to a dtype the library has"
+    return InvalidType(
+        f"{where(rank, name)}: dtype {dtype} is not supported by the mpi backend ({_LIBRARY}: {why}); "
+        f"{fix}, or run on the sim backend"
+    )
+
+
+def _finish(out: np.ndarray | None, op: str, size: int, dtype: np.dtype) -> np.ndarray | None:
+    """What is left after MPI: narrow a widened sum back to ``dtype``; divide
+    the sum by ``size`` for ``mean`` (each component for complex), as the
+    simulator does; and with one rank, where MPI copies the input instead of
+    applying the op, make logical ops on integers give 0/1."""
+    if out is None:
+        return None
+    if out.dtype != dtype:
+        return out.astype(dtype)  # keeps the low bits: the wrapped sum
+    if op == "mean":
+        with quiet_fp():
+            if out.dtype.kind == "c":
+                np.divide(out.real, size, out=out.real)
+                np.divide(out.imag, size, out=out.imag)
+            else:
+                np.divide(out, size, out=out)
+    elif size == 1 and op in _LOGICAL and out.dtype.kind != "b":
+        np.copyto(out, out != 0, casting="unsafe")
+    return out
+
+
+class MpiComm(Communicator):
+    """A communicator over an mpi4py intracommunicator; the semantics are
+    those of :class:`simdist.Communicator`, with the differences listed in
+    this module's docstring.
+
+    ``MpiComm(comm)`` uses ``comm`` without owning it; ``MpiComm.world()``
+    is every process of the MPI job. Communicators returned by ``split`` are
+    owned, and ``free`` releases them.
+    """
+
+    def __init__(self, comm, *, _owned: bool = False):
+        if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
+            raise InvalidType(f"MpiComm: comm={comm!r} must be an mpi4py intracommunicator, such as MPI.COMM_WORLD")
+        self._comm = comm
+        self._rank = comm.Get_rank()
+        self._size = comm.Get_size()
+        self._owned = _owned
+        self._freed = False
+        self._tag_ub = MPI.COMM_WORLD.Get_attr(MPI.TAG_UB)
+
+    @classmethod
+    def world(cls) -> "MpiComm":
+        """Every process of the MPI job, on a duplicate of MPI_COMM_WORLD so
+        that direct mpi4py traffic on COMM_WORLD never mixes with this
+        communicator's. Collective over every process of the job."""
+        return cls(MPI.COMM_WORLD.Dup())
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def _open(self, name: str) -> None:
+        if self._freed:
+            raise SimdistError(f"rank {self._rank}: {name} on a communicator that was freed")
+
+    def _type(self, dtype: np.dtype, name: str):
+        datatype = TYPES.get(dtype)
+        if datatype is None:
+            raise _unsupported(self._rank, name, dtype)
+        return datatype
+
+    # -- reductions -----------------------------------------------------------
+    def allreduce(self, x, op="sum"):
+        return self._reduction("allreduce", x, op)
+
+    def reduce(self, x, root=0, op="sum"):
+        return self._reduction("reduce", x, op, root)
+
+    def reduce_scatter(self, x, op="sum"):
+        return self._reduction("reduce_scatter", x, op)
+
+    def _reduction(self, name: str, x, op, root=None):
+        me = self._rank
+        self._open(name)
+        x = as_input(x, me, name)
+        if name == "reduce":
+            root = check_rank_arg(root, self._size, me, name, "root")
+        elif name == "reduce_scatter":
+            check_blocks(x, self._size, me, name)
+        check_op(op, x.dtype, me, name)
+        self._type(x.dtype, name)
+        send = x.astype(_WIDE, order="C") if op == "sum" and x.dtype in _WIDENED else np.ascontiguousarray(x)
+        datatype, mpi_op = TYPES[send.dtype], (_BOOL_OPS if x.dtype.kind == "b" else _OPS)[op]
+        shape = x.shape[1:] if name == "reduce_scatter" else x.shape
+        out = np.empty(shape, send.dtype) if name != "reduce" or me == root else None
+        try:
+            if name == "allreduce":
+                self._comm.Allreduce([send, datatype], [out, datatype], mpi_op)
+            elif name == "reduce":
+                self._comm.Reduce([send, datatype], None if out is None else [out, datatype], mpi_op, root)
+            else:
+                self._comm.Reduce_scatter_block([send, datatype], [out, datatype], mpi_op)
+        except MPI.Exception as exc:  # the library refuses the pair before communicating
+            if exc.Get_error_class() not in (MPI.ERR_OP, MPI.ERR_TYPE):
+                raise
+            raise InvalidType(
+                f"{where(me, name)}: op={op!r} on dtype {x.dtype} is not supported by the mpi backend "
+                f"({_LIBRARY}: {exc.Get_error_string()}); convert to a wider dtype, or run on the sim backend"
+            ) from None
+        return _finish(out, op, self._size, x.dtype)
+
+    # -- data movement ----------------------------------------------------------
+    def _from_root(self, x, root: int, name: str):
+        """Broadcast root's checked dtype and shape; returns ``(x, dtype, shape)``.
+
+        If root's ``x`` is invalid, root sends the error instead, so that
+        every rank raises rather than the non-roots waiting for data.
+        """
+        me = self._rank
+        meta = None
+        if me == root:
+            try:
+                x = as_input(x, me, name)
+                if name == "scatter":
+                    check_blocks(x, self._size, me, name)
+                self._type(x.dtype, name)
+                meta = (x.dtype.str, x.shape)
+            except InvalidArgument as exc:
+                meta = exc
+        meta = self._comm.bcast(meta, root)
+        if isinstance(meta, InvalidArgument):
+            if me == root:
+                raise meta
+            raise type(meta)(f"{where(me, name)}: root {root} could not send: {meta}")
+        return x, np.dtype(meta[0]), tuple(meta[1])
+
+    def broadcast(self, x, root=0):
+        self._open("broadcast")
+        root = check_rank_arg(root, self._size, self._rank, "broadcast", "root")
+        x, dtype, shape = self._from_root(x, root, "broadcast")
+        is_root = self._rank == root
+        out = np.array(x, order="C") if is_root else np.empty(shape, dtype)
+        self._comm.Bcast([out, TYPES[dtype]], root)
+        if not is_root and x is not None:
+            x = as_input(x, self._rank, "broadcast")
+            if (x.dtype, x.shape) != (dtype, shape):
+                raise CollectiveMismatch(
+                    f"rank {self._rank}: broadcast: x has dtype {x.dtype} and shape {x.shape}, but root {root} "
+                    f"broadcast dtype {dtype} and shape {shape}; non-roots pass None or an array of root's "
+                    "dtype and shape",
+                    {root: f"broadcast ({dtype} {shape}, root={root})",
+                     self._rank: f"broadcast ({x.dtype} {x.shape}, root={root})"},
+                )
+        return out
+
+    def scatter(self, x, root=0):
+        self._open("scatter")
+        root = check_rank_arg(root, self._size, self._rank, "scatter", "root")
+        x, dtype, shape = self._from_root(x, root, "scatter")
+        is_root = self._rank == root
+        datatype = TYPES[dtype]
+        out = np.empty(shape[1:], dtype)
+        self._comm.Scatter([np.ascontiguousarray(x), datatype] if is_root else None, [out, datatype], root)
+        if not is_root and x is not None:
+            as_input(x, self._rank, "scatter")  # ignored, but still checked as on the simulator
+        return out
+
+    def allgather(self, x):
+        self._open("allgather")
+        x = as_input(x, self._rank, "allgather")
+        datatype = self._type(x.dtype, "allgather")
+        out = np.empty((self._size, *x.shape), x.dtype)
+        self._comm.Allgather([np.ascontiguousarray(x), datatype], [out, datatype])
+        return out
+
+    def gather(self, x, root=0):
+        self._open("gather")
+        x = as_input(x, self._rank, "gather")
+        root = check_rank_arg(root, self._size, self._rank, "gather", "root")
+        datatype = self._type(x.dtype, "gather")
+        out = np.empty((self._size, *x.shape), x.dtype) if self._rank == root else None
+        self._comm.Gather([np.ascontiguousarray(x), datatype], None if out is None else [out, datatype], root)
+        return out
+
+    def alltoall(self, x):
+        self._open("alltoall")
+        x = as_input(x, self._rank, "alltoall")
+        check_blocks(x, self._size, self._rank, "alltoall")
+        datatype = self._type(x.dtype, "alltoall")
+        out = np.empty(x.shape, x.dtype)
+        self._comm.Alltoall([np.ascontiguousarray(x), datatype], [out, datatype])
+        return out
+
+    def barrier(self):
+        self._open("barrier")
+        self._comm.Barrier()
+
+    # -- point to point ---------------------------------------------------------
+    def _tag(self, tag, name: str) -> int:
+        tag = check_int(tag, self._rank, name, "tag", minimum=0)
+        if tag > self._tag_ub:
+            raise InvalidValue(
+                f"{where(self._rank, name)}: tag={tag} is above the mpi backend's largest tag, "
+                f"MPI_TAG_UB={self._tag_ub}; use a smaller tag"
+            )
+        return tag
+
+    def send(self, x, dest, tag=0):
+        x = as_input(x, self._rank, "send")
+        dest = check_rank_arg(dest, self._size, self._rank, "send", "dest")
+        tag = self._tag(tag, "send")
+        self._open("send")
+        datatype = self._type(x.dtype, "send")
+        self._comm.send((x.dtype.str, x.shape), dest, tag)
+        self._comm.Send([np.ascontiguousarray(x), datatype], dest, tag)
+
+    def recv(self, source, tag=0):
+        source = check_rank_arg(source, self._size, self._rank, "recv", "source")
+        tag = self._tag(tag, "recv")
+        self._open("recv")
+        dtype, shape = self._comm.recv(source=source, tag=tag)
+        out = np.empty(shape, dtype)
+        self._comm.Recv([out, TYPES[out.dtype]], source, tag)
+        return out
+
+    # -- communicators ------------------------------------------------------------
+    def split(self, color, key=0):
+        if color is not None:
+            color = check_int(color, self._rank, "split", "color", minimum=0)
+        key = check_int(key, self._rank, "split", "key")
+        self._open("split")
+        # MPI takes C ints; the contract takes any int64 color and key. So the
+        # ranks share theirs and pass MPI the positions, which order alike.
+        table = self._comm.allgather((color, key))
+        if color is None:
+            self._comm.Split(MPI.UNDEFINED, 0)  # MPI_COMM_NULL
+            return None
+        colors = sorted({c for c, _ in table if c is not None})
+        group = sorted((k, r) for r, (c, k) in enumerate(table) if c == color)
+        sub = self._comm.Split(colors.index(color), group.index((key, self._rank)))
+        return MpiComm(sub, _owned=True)
+
+    def free(self):
+        if not self._owned:
+            raise InvalidValue(
+                f"rank {self._rank}: free: the communicator MpiComm was built on (the world, or one its "
+                "caller owns) cannot be freed; only communicators returned by split can"
+            )
+        if self._freed:
+            return
+        self._comm.Free()
+        self._freed = True
