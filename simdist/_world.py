@@ -49,7 +49,11 @@ class World:
     else the first on ``PATH``) starts the ranks, each with an ``MpiComm``
     over ``MPI_COMM_WORLD``; ``start_method`` and ``slot_bytes`` do not
     apply. A failed run ends the MPI job (a rank blocked in MPI cannot be
-    unwound) and the next run starts a new one.
+    unwound) and the next run starts a new one. ``check_calls=True`` makes
+    the MPI ranks compare every collective's signature before running it
+    (like ``TORCH_DISTRIBUTED_DEBUG=DETAIL``), so mismatched calls raise
+    :class:`CollectiveMismatch` instead of hanging; the simulator always
+    does.
     """
 
     def __init__(
@@ -61,6 +65,7 @@ class World:
         start_method: str | None = None,
         slot_bytes: int | None = None,
         mpiexec: str | None = None,
+        check_calls: bool = False,
     ):
         if isinstance(size, bool) or not isinstance(size, int):
             raise InvalidType(f"World(size={size!r}): size must be an int >= 1")
@@ -86,7 +91,7 @@ class World:
         if backend == "mpi":
             from .mpi._driver import MpiDriver  # imported only when used
 
-            self._driver = MpiDriver(size, self.timeout, mpiexec)
+            self._driver = MpiDriver(size, self.timeout, mpiexec, check_calls=check_calls)
         else:
             self._driver = SimDriver(size, self.timeout, start_method, slot_bytes)
 
@@ -167,6 +172,8 @@ def run(
     timeout: float = 60.0,
     start_method: str | None = None,
     slot_bytes: int | None = None,
+    mpiexec: str | None = None,
+    check_calls: bool = False,
     **kwargs,
 ) -> list[Any]:
     """Run ``fn(comm, *args, **kwargs)`` once on a new world of ``size`` ranks.
@@ -174,5 +181,6 @@ def run(
     The keyword arguments named like :class:`World`'s configure the world;
     all others are passed to ``fn``.
     """
-    with World(size, backend=backend, timeout=timeout, start_method=start_method, slot_bytes=slot_bytes) as world:
+    options = dict(start_method=start_method, slot_bytes=slot_bytes, mpiexec=mpiexec, check_calls=check_calls)
+    with World(size, backend=backend, timeout=timeout, **options) as world:
         return world.run(fn, *args, **kwargs)

@@ -82,10 +82,11 @@ def _timeouts(sock: socket.socket, seconds: float) -> None:
 
 
 class MpiDriver(Driver):
-    def __init__(self, size: int, timeout: float, mpiexec: str | None = None):
+    def __init__(self, size: int, timeout: float, mpiexec: str | None = None, *, check_calls: bool = False):
         super().__init__()
         self.size = size
         self.timeout = timeout
+        self.check_calls = check_calls
         self.mpiexec = mpiexec or find_mpiexec()
         self.flavor = flavor(self.mpiexec)
         self._key = secrets.token_bytes(32)
@@ -119,6 +120,8 @@ class MpiDriver(Driver):
 
     def _environment(self) -> dict[str, str]:
         env = dict(os.environ, SIMDIST_AUTHKEY=self._key.hex())
+        if self.check_calls:
+            env["SIMDIST_CHECK_CALLS"] = "1"
         if self.flavor == "openmpi" and os.geteuid() == 0:
             env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
             env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")

@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C
     key = bytes.fromhex(os.environ.pop("SIMDIST_AUTHKEY"))
+    options = {"check_calls": True} if os.environ.pop("SIMDIST_CHECK_CALLS", "") == "1" else {}
     from mpi4py import MPI
 
     from ._comm import MpiComm
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
         where.__init__()
         outcome = execute(
             rank,
-            lambda: TrackedComm(MpiComm(MPI.COMM_WORLD), where),
+            lambda: TrackedComm(MpiComm(MPI.COMM_WORLD, **options), where),
             *msg[2:],
             started=lambda: set_state(USER),
             failed=lambda: set_state(FAILED),
