@@ -15,6 +15,7 @@ from ._errors import (
     RankError,
     SimdistError,
 )
+from ._worker import comm
 from ._world import World, run
 
 __version__ = "0.1.0"
@@ -24,6 +25,7 @@ __all__ = [
     "OPS",
     "World",
     "run",
+    "comm",
     "SimdistError",
     "RankError",
     "CollectiveMismatch",

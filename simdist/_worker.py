@@ -26,8 +26,25 @@ import traceback
 
 import cloudpickle
 
-from ._errors import CollectiveMismatch
+from ._errors import CollectiveMismatch, SimdistError
 from .sim._arena import Aborted
+
+_current = None  # the communicator of the function this rank is running
+
+
+def comm():
+    """The communicator of the rank this code runs on.
+
+    Inside a function run by ``World.run`` or a script run by ``simdist run``
+    it returns the same communicator the function was given; elsewhere it
+    raises SimdistError.
+    """
+    if _current is None:
+        raise SimdistError(
+            "simdist.comm() is only available on a rank: run the script with "
+            "`simdist run -n N script.py`, or call it inside a function passed to World.run"
+        )
+    return _current
 
 _PR_SET_PDEATHSIG = 1
 
@@ -125,13 +142,14 @@ def execute(rank: int, make_comm, payload: bytes, sys_path, cwd, log_levels, *, 
     ``make_comm()`` builds the rank's communicator; ``started``, ``failed``
     and ``returned`` are called when the function starts, raises, returns.
     """
+    global _current
     try:
         _configure(sys_path, cwd, log_levels)
         fn, args, kwargs = pickle.loads(payload)
-        comm = make_comm()
+        _current = make_comm()
         if started:
             started()
-        value = fn(comm, *args, **kwargs)
+        value = fn(_current, *args, **kwargs)
     except Aborted as exc:
         failed and failed()
         return "aborted", exc.reason
@@ -141,6 +159,8 @@ def execute(rank: int, make_comm, payload: bytes, sys_path, cwd, log_levels, *, 
     except BaseException as exc:
         failed and failed()
         return "error", (traceback.format_exc(), _pickled_or_none(exc))
+    finally:
+        _current = None
     if returned:
         returned()
     try:

@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 
+from ._script import run_script
 from ._world import World
 
 
@@ -54,13 +55,42 @@ def _print_demo(report: dict) -> None:
         print(f"  {key.replace('_', ' '):<28} {'yes' if report[key] else 'NO'}")
 
 
+def _run(parser, args) -> int:
+    if args.size < 1:
+        parser.error(f"-n must be >= 1, got {args.size}")
+    if args.timeout <= 0:
+        parser.error(f"--timeout must be > 0, got {args.timeout}")
+    if args.module:
+        target, rest = args.module, args.args
+    elif args.args:
+        target, rest = args.args[0], args.args[1:]
+    else:
+        parser.error("simdist run: give a script or -m module")
+    outcome = run_script(target, rest, args.size, module=bool(args.module), backend=args.backend, timeout=args.timeout)
+    if outcome.error:
+        print(outcome.error, file=sys.stderr)
+    return outcome.status
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="simdist", description="Simulated distributed worlds with deterministic collectives.")
     sub = parser.add_subparsers(dest="command", required=True)
     p_demo = sub.add_parser("demo", help="run a few collectives on a simulated world and check them")
     p_demo.add_argument("-n", "--size", type=int, default=4, help="number of ranks (default 4)")
     p_demo.add_argument("--json", metavar="FILE", help="also write the report as JSON ('-' for stdout)")
+    p_run = sub.add_parser(
+        "run",
+        help="run an SPMD script on N ranks (like mpiexec); inside, simdist.comm() is the rank's communicator",
+        usage="simdist run -n N [--backend sim|mpi] [--timeout S] (script.py | -m module) [args ...]",
+    )
+    p_run.add_argument("-n", "--size", type=int, required=True, help="number of ranks")
+    p_run.add_argument("--backend", choices=("sim", "mpi"), default="sim", help="simulator (default) or real MPI")
+    p_run.add_argument("--timeout", type=float, default=60.0, help="seconds without progress before a hang is reported (default 60)")
+    p_run.add_argument("-m", dest="module", metavar="module", help="run a module as __main__, like python -m")
+    p_run.add_argument("args", nargs=argparse.REMAINDER, help="the script and its arguments")
     args = parser.parse_args(argv)
+    if args.command == "run":
+        return _run(parser, args)
     if args.command == "demo":
         if args.size < 1:
             parser.error(f"-n must be >= 1, got {args.size}")

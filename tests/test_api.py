@@ -21,6 +21,7 @@ EXPECTED_ALL = [
     "OPS",
     "World",
     "run",
+    "comm",
     "SimdistError",
     "RankError",
     "CollectiveMismatch",
