@@ -158,3 +158,36 @@ def test_mpi_ranks_and_mpiexec_die_with_a_killed_driver(tmp_path):
         if driver.poll() is None:
             driver.kill()
             driver.wait()
+
+
+def test_ctrl_c_in_the_driver_leaves_no_mpi_process(tmp_path):
+    script = tmp_path / "driver.py"
+    script.write_text(textwrap.dedent("""
+        import os, numpy as np, simdist
+        w = simdist.World(2, backend="mpi", timeout=600)
+        os.write(1, (" ".join(map(str, w.pids + [w._driver._job.pid])) + "\\n").encode())
+        def program(comm):
+            if comm.rank == 0:
+                while True:
+                    pass
+            comm.barrier()
+        try:
+            w.run(program)
+        except KeyboardInterrupt:
+            os.write(1, b"interrupted\\n")
+            w.close()
+    """))
+    restore_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
+    driver = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, cwd=tmp_path,
+                              preexec_fn=restore_sigint)
+    try:
+        pids = [int(p) for p in driver.stdout.readline().split()]
+        time.sleep(0.5)
+        driver.send_signal(signal.SIGINT)
+        assert driver.stdout.readline().strip() == b"interrupted"
+        assert driver.wait(30) == 0
+        assert wait_gone(pids, within=15) == []
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
