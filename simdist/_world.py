@@ -16,6 +16,7 @@ import cloudpickle
 
 from ._driver import log_levels
 from ._errors import CollectiveMismatch, CollectiveTimeout, InvalidType, InvalidValue, RankDied, RankError, SimdistError
+from ._orders import ORDERS
 from .sim._driver import START_METHODS, SimDriver
 
 __all__ = ["World", "run"]
@@ -54,6 +55,12 @@ class World:
     (like ``TORCH_DISTRIBUTED_DEBUG=DETAIL``), so mismatched calls raise
     :class:`CollectiveMismatch` instead of hanging; the simulator always
     does.
+
+    ``order`` names the simulator's reduction order: ``"fold"`` (the
+    canonical rank-ascending left fold), or the order of an algorithm of
+    real MPI libraries, ``"ring"`` or ``"recursive_doubling"`` (see
+    :mod:`simdist.reference`), to compare a backend pinned to that
+    algorithm bit for bit. Every order is deterministic.
     """
 
     def __init__(
@@ -66,6 +73,7 @@ class World:
         slot_bytes: int | None = None,
         mpiexec: str | None = None,
         check_calls: bool = False,
+        order: str = "fold",
     ):
         if isinstance(size, bool) or not isinstance(size, int):
             raise InvalidType(f"World(size={size!r}): size must be an int >= 1")
@@ -93,7 +101,9 @@ class World:
 
             self._driver = MpiDriver(size, self.timeout, mpiexec, check_calls=check_calls)
         else:
-            self._driver = SimDriver(size, self.timeout, start_method, slot_bytes)
+            if order not in ORDERS:
+                raise InvalidValue(f"World(order={order!r}): use one of {', '.join(ORDERS)}")
+            self._driver = SimDriver(size, self.timeout, start_method, slot_bytes, order)
 
     def close(self) -> None:
         """Stop every worker and release the shared memory. Idempotent."""
@@ -174,6 +184,7 @@ def run(
     slot_bytes: int | None = None,
     mpiexec: str | None = None,
     check_calls: bool = False,
+    order: str = "fold",
     **kwargs,
 ) -> list[Any]:
     """Run ``fn(comm, *args, **kwargs)`` once on a new world of ``size`` ranks.
@@ -181,6 +192,6 @@ def run(
     The keyword arguments named like :class:`World`'s configure the world;
     all others are passed to ``fn``.
     """
-    options = dict(start_method=start_method, slot_bytes=slot_bytes, mpiexec=mpiexec, check_calls=check_calls)
+    options = dict(start_method=start_method, slot_bytes=slot_bytes, mpiexec=mpiexec, check_calls=check_calls, order=order)
     with World(size, backend=backend, timeout=timeout, **options) as world:
         return world.run(fn, *args, **kwargs)

@@ -261,3 +261,31 @@ def test_results_are_identical_under_every_start_method(start_method):
             assert_bits(got[i + 1], left_fold("mean", xs), what + " mean")
             assert_bits(got[i + 2], left_fold("sum", [b[rank] for b in bs]), what + " reduce_scatter")
         i += 3
+
+
+@pytest.mark.parametrize("order", ["ring", "recursive_doubling"])
+@pytest.mark.parametrize("slot_bytes", [None, 4096])
+def test_named_orders_give_the_bits_of_that_algorithm_on_every_rank(order, slot_bytes):
+    from simdist import _orders
+
+    def program(comm):
+        x = values("float32", (2, 1501), seed=7, rank=comm.rank)
+        blocks = values("float32", (comm.size, 301), seed=8, rank=comm.rank)
+        return x, blocks, comm.allreduce(x), comm.reduce(x, root=2, op="mean"), comm.reduce_scatter(blocks)
+
+    with simdist.World(5, order=order, slot_bytes=slot_bytes, timeout=TIMEOUT) as world:
+        results = world.run(program)
+    xs = [r[0] for r in results]
+    expected = _orders.in_order(order, "sum", xs)
+    assert expected.tobytes() != left_fold("sum", xs).tobytes(), "the data must tell the orders apart"
+    expected_blocks = _orders.in_order(order, "sum", [r[1] for r in results])
+    for rank, (_, _, total, mean, block) in enumerate(results):
+        assert_bits(total, expected, f"{order} allreduce on rank {rank}")
+        assert (mean is None) == (rank != 2)
+        assert_bits(block, expected_blocks[rank], f"{order} reduce_scatter on rank {rank}")
+    assert_bits(results[2][3], _orders.in_order(order, "mean", xs), f"{order} mean")
+
+
+def test_an_unknown_order_is_refused():
+    with pytest.raises(simdist.InvalidValue, match="order='tree'"):
+        simdist.World(2, order="tree")

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import simdist
+import simdist.mpi._driver
 from conftest import alive, mpiexec_or_skip, wait_gone
 
 MPIEXEC = mpiexec_or_skip()
@@ -191,3 +192,22 @@ def test_ctrl_c_in_the_driver_leaves_no_mpi_process(tmp_path):
         if driver.poll() is None:
             driver.kill()
             driver.wait()
+
+
+@pytest.mark.parametrize("order, algorithm", [("ring", 4), ("recursive_doubling", 3)])
+def test_simulator_in_a_named_order_equals_open_mpi_pinned_to_that_algorithm(monkeypatch, order, algorithm):
+    if simdist.mpi._driver.flavor(MPIEXEC) != "openmpi":
+        pytest.skip("the algorithm numbers are Open MPI's")
+    monkeypatch.setenv("OMPI_MCA_coll_tuned_use_dynamic_rules", "1")
+    monkeypatch.setenv("OMPI_MCA_coll_tuned_allreduce_algorithm", str(algorithm))
+
+    def program(comm):  # mixed magnitudes: every association gives other bits
+        rng = np.random.default_rng(comm.rank)
+        x = (rng.standard_normal(1001) * 10.0 ** rng.integers(-6, 6, 1001)).astype(np.float32)
+        return comm.allreduce(x)
+
+    on_mpi = simdist.run(program, 5, backend="mpi", timeout=TIMEOUT)
+    in_order = simdist.run(program, 5, order=order)
+    canonical = simdist.run(program, 5)
+    assert all(a.tobytes() == in_order[0].tobytes() for a in on_mpi + in_order)
+    assert canonical[0].tobytes() != in_order[0].tobytes()

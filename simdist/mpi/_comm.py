@@ -42,12 +42,36 @@ library's choice is kept: the point of this backend is to run real MPI):
   or an (op, dtype) pair, the library does not support raises
   :class:`simdist.InvalidType` naming the backend, the call and the reason.
 - **Mismatched calls** (other collectives, dtypes, shapes, ops or roots on
-  different ranks) are not detected: MPI may hang, fail or mix data. Two
-  cases are caught because they are common and cost nothing: a root whose
-  broadcast or scatter argument is invalid tells the non-roots, so every
-  rank raises instead of waiting; and a non-root that passes broadcast an
-  array of another dtype or shape than root's raises CollectiveMismatch,
-  on that rank only, after the transfer.
+  different ranks) are not detected by default: MPI may hang, fail or mix
+  data. Two cases are caught because they are common and cost nothing: a
+  root whose broadcast or scatter argument is invalid tells the non-roots,
+  so every rank raises instead of waiting; and a non-root that passes
+  broadcast an array of another dtype or shape than root's raises
+  CollectiveMismatch, on that rank only, after the transfer.
+- **check_calls=True** (``World(backend="mpi", check_calls=True)``) detects
+  them as the simulator does. Before every collective (send and recv are
+  not collective and are not checked) each rank allgathers a fixed-width
+  int64 row: the simulator's signature (kind, sequence number on this
+  communicator, op, root, dtype code, ndim, shape; "no array" for a
+  non-root's ``None`` in broadcast/scatter) with the shape padded to 8
+  words, then split's color and key, which are not compared. Every rank
+  makes that same Allgather whatever collective it means to call, so
+  different collectives meet there too. The rows are compared by the
+  simulator's rules, with its messages (``simdist.sim._signature``), and a
+  mismatch raises CollectiveMismatch on every rank of the call before any
+  data moves; the communicator stays usable, and sub-communicators from
+  ``split`` check their calls too. The cost is that one Allgather of 128
+  bytes per collective (a second one only for arrays of more than 8
+  dimensions); broadcast and scatter read root's dtype and shape from the
+  rows instead of a pickled ``bcast``, split its colors and keys, and
+  barrier is the Allgather alone. What the simulator also catches but this
+  cannot: a rank that returns from the function, or waits in send/recv or
+  in a collective of another communicator, while its peers wait in a
+  collective. The peers then wait in the signature Allgather until the
+  world's timeout, a CollectiveTimeout whose report names each rank's call,
+  where the simulator raises CollectiveMismatch at once. A rank whose own
+  arguments are invalid raises before it signs, as on the simulator; its
+  peers wait, and the run ends as a RankError after the grace period.
 - **Tags** must not exceed MPI_TAG_UB (2**31 - 1 in Open MPI; the standard
   guarantees only 32767); the simulator takes any tag below 2**63.
 - **free** releases the communicators ``split`` returns; the one an
@@ -62,10 +86,11 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from .._checks import DTYPES, as_input, check_blocks, check_int, check_op, check_rank_arg, where
+from .._checks import DTYPE_CODE, DTYPES, OP_CODE, as_input, check_blocks, check_int, check_op, check_rank_arg, where
 from .._communicator import Communicator
 from .._errors import CollectiveMismatch, InvalidArgument, InvalidType, InvalidValue, SimdistError
 from .._reduction import quiet_fp
+from ..sim import _signature as sig
 
 __all__ = ["MpiComm"]
 
@@ -95,6 +120,17 @@ _LOGICAL = frozenset(("land", "lor", "lxor"))
 # uint32 additions wrap modulo 2**32, and narrowing keeps the low bits.
 _WIDE = np.dtype(np.uint32)
 _WIDENED = frozenset(dt for dt in DTYPES if dt.kind in "iu" and dt.itemsize < _WIDE.itemsize)
+
+# check_calls: the signature row every rank shares before a collective. The
+# simulator's words (kind, seq, op, root, dtype code, ndim, shape...), the
+# shape padded with zeros to _DIMS words; then split's color and key, which
+# are not compared (the split itself needs them). A shape of more than _DIMS
+# dimensions follows in a second Allgather of _MAX_DIMS words per rank.
+_K = sig.KIND_CODE
+_DIMS = 8
+_COMPARED = sig.HEAD_WORDS + _DIMS
+_ROW = _COMPARED + 2
+_MAX_DIMS = 64
 
 
 def _unsupported(rank: int, name: str, dtype: np.dtype) -> InvalidType:
@@ -139,7 +175,7 @@ class MpiComm(Communicator):
     owned, and ``free`` releases them.
     """
 
-    def __init__(self, comm, *, _owned: bool = False):
+    def __init__(self, comm, *, check_calls: bool = False, _owned: bool = False, _name: str | None = None):
         if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
             raise InvalidType(f"MpiComm: comm={comm!r} must be an mpi4py intracommunicator, such as MPI.COMM_WORLD")
         self._comm = comm
@@ -148,13 +184,29 @@ class MpiComm(Communicator):
         self._owned = _owned
         self._freed = False
         self._tag_ub = MPI.COMM_WORLD.Get_attr(MPI.TAG_UB)
+        self._check = bool(check_calls)
+        if self._check:
+            if _name is None:
+                same = MPI.Comm.Compare(comm, MPI.COMM_WORLD) in (MPI.IDENT, MPI.CONGRUENT)
+                _name = "the world" if same else "the communicator"
+            self._name = _name
+            self._seq = 0  # collectives called on this communicator
+            self._row = np.zeros(_ROW, np.int64)
+            self._rows = np.zeros((self._size, _ROW), np.int64)
+            self._row_bufs = ([self._row, MPI.INT64_T], [self._rows, MPI.INT64_T])
+            self._shapes = None  # every rank's full shape, after a second Allgather
 
     @classmethod
-    def world(cls) -> "MpiComm":
+    def world(cls, *, check_calls: bool = False) -> "MpiComm":
         """Every process of the MPI job, on a duplicate of MPI_COMM_WORLD so
         that direct mpi4py traffic on COMM_WORLD never mixes with this
         communicator's. Collective over every process of the job."""
-        return cls(MPI.COMM_WORLD.Dup())
+        return cls(MPI.COMM_WORLD.Dup(), check_calls=check_calls)
+
+    @property
+    def check_calls(self) -> bool:
+        """Whether every collective first compares the ranks' signatures."""
+        return self._check
 
     @property
     def rank(self) -> int:
@@ -173,6 +225,57 @@ class MpiComm(Communicator):
         if datatype is None:
             raise _unsupported(self._rank, name, dtype)
         return datatype
+
+    # -- check_calls ------------------------------------------------------------
+    def _sign(self, kind: int, x: np.ndarray | None = None, op: int = 0, root: int = -1, extra=()) -> np.ndarray:
+        """Share this call's signature with every rank (one Allgather of a
+        fixed-width row) and raise CollectiveMismatch, on every rank alike,
+        unless the calls match by the simulator's rules. Returns the rows,
+        one per rank; ``extra`` fills the words after the compared ones.
+
+        Every rank makes this same Allgather whatever collective it is
+        about to call, so different collectives meet here too.
+        """
+        self._seq += 1
+        row, rows = self._row, self._rows
+        row.fill(0)
+        if x is None:
+            ndim = -1
+            row[: sig.HEAD_WORDS] = (kind, self._seq, op, root, 0, -1)
+        else:
+            ndim = x.ndim
+            head = (kind, self._seq, op, root, DTYPE_CODE[x.dtype], ndim, *x.shape[:_DIMS])
+            row[: len(head)] = head
+        if extra:
+            row[_COMPARED:] = extra
+        self._comm.Allgather(*self._row_bufs)
+        self._shapes = None
+        same = rows.tobytes() == row.tobytes() * self._size  # the common case: identical rows
+        if (ndim if same else rows[:, 5].max()) > _DIMS:  # the same answer on every rank
+            self._gather_shapes(x)
+            same = same and bool((self._shapes == self._shapes[0]).all())
+        if same:
+            return rows
+        sigs = {r: self._signature(r) for r in range(self._size)}
+        sig.check_match(self._name, sigs)
+        return rows
+
+    def _gather_shapes(self, x) -> None:
+        """Second round, for shapes of more than _DIMS dimensions."""
+        mine = np.zeros(_MAX_DIMS, np.int64)
+        if x is not None and x.ndim:
+            mine[: min(x.ndim, _MAX_DIMS)] = x.shape[:_MAX_DIMS]
+        self._shapes = np.empty((self._size, _MAX_DIMS), np.int64)
+        self._comm.Allgather([mine, MPI.INT64_T], [self._shapes, MPI.INT64_T])
+
+    def _signature(self, rank: int) -> tuple[int, ...]:
+        """Rank ``rank``'s row of the last call in the simulator's format."""
+        row = self._rows[rank]
+        ndim = int(row[5])
+        head = tuple(int(w) for w in row[: sig.HEAD_WORDS])
+        if ndim <= _DIMS:
+            return head + tuple(int(w) for w in row[sig.HEAD_WORDS : sig.HEAD_WORDS + max(ndim, 0)])
+        return head + tuple(int(w) for w in self._shapes[rank, : min(ndim, _MAX_DIMS)])
 
     # -- reductions -----------------------------------------------------------
     def allreduce(self, x, op="sum"):
@@ -193,6 +296,8 @@ class MpiComm(Communicator):
         elif name == "reduce_scatter":
             check_blocks(x, self._size, me, name)
         check_op(op, x.dtype, me, name)
+        if self._check:
+            self._sign(_K[name], x, OP_CODE[op], root if name == "reduce" else -1)
         self._type(x.dtype, name)
         send = x.astype(_WIDE, order="C") if op == "sum" and x.dtype in _WIDENED else np.ascontiguousarray(x)
         datatype, mpi_op = TYPES[send.dtype], (_BOOL_OPS if x.dtype.kind == "b" else _OPS)[op]
@@ -216,10 +321,13 @@ class MpiComm(Communicator):
 
     # -- data movement ----------------------------------------------------------
     def _from_root(self, x, root: int, name: str):
-        """Broadcast root's checked dtype and shape; returns ``(x, dtype, shape)``.
+        """Share root's checked dtype and shape; returns ``(x, dtype, shape)``.
 
         If root's ``x`` is invalid, root sends the error instead, so that
-        every rank raises rather than the non-roots waiting for data.
+        every rank raises rather than the non-roots waiting for data. Without
+        check_calls the metadata is a small pickled ``bcast``; with it, the
+        signature rows carry root's dtype and shape, and the ``bcast`` is
+        made only to send an error.
         """
         me = self._rank
         meta = None
@@ -232,7 +340,22 @@ class MpiComm(Communicator):
                 meta = (x.dtype.str, x.shape)
             except InvalidArgument as exc:
                 meta = exc
-        meta = self._comm.bcast(meta, root)
+        if self._check:
+            if me == root:
+                signed = None if isinstance(meta, InvalidArgument) else x
+            else:  # an invalid array is signed as None and raises after the transfer, as unchecked
+                try:
+                    signed = None if x is None else as_input(x, me, name)
+                except InvalidArgument:
+                    signed = None
+            self._sign(_K[name], signed, 0, root)
+            head = self._signature(root)
+            if head[5] < 0:  # root could not send: the error follows
+                meta = self._comm.bcast(meta, root)
+            else:
+                meta = (DTYPES[head[4] - 1], head[sig.HEAD_WORDS :])
+        else:
+            meta = self._comm.bcast(meta, root)
         if isinstance(meta, InvalidArgument):
             if me == root:
                 raise meta
@@ -273,6 +396,8 @@ class MpiComm(Communicator):
     def allgather(self, x):
         self._open("allgather")
         x = as_input(x, self._rank, "allgather")
+        if self._check:
+            self._sign(_K["allgather"], x)
         datatype = self._type(x.dtype, "allgather")
         out = np.empty((self._size, *x.shape), x.dtype)
         self._comm.Allgather([np.ascontiguousarray(x), datatype], [out, datatype])
@@ -282,6 +407,8 @@ class MpiComm(Communicator):
         self._open("gather")
         x = as_input(x, self._rank, "gather")
         root = check_rank_arg(root, self._size, self._rank, "gather", "root")
+        if self._check:
+            self._sign(_K["gather"], x, 0, root)
         datatype = self._type(x.dtype, "gather")
         out = np.empty((self._size, *x.shape), x.dtype) if self._rank == root else None
         self._comm.Gather([np.ascontiguousarray(x), datatype], None if out is None else [out, datatype], root)
@@ -291,6 +418,8 @@ class MpiComm(Communicator):
         self._open("alltoall")
         x = as_input(x, self._rank, "alltoall")
         check_blocks(x, self._size, self._rank, "alltoall")
+        if self._check:
+            self._sign(_K["alltoall"], x)
         datatype = self._type(x.dtype, "alltoall")
         out = np.empty(x.shape, x.dtype)
         self._comm.Alltoall([np.ascontiguousarray(x), datatype], [out, datatype])
@@ -298,6 +427,9 @@ class MpiComm(Communicator):
 
     def barrier(self):
         self._open("barrier")
+        if self._check:
+            self._sign(_K["barrier"])  # an Allgather: no rank leaves it before every rank entered
+            return
         self._comm.Barrier()
 
     # -- point to point ---------------------------------------------------------
@@ -336,13 +468,20 @@ class MpiComm(Communicator):
         self._open("split")
         # MPI takes C ints; the contract takes any int64 color and key. So the
         # ranks share theirs and pass MPI the positions, which order alike.
-        table = self._comm.allgather((color, key))
+        # With check_calls they travel in the signature rows (None as -1).
+        if self._check:
+            rows = self._sign(_K["split"], extra=(-1 if color is None else color, key))
+            table = [(None if c < 0 else c, k) for c, k in rows[:, _COMPARED:].tolist()]
+        else:
+            table = self._comm.allgather((color, key))
         if color is None:
             self._comm.Split(MPI.UNDEFINED, 0)  # MPI_COMM_NULL
             return None
         colors = sorted({c for c, _ in table if c is not None})
         group = sorted((k, r) for r, (c, k) in enumerate(table) if c == color)
         sub = self._comm.Split(colors.index(color), group.index((key, self._rank)))
+        if self._check:
+            return MpiComm(sub, check_calls=True, _owned=True, _name=f"a sub-communicator (color {color})")
         return MpiComm(sub, _owned=True)
 
     def free(self):
@@ -353,5 +492,7 @@ class MpiComm(Communicator):
             )
         if self._freed:
             return
+        if self._check:
+            self._sign(_K["free"])
         self._comm.Free()
         self._freed = True

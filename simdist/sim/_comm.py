@@ -21,6 +21,7 @@ import numpy as np
 from .._checks import DTYPE_CODE, DTYPES, OP_CODE, as_input, check_blocks, check_int, check_op, check_rank_arg
 from .._communicator import Communicator
 from .._errors import InvalidValue, SimdistError
+from .._orders import in_order
 from .._reduction import fold, fold_new, fold_ufunc
 from . import _signature as sig
 from ._arena import CALL, S_CTX, S_PROGRESS, S_SLEEPING, S_STATE, USER, fence
@@ -44,7 +45,7 @@ class SimComm(Communicator):
     ``ctx`` is the context index its members' control entries use.
     """
 
-    def __init__(self, arena, mailboxes: Mailboxes, members: list[int], ctx: int, epoch: int = 0):
+    def __init__(self, arena, mailboxes: Mailboxes, members: list[int], ctx: int, epoch: int = 0, order: str = "fold"):
         me = arena.rank
         lay = arena.layout
         self._arena = arena
@@ -73,6 +74,7 @@ class SimComm(Communicator):
         self._last_sig_bytes = 0
         self._peer_sleeping = [(lay.status_word(m, S_SLEEPING), m) for m in self._peers]
         self._name = comm_name(ctx)
+        self._order = order
 
     @property
     def rank(self) -> int:
@@ -180,7 +182,7 @@ class SimComm(Communicator):
                 return self._small_allreduce(x, plan)
         x = as_input(x, self._rank, "allreduce")
         check_op(op, x.dtype, self._rank, "allreduce")
-        if x.nbytes <= min(SMALL_REDUCTION, self._slot_bytes) and not self._freed:
+        if x.nbytes <= min(SMALL_REDUCTION, self._slot_bytes) and not self._freed and self._order == "fold":
             plan = self._small_plan(x, op)
             if plan is not None:
                 return self._small_allreduce(x, plan)
@@ -243,6 +245,8 @@ class SimComm(Communicator):
         try:
             out = np.empty(x.shape, x.dtype) if root < 0 or root == self._rank else None
             flat = np.ascontiguousarray(x).reshape(-1)
+            if self._order != "fold":
+                return self._reduce_in_order(flat, out, op, nbytes)
             out_flat = out.reshape(-1) if out is not None else None
             if self._size == 1 or x.nbytes <= SMALL_REDUCTION:
                 self._fold_everywhere(flat, out_flat, op, nbytes)
@@ -251,6 +255,17 @@ class SimComm(Communicator):
             return out
         finally:
             self._end()
+
+    def _reduce_in_order(self, flat, out, op, nbytes):
+        # A named order (see simdist._orders) depends on where each element
+        # sits in the whole array, so the ranks exchange whole inputs and
+        # each computes the order on its own: the same bits everywhere.
+        parts = np.empty((self._size, flat.size), flat.dtype) if out is not None else None
+        self._gather_phases(flat, parts, nbytes)
+        if out is None:
+            return None
+        out.reshape(-1)[...] = in_order(self._order, op, list(parts))
+        return out
 
     def _fold_everywhere(self, flat, out_flat, op, nbytes):
         n, cap = flat.size, self._chunk(flat.dtype)
@@ -310,6 +325,10 @@ class SimComm(Communicator):
             out = np.empty(x.shape[1:], x.dtype)
             blocks = np.ascontiguousarray(x).reshape(size, -1)
             out_flat = out.reshape(-1)
+            if self._order != "fold":  # block r of the allreduce in that order
+                whole = self._reduce_in_order(blocks.reshape(-1), np.empty(x.shape, x.dtype), op, nbytes)
+                out[...] = whole[me]
+                return out
             self._blockwise(blocks, nbytes, lambda views, lo, hi: fold(op, [v[me] for v in views], out_flat[lo:hi], size))
             return out
         finally:
@@ -372,25 +391,28 @@ class SimComm(Communicator):
         try:
             size, me = self._size, self._rank
             out = np.empty((size, *x.shape), x.dtype) if root < 0 or root == me else None
-            out2 = out.reshape(size, -1) if out is not None else None
-            flat = np.ascontiguousarray(x).reshape(-1)
-            n, cap = flat.size, self._chunk(x.dtype)
-            for lo in range(0, max(n, 1), cap):
-                hi = min(n, lo + cap)
-                views = self._flat_views(x.dtype, hi - lo)
-                if lo:
-                    self._release()
-                views[me][...] = flat[lo:hi]
-                self._arrive()
-                if not lo:
-                    self._check(nbytes)
-                if out2 is not None:
-                    for j, v in enumerate(views):
-                        out2[j, lo:hi] = v
-                self._done()
+            self._gather_phases(np.ascontiguousarray(x).reshape(-1), out, nbytes)
             return out
         finally:
             self._end()
+
+    def _gather_phases(self, flat, out, nbytes):
+        """Every member's ``flat`` into ``out`` (``(size, ...)``, or None)."""
+        out2 = out.reshape(self._size, -1) if out is not None else None
+        n, cap = flat.size, self._chunk(flat.dtype)
+        for lo in range(0, max(n, 1), cap):
+            hi = min(n, lo + cap)
+            views = self._flat_views(flat.dtype, hi - lo)
+            if lo:
+                self._release()
+            views[self._rank][...] = flat[lo:hi]
+            self._arrive()
+            if not lo:
+                self._check(nbytes)
+            if out2 is not None:
+                for j, v in enumerate(views):
+                    out2[j, lo:hi] = v
+            self._done()
 
     def scatter(self, x, root=0):
         root = check_rank_arg(root, self._size, self._rank, "scatter", "root")
@@ -536,7 +558,7 @@ class SimComm(Communicator):
         ranks = [j for _, j in group]
         epoch = int(arrive[ranks, ctx].max())
         arena.free_contexts &= ~(1 << ctx)
-        return SimComm(arena, self._mail, [self._members[j] for j in ranks], ctx, epoch)
+        return SimComm(arena, self._mail, [self._members[j] for j in ranks], ctx, epoch, self._order)
 
     def free(self):
         if self._ctx == 0:

@@ -53,8 +53,9 @@ class _Worker:
 
 
 class SimDriver(Driver):
-    def __init__(self, size: int, timeout: float, start_method: str, slot_bytes: int | None):
+    def __init__(self, size: int, timeout: float, start_method: str, slot_bytes: int | None, order: str = "fold"):
         super().__init__()
+        self.order = order
         self.size = size
         self.timeout = timeout
         self.start_method = start_method
@@ -99,7 +100,7 @@ class SimDriver(Driver):
             parent, child = self._mp.Pipe()
             proc = self._mp.Process(
                 target=_worker.main,
-                args=(rank, layout_args, fd, child, lifeline, inherited),
+                args=(rank, layout_args, fd, child, lifeline, inherited, self.order),
                 name=f"simdist-rank-{rank}",
                 daemon=True,
             )

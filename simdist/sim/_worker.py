@@ -22,7 +22,7 @@ def _pin(rank: int, size: int) -> None:
         os.sched_setaffinity(0, {cpus[rank]})
 
 
-def main(rank: int, layout_args: dict, shared_fd, conn, lifeline, inherited_write_end) -> None:
+def main(rank: int, layout_args: dict, shared_fd, conn, lifeline, inherited_write_end, order: str = "fold") -> None:
     """Entry point of a worker process."""
     die_with_parent()
     watch_lifeline(lifeline, inherited_write_end)
@@ -39,11 +39,11 @@ def main(rank: int, layout_args: dict, shared_fd, conn, lifeline, inherited_writ
             break
         if msg[0] == "exit":
             break
-        channel.send(("done", msg[1], *_run(arena, rank, *msg[2:])))
+        channel.send(("done", msg[1], *_run(arena, rank, order, *msg[2:])))
     arena.close()
 
 
-def _run(arena: Arena, rank: int, payload: bytes, sys_path, cwd, log_levels):
+def _run(arena: Arena, rank: int, order: str, payload: bytes, sys_path, cwd, log_levels):
     """Run one function on this rank; return (outcome, data)."""
     q = arena.q
     state = arena.layout.status_word(rank, S_STATE)
@@ -57,7 +57,7 @@ def _run(arena: Arena, rank: int, payload: bytes, sys_path, cwd, log_levels):
 
     return execute(
         rank,
-        lambda: SimComm(arena, Mailboxes(arena), list(range(arena.size)), 0),
+        lambda: SimComm(arena, Mailboxes(arena), list(range(arena.size)), 0, order=order),
         payload, sys_path, cwd, log_levels,
         started=lambda: set_state(USER),
         failed=lambda: set_state(FAILED),
