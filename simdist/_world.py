@@ -7,6 +7,7 @@ per-rank outcomes into a list of return values or one exception.
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import sys
@@ -165,11 +166,23 @@ class World:
         return [pickle.loads(outcomes[r][1]) for r in range(self.size)]
 
 
+class _DriverUnpickler(pickle.Unpickler):
+    """Refuses mpi4py's classes: importing ``mpi4py.MPI`` would start MPI in
+    the driver (and leave a segment in /dev/shm)."""
+
+    def find_class(self, module, name):
+        if module.split(".")[0] == "mpi4py":
+            raise pickle.UnpicklingError(f"{module}.{name} is not unpickled in the driver")
+        return super().find_class(module, name)
+
+
 def _unpickle(data):
+    """A rank's exception, or None where it cannot be rebuilt here (the
+    traceback text always reaches the driver)."""
     if data is None:
         return None
     try:
-        return pickle.loads(data)
+        return _DriverUnpickler(io.BytesIO(data)).load()
     except Exception:
         return None
 

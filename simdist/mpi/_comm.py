@@ -131,6 +131,9 @@ _DIMS = 8
 _COMPARED = sig.HEAD_WORDS + _DIMS
 _ROW = _COMPARED + 2
 _MAX_DIMS = 64
+_ROOT_ARRAY = frozenset((_K["broadcast"], _K["scatter"]))  # where non-roots may sign None
+# A row signing None, from the dtype code on (the words before are root's).
+_NONE_TAIL = np.array([0, -1] + [0] * (_ROW - sig.HEAD_WORDS), np.int64).tobytes()
 
 
 def _unsupported(rank: int, name: str, dtype: np.dtype) -> InvalidType:
@@ -172,7 +175,10 @@ class MpiComm(Communicator):
 
     ``MpiComm(comm)`` uses ``comm`` without owning it; ``MpiComm.world()``
     is every process of the MPI job. Communicators returned by ``split`` are
-    owned, and ``free`` releases them.
+    owned, and ``free`` releases them. ``check_calls=True`` makes every
+    collective first compare the ranks' call signatures, so mismatched calls
+    raise :class:`simdist.CollectiveMismatch` on every rank (see the module
+    docstring); communicators returned by ``split`` inherit it.
     """
 
     def __init__(self, comm, *, check_calls: bool = False, _owned: bool = False, _name: str | None = None):
@@ -250,15 +256,27 @@ class MpiComm(Communicator):
             row[_COMPARED:] = extra
         self._comm.Allgather(*self._row_bufs)
         self._shapes = None
-        same = rows.tobytes() == row.tobytes() * self._size  # the common case: identical rows
-        if (ndim if same else rows[:, 5].max()) > _DIMS:  # the same answer on every rank
+        # The common cases, decided alike on every rank from the same rows:
+        # identical rows, or non-roots of broadcast/scatter signing None.
+        rows_bytes = rows.tobytes()
+        uniform = rows_bytes == row.tobytes() * self._size
+        same = uniform or (kind in _ROOT_ARRAY and self._only_nones_differ(rows_bytes, root))
+        if (ndim if uniform else int(rows[:, 5].max())) > _DIMS:
             self._gather_shapes(x)
-            same = same and bool((self._shapes == self._shapes[0]).all())
+            same = uniform and bool((self._shapes == self._shapes[0]).all())
         if same:
             return rows
         sigs = {r: self._signature(r) for r in range(self._size)}
         sig.check_match(self._name, sigs)
         return rows
+
+    @staticmethod
+    def _only_nones_differ(rows_bytes: bytes, root: int) -> bool:
+        """Every row is root's, or root's call with None for the array."""
+        width = 8 * _ROW
+        ref = rows_bytes[root * width : (root + 1) * width]
+        none = ref[: 8 * 4] + _NONE_TAIL  # kind, seq, op, root as root's
+        return all(rows_bytes[i : i + width] in (ref, none) for i in range(0, len(rows_bytes), width))
 
     def _gather_shapes(self, x) -> None:
         """Second round, for shapes of more than _DIMS dimensions."""
@@ -348,12 +366,13 @@ class MpiComm(Communicator):
                     signed = None if x is None else as_input(x, me, name)
                 except InvalidArgument:
                     signed = None
-            self._sign(_K[name], signed, 0, root)
-            head = self._signature(root)
-            if head[5] < 0:  # root could not send: the error follows
+            rows = self._sign(_K[name], signed, 0, root)
+            code, ndim = rows[root, 4:6].tolist()
+            if ndim < 0:  # root could not send: the error follows
                 meta = self._comm.bcast(meta, root)
             else:
-                meta = (DTYPES[head[4] - 1], head[sig.HEAD_WORDS :])
+                dims = self._shapes[root] if ndim > _DIMS else rows[root, sig.HEAD_WORDS :]
+                meta = (DTYPES[code - 1], dims[:ndim].tolist())
         else:
             meta = self._comm.bcast(meta, root)
         if isinstance(meta, InvalidArgument):
