@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 
+from ._check_cli import add_parser as add_check, run as run_check
 from ._script import run_script
 from ._world import World
 
@@ -88,9 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--timeout", type=float, default=60.0, help="seconds without progress before a hang is reported (default 60)")
     p_run.add_argument("-m", dest="module", metavar="module", help="run a module as __main__, like python -m")
     p_run.add_argument("args", nargs=argparse.REMAINDER, help="the script and its arguments")
+    add_check(sub)
     args = parser.parse_args(argv)
     if args.command == "run":
         return _run(parser, args)
+    if args.command == "check":
+        return run_check(args)
     if args.command == "demo":
         if args.size < 1:
             parser.error(f"-n must be >= 1, got {args.size}")

@@ -458,11 +458,14 @@ def check_unsupported_dtype(comm, v):
             _comm.TYPES[np.dtype(np.float16)] = saved
     # an (op, dtype) pair the library refuses becomes InvalidType (simulated:
     # 'max' reduces float64 with MPI_BAND, which MPI does not define on floats)
+    # carrying the library's own text for MPI_ERR_OP, which differs by library:
+    # "MPI_ERR_OP: invalid reduce operation" (Open MPI), "Invalid MPI_Op" (MPICH)
     saved = _comm._OPS["max"]
     _comm._OPS["max"] = MPI.BAND
     try:
         v.raises(InvalidType, (f"rank {me}: allreduce: op='max' on dtype float64 is not supported by the mpi backend",
-                               "MPI_ERR_OP"), lambda: comm.allreduce(np.ones(2), "max"), "MPI_BAND on MPI_DOUBLE")
+                               MPI.Get_error_string(MPI.ERR_OP)),
+                 lambda: comm.allreduce(np.ones(2), "max"), "MPI_BAND on MPI_DOUBLE")
     finally:
         _comm._OPS["max"] = saved
     v.bits(comm.allgather(np.int8(me)), np.arange(n, dtype=np.int8), "allgather after the errors")

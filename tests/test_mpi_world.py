@@ -23,7 +23,7 @@ import pytest
 
 import simdist
 import simdist.mpi._driver
-from conftest import alive, mpiexec_or_skip, wait_gone
+from conftest import alive, descendants, mpiexec_or_skip, wait_gone
 
 MPIEXEC = mpiexec_or_skip()
 
@@ -65,6 +65,21 @@ def test_mpi_rank_error_carries_the_traceback_and_the_world_recovers():
         assert list(info.value.failures) == [1]
         assert "ValueError: bad value on rank 1" in info.value.failures[1]
         assert world.run(lambda comm: comm.allreduce(np.array([comm.rank]))) == [np.array([3])] * 3
+
+
+def test_mpi_rank_error_is_not_hidden_by_a_hang_report_when_the_timeout_is_short():
+    # The peers wait for the failed rank in MPI; with a timeout shorter than
+    # the grace period after a failure, that wait must not become a
+    # CollectiveTimeout without the failed rank's traceback.
+    def program(comm):
+        if comm.rank == 1:
+            raise ValueError("bad value on rank 1")
+        comm.barrier()
+
+    with simdist.World(3, backend="mpi", timeout=0.5) as world:
+        with pytest.raises(simdist.RankError) as info:
+            world.run(program)
+        assert "ValueError: bad value on rank 1" in info.value.failures[1]
 
 
 def test_mpi_hang_raises_collective_timeout_with_each_ranks_whereabouts():
@@ -152,9 +167,12 @@ def test_mpi_ranks_and_mpiexec_die_with_a_killed_driver(tmp_path):
         pids = [int(p) for p in driver.stdout.readline().split()]
         assert len(pids) == 3 and all(alive(p) for p in pids)
         time.sleep(0.5)
+        tree = descendants(driver.pid)  # mpiexec and below: MPICH's hydra_pmi_proxy, Open MPI's daemons
+        assert set(pids) <= set(tree)
         driver.send_signal(signal.SIGKILL)
         driver.wait(10)
-        assert wait_gone(pids, within=15) == []
+        left = wait_gone(tree, within=15)
+        assert left == [], [tree[p] for p in left]
     finally:
         if driver.poll() is None:
             driver.kill()
@@ -192,6 +210,46 @@ def test_ctrl_c_in_the_driver_leaves_no_mpi_process(tmp_path):
         if driver.poll() is None:
             driver.kill()
             driver.wait()
+
+
+def test_runs_stopped_on_purpose_print_nothing_from_mpiexec(tmp_path):
+    # After a failure the driver ends the job itself; mpiexec must not add its
+    # own report of killed ranks (MPICH's hydra prints a "BAD TERMINATION"
+    # banner when its ranks are sent SIGTERM) to the user's output.
+    script = tmp_path / "driver.py"
+    script.write_text(textwrap.dedent("""
+        import sys, time, numpy as np, simdist
+        def raises(comm):
+            if comm.rank == 1:
+                raise ValueError("on purpose")
+            comm.barrier()
+        def hangs(comm):
+            if comm.rank == 0:
+                time.sleep(60)
+            comm.allreduce(np.ones(2))
+        with simdist.World(3, backend="mpi", timeout=2) as w:
+            for fn, error in ((raises, simdist.RankError), (hangs, simdist.CollectiveTimeout)):
+                try:
+                    w.run(fn)
+                except error:
+                    print(error.__name__, flush=True)
+            print(w.run(lambda comm: comm.rank), flush=True)
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "RankError\nCollectiveTimeout\n[0, 1, 2]\n", "")
+
+
+def test_the_mpi_librarys_dev_shm_files_are_removed_once_every_rank_maps_them(world):
+    # Nothing may stay in /dev/shm after a SIGKILL of the whole job, so the
+    # ranks unlink the library's segments right after MPI_Init: Open MPI's one
+    # per rank, MPICH's one per node (UCX, under MPICH, unlinks its own).
+    def mapped(comm):
+        with open("/proc/self/maps") as maps:
+            return sorted({line.split(None, 5)[5].strip() for line in maps if " /dev/shm/" in line})
+
+    files = world.run(mapped)
+    assert [[f for f in paths if not f.endswith(" (deleted)")] for paths in files] == [[]] * 3
+    assert world._driver._segments == set()
 
 
 @pytest.mark.parametrize("order, algorithm", [("ring", 4), ("recursive_doubling", 3)])

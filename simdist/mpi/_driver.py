@@ -75,6 +75,40 @@ def _own_group_dying_with_us() -> None:  # runs in the child before exec
     libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
+def _descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` (from /proc), children first."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(0), [])
+        found += kids
+        todo += kids
+    return found
+
+
+def _wait_gone(pids, within: float) -> None:
+    """Wait until none of ``pids`` is alive (zombies count as gone)."""
+    deadline = time.monotonic() + within
+    for pid in pids:
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{pid}/stat") as fh:
+                    if fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                        break
+            except (OSError, IndexError):
+                break
+            time.sleep(0.02)
+
+
 def _timeouts(sock: socket.socket, seconds: float) -> None:
     tv = struct.pack("ll", int(seconds), int((seconds % 1) * 1e6))
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
@@ -178,6 +212,20 @@ class MpiDriver(Driver):
         job = self._job
         if job is None or job.poll() is not None:
             return
+        if self.flavor != "openmpi":
+            # MPICH's hydra runs its proxy and each rank in a process group of
+            # their own, and a SIGTERM makes mpiexec print a "BAD TERMINATION"
+            # banner on the user's terminal for every run stopped on purpose:
+            # SIGKILL the whole tree at once, mpiexec first, so it says nothing.
+            tree = _descendants(job.pid)
+            for kill, pid in [(os.killpg, job.pid)] + [(os.kill, p) for p in tree]:
+                try:
+                    kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            job.wait()
+            _wait_gone(tree, 5.0)
+            return
         for sig, wait_s in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
             try:
                 os.killpg(job.pid, sig)
@@ -239,6 +287,11 @@ class MpiDriver(Driver):
             super().handle(rank, msg, outcomes)
 
     def hang_report(self, outcomes):
+        if any(outcome[0] != "ok" for outcome in outcomes.values()):
+            # A rank failed: its peers may well wait for it in MPI forever, but
+            # the run ends after the grace period with that rank's error, which
+            # a hang report (when timeout <= the grace period) would hide.
+            return None
         now = time.monotonic()
         if now - self._asked >= _ASK_EVERY:
             self._asked = now

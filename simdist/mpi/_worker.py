@@ -34,30 +34,34 @@ def _connect(address: str, key: bytes) -> Connection:
 
 
 def _shared_memory_files() -> list[str]:
-    """Files in /dev/shm this process maps (the MPI library's segments)."""
+    """Files in /dev/shm this process maps (the MPI library's segments),
+    without those already removed (UCX, under MPICH, removes its own)."""
     with open("/proc/self/maps") as maps:
-        return sorted({line.split(None, 5)[5].strip() for line in maps if " /dev/shm/" in line})
+        paths = {line.split(None, 5)[5].strip() for line in maps if " /dev/shm/" in line}
+    return sorted(p for p in paths if not p.endswith(" (deleted)"))
 
 
 def _unlink_segments_once_mapped(comm) -> list[str]:
     """Remove the MPI library's /dev/shm files as soon as every rank maps
     all of them, so that nothing stays in /dev/shm however the job ends
     (memory is freed with the last mapping). Open MPI's shared-memory
-    transport maps every peer's segment during MPI_Init for worlds of up
-    to 32 ranks; where a rank does not yet map one per rank (larger worlds,
-    other MPIs), the files are left to the driver, which removes them after
-    the job ends. Returns the files left."""
-    from mpi4py import MPI
-
+    transport maps every peer's segment (one per rank) during MPI_Init for
+    worlds of up to 32 ranks; MPICH maps one segment per node, shared by all
+    its ranks. Either way every rank then maps the same files. Where they
+    differ (larger Open MPI worlds, where a rank maps a peer's segment only
+    when it first talks to it), no rank has them all yet, so the files are
+    left to the driver, which removes them after the job ends. Returns the
+    files left."""
     files = _shared_memory_files()
-    if comm.allreduce(len(files) >= comm.size, op=MPI.MIN):
+    every = comm.allgather(files)
+    if all(theirs == files for theirs in every):
         for path in files:
             try:
                 os.unlink(path)
             except OSError:
                 pass
         return []
-    return files
+    return sorted({path for theirs in every for path in theirs})
 
 
 def _read_commands(conn: Connection, channel: Channel, where: Whereabouts, commands: queue.Queue) -> None:
