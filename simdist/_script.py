@@ -13,7 +13,7 @@ import runpy
 import sys
 from dataclasses import dataclass, field
 
-from ._errors import CollectiveMismatch, CollectiveTimeout, RankDied, RankError
+from ._errors import CollectiveMismatch, CollectiveTimeout, RankDied, RankError, SimdistError
 from ._world import World
 
 #: Exit status of a run that hung (as ``timeout(1)``).
@@ -70,5 +70,7 @@ def run_script(target: str, argv: list[str], size: int, *, module: bool = False,
         return ScriptOutcome(HUNG, error=f"simdist run: the ranks hung: {exc}")
     except (RankError, CollectiveMismatch, RankDied) as exc:
         return ScriptOutcome(1, error=f"simdist run: {type(exc).__name__}: {exc}")
+    except SimdistError as exc:  # the world could not start (e.g. no mpiexec)
+        return ScriptOutcome(1, error=f"simdist run: {exc}")
     status = max(codes, key=lambda c: (c != 0, c))  # the first non-zero, as mpiexec reports
     return ScriptOutcome(status, codes)

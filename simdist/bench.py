@@ -146,8 +146,11 @@ def mpi_worker(opts: dict) -> None:
 
 
 def mpiexec_command(n: int, opts: dict) -> list[str]:
+    from .mpi._driver import flavor  # Open MPI alone needs (and accepts) --oversubscribe
+
     cmd = [opts["mpiexec"], "-n", str(n)]
-    return cmd + (["--oversubscribe"] if n > len(os.sched_getaffinity(0)) else []) + opts["mpi_args"]
+    crowded = n > len(os.sched_getaffinity(0)) and flavor(opts["mpiexec"]) == "openmpi"
+    return cmd + (["--oversubscribe"] if crowded else []) + opts["mpi_args"]
 
 
 def mpi_env() -> dict:

@@ -76,7 +76,7 @@ def test_mpi_rank_error_is_not_hidden_by_a_hang_report_when_the_timeout_is_short
             raise ValueError("bad value on rank 1")
         comm.barrier()
 
-    with simdist.World(3, backend="mpi", timeout=0.5) as world:
+    with simdist.World(3, backend="mpi", timeout=1.5) as world:  # < the grace period (2 s)
         with pytest.raises(simdist.RankError) as info:
             world.run(program)
         assert "ValueError: bad value on rank 1" in info.value.failures[1]
@@ -146,6 +146,33 @@ def test_peer_without_the_secret_is_refused_before_anything_is_unpickled(world):
     thread.join(10)
     assert driver._conns == before
     assert unpickled == []
+    assert world.run(lambda comm: comm.rank) == [0, 1, 2]
+
+
+def test_a_rank_in_a_world_of_another_size_is_an_mpiexec_of_another_mpi(world):
+    # An mpiexec of one MPI starting ranks whose mpi4py uses another: each
+    # rank is a singleton. The driver says so at the first hello instead of
+    # waiting for ranks that never come.
+    driver = world._driver
+    ours, theirs = socket.socketpair()
+
+    def singleton():
+        conn = Connection(theirs.detach())
+        try:
+            answer_challenge(conn, driver._key)
+            deliver_challenge(conn, driver._key)
+            conn.send_bytes(pickle.dumps(("hello", 0, os.getpid(), 1, "Some Other MPI v1.0")))
+        finally:
+            conn.close()
+
+    thread = threading.Thread(target=singleton)
+    thread.start()
+    before = list(driver._conns)
+    with pytest.raises(simdist.SimdistError, match=r"MPI world of 1 process\(es\), not 3: its mpi4py uses Some Other "
+                                                  r"MPI v1.0, which is not the MPI of that mpiexec"):
+        driver._admit(ours)
+    thread.join(10)
+    assert driver._conns == before
     assert world.run(lambda comm: comm.rank) == [0, 1, 2]
 
 

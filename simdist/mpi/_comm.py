@@ -94,7 +94,7 @@ from ..sim import _signature as sig
 
 __all__ = ["MpiComm"]
 
-_LIBRARY = MPI.Get_library_version().split(",")[0].strip()
+_LIBRARY = MPI.Get_library_version().splitlines()[0].split(",")[0].strip()
 
 
 def _datatype(dtype: np.dtype):

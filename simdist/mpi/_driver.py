@@ -165,9 +165,12 @@ class MpiDriver(Driver):
     def _launch(self) -> None:
         self._conns = [None] * self.size
         self._pids = [None] * self.size
-        self._job = subprocess.Popen(
-            self.command(), env=self._environment(), stdin=subprocess.DEVNULL, preexec_fn=_own_group_dying_with_us
-        )
+        try:
+            self._job = subprocess.Popen(
+                self.command(), env=self._environment(), stdin=subprocess.DEVNULL, preexec_fn=_own_group_dying_with_us
+            )
+        except OSError as exc:
+            raise SimdistError(f"backend 'mpi': cannot start {self.mpiexec}: {exc.strerror}") from None
         limit = max(self.timeout, 60.0)
         deadline = time.monotonic() + limit
         self._listener.settimeout(0.2)
@@ -184,7 +187,11 @@ class MpiDriver(Driver):
                 sock, _ = self._listener.accept()
             except socket.timeout:
                 continue
-            self._admit(sock)
+            try:
+                self._admit(sock)
+            except SimdistError:
+                self._kill_job()
+                raise
 
     def _admit(self, sock: socket.socket) -> None:
         """Authenticate a connecting rank; refuse anything else."""
@@ -194,17 +201,26 @@ class MpiDriver(Driver):
         try:
             deliver_challenge(conn, self._key)
             answer_challenge(conn, self._key)
-            hello = pickle.loads(conn.recv_bytes(256))
-            rank, pid = hello[1], hello[2]
-            if hello[0] != "hello" or not 0 <= rank < self.size or self._conns[rank] is not None:
+            hello = pickle.loads(conn.recv_bytes(1024))
+            kind, rank, pid, size, library = hello
+            if kind != "hello" or not (isinstance(size, int) and isinstance(library, str)):
                 raise AuthenticationError(f"unexpected greeting {hello!r}")
-        except (AuthenticationError, OSError, EOFError, pickle.UnpicklingError, IndexError, TypeError) as exc:
+            if size == self.size and (not 0 <= rank < size or self._conns[rank] is not None):
+                raise AuthenticationError(f"unexpected greeting {hello!r}")
+        except (AuthenticationError, OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError) as exc:
             _log.warning("backend 'mpi': refused a connection to the world's listener: %s", exc)
             conn.close()
             return
         finally:
             _timeouts(sock, 0)  # no timeouts after the handshake (the options live on the socket)
             sock.close()
+        if size != self.size:  # e.g. MPICH's mpiexec starting ranks whose mpi4py uses Open MPI
+            conn.close()
+            raise SimdistError(
+                f"backend 'mpi': a rank started by {self.mpiexec} ({self.flavor}) finds itself in an MPI world of "
+                f"{size} process(es), not {self.size}: its mpi4py uses {library}, which is not the MPI of that "
+                "mpiexec; pass the mpiexec of that MPI (World(mpiexec=...) or SIMDIST_MPIEXEC)"
+            )
         self._conns[rank] = conn
         self._pids[rank] = pid
 

@@ -86,12 +86,16 @@ def main(argv: list[str] | None = None) -> None:
 
     from ._comm import MpiComm
 
+    left = _unlink_segments_once_mapped(MPI.COMM_WORLD)  # before anything can fail
     conn = _connect(argv[0], key)
     channel = Channel(conn)
     rank = MPI.COMM_WORLD.Get_rank()
     forward_logs(channel)
-    channel.send(("hello", rank, os.getpid()))
-    channel.send(("segments", _unlink_segments_once_mapped(MPI.COMM_WORLD)))
+    # The world's size and the library let the driver tell an mpiexec of
+    # another MPI (whose ranks each find a world of 1) from a slow start.
+    library = MPI.Get_library_version().splitlines()[0].split(",")[0].strip()
+    channel.send(("hello", rank, os.getpid(), MPI.COMM_WORLD.Get_size(), library))
+    channel.send(("segments", left))
     where = Whereabouts()
     commands: queue.Queue = queue.Queue()
     threading.Thread(target=_read_commands, args=(conn, channel, where, commands), daemon=True).start()
