@@ -78,12 +78,15 @@ class Driver:
                 self.receive(outcomes, dead, POLL)
                 if dead:
                     break
-                report = self.hang_report(outcomes)
-                if report is not None:
-                    break
                 if failed_at is None and any(kind != "ok" for kind, _ in outcomes.values()):
                     failed_at = time.monotonic()
-                if failed_at is not None and time.monotonic() - failed_at > GRACE:
+                if failed_at is None:
+                    report = self.hang_report(outcomes)
+                    if report is not None:
+                        break
+                elif time.monotonic() - failed_at > GRACE:
+                    # Its peers may wait for the failed rank forever; the run
+                    # ends with that rank's error, which a hang report would hide.
                     break
         except BaseException:  # Ctrl-C in the driver: stop the ranks, then re-raise
             self.abort(outcomes, dead)

@@ -138,10 +138,7 @@ def fold_with(ufunc, parts, out, divisor=None) -> np.ndarray:
             np.copyto(out, parts[0])
         else:
             ufunc(parts[0], parts[1], out=out)
-            for part in parts[2:]:
-                ufunc(out, part, out=out)
-        if divisor is not None:
-            np.divide(out, divisor, out=out)
+        _fold_rest(ufunc, parts[2:], out, divisor)
     finally:
         _quiet_off(token)
     return out
@@ -156,13 +153,17 @@ def fold_new(ufunc, parts, divisor=None) -> np.ndarray:
         out = ufunc(parts[0], parts[1])
         if type(out) is not np.ndarray:  # 0-d inputs give a numpy scalar
             out = np.array(out)
-        for part in parts[2:]:
-            ufunc(out, part, out=out)
-        if divisor is not None:
-            np.divide(out, divisor, out=out)
+        _fold_rest(ufunc, parts[2:], out, divisor)
     finally:
         _quiet_off(token)
     return out
+
+
+def _fold_rest(ufunc, rest, out, divisor) -> None:
+    for part in rest:
+        ufunc(out, part, out=out)
+    if divisor is not None:
+        np.divide(out, divisor, out=out)
 
 
 def _fold_complex_product(parts, out) -> None:

@@ -537,28 +537,11 @@ def _write(out_dir, rank, report) -> None:
 # == the launcher (pytest's side) ==============================================
 
 
-def _children() -> dict[int, list[int]]:
-    table: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        table.setdefault(ppid, []).append(int(entry))
-    return table
-
-
 def _tree(pid: int) -> list[int]:
     """``pid``'s descendants (mpiexec's ranks are in process groups of their own)."""
-    children, found, todo = _children(), [], [pid]
-    while todo:
-        kids = children.get(todo.pop(), [])
-        found += kids
-        todo += kids
-    return found
+    from conftest import descendants  # imported here: the ranks run this file too
+
+    return list(descendants(pid))
 
 
 def _shm_mapped(pids) -> set[str]:

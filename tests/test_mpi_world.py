@@ -176,22 +176,38 @@ def test_a_rank_in_a_world_of_another_size_is_an_mpiexec_of_another_mpi(world):
     assert world.run(lambda comm: comm.rank) == [0, 1, 2]
 
 
-def test_mpi_ranks_and_mpiexec_die_with_a_killed_driver(tmp_path):
-    script = tmp_path / "driver.py"
-    script.write_text(textwrap.dedent("""
-        import os, sys, time, numpy as np, simdist
-        w = simdist.World(2, backend="mpi", timeout=600)
-        os.write(1, (" ".join(map(str, w.pids + [w._driver._job.pid])) + "\\n").encode())
-        def program(comm):
-            if comm.rank == 0:
-                while True:
-                    pass
-            comm.barrier()
-        w.run(program)
-    """))
-    driver = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, cwd=tmp_path)
+# A driver whose rank 0 computes forever while rank 1 waits in a barrier; it
+# prints the ranks' pids and mpiexec's, and "interrupted" on Ctrl-C.
+STUCK_DRIVER = textwrap.dedent("""
+    import os, simdist
+    w = simdist.World(2, backend="mpi", timeout=600)
+    os.write(1, (" ".join(map(str, w.pids + [w._driver._job.pid])) + "\\n").encode())
+    def program(comm):
+        if comm.rank == 0:
+            while True:
+                pass
+        comm.barrier()
     try:
-        pids = [int(p) for p in driver.stdout.readline().split()]
+        w.run(program)
+    except KeyboardInterrupt:
+        os.write(1, b"interrupted\\n")
+        w.close()
+""")
+
+
+def start_stuck_driver(tmp_path):
+    """The STUCK_DRIVER process (with Ctrl-C's default action) and its pids."""
+    script = tmp_path / "driver.py"
+    script.write_text(STUCK_DRIVER)
+    restore_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
+    driver = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, cwd=tmp_path,
+                              preexec_fn=restore_sigint)
+    return driver, [int(p) for p in driver.stdout.readline().split()]
+
+
+def test_mpi_ranks_and_mpiexec_die_with_a_killed_driver(tmp_path):
+    driver, pids = start_stuck_driver(tmp_path)
+    try:
         assert len(pids) == 3 and all(alive(p) for p in pids)
         time.sleep(0.5)
         tree = descendants(driver.pid)  # mpiexec and below: MPICH's hydra_pmi_proxy, Open MPI's daemons
@@ -207,27 +223,8 @@ def test_mpi_ranks_and_mpiexec_die_with_a_killed_driver(tmp_path):
 
 
 def test_ctrl_c_in_the_driver_leaves_no_mpi_process(tmp_path):
-    script = tmp_path / "driver.py"
-    script.write_text(textwrap.dedent("""
-        import os, numpy as np, simdist
-        w = simdist.World(2, backend="mpi", timeout=600)
-        os.write(1, (" ".join(map(str, w.pids + [w._driver._job.pid])) + "\\n").encode())
-        def program(comm):
-            if comm.rank == 0:
-                while True:
-                    pass
-            comm.barrier()
-        try:
-            w.run(program)
-        except KeyboardInterrupt:
-            os.write(1, b"interrupted\\n")
-            w.close()
-    """))
-    restore_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
-    driver = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, cwd=tmp_path,
-                              preexec_fn=restore_sigint)
+    driver, pids = start_stuck_driver(tmp_path)
     try:
-        pids = [int(p) for p in driver.stdout.readline().split()]
         time.sleep(0.5)
         driver.send_signal(signal.SIGINT)
         assert driver.stdout.readline().strip() == b"interrupted"

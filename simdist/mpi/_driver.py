@@ -303,11 +303,6 @@ class MpiDriver(Driver):
             super().handle(rank, msg, outcomes)
 
     def hang_report(self, outcomes):
-        if any(outcome[0] != "ok" for outcome in outcomes.values()):
-            # A rank failed: its peers may well wait for it in MPI forever, but
-            # the run ends after the grace period with that rank's error, which
-            # a hang report (when timeout <= the grace period) would hide.
-            return None
         now = time.monotonic()
         if now - self._asked >= _ASK_EVERY:
             self._asked = now
