@@ -15,6 +15,7 @@ import numpy as np
 
 from ._check_cli import add_parser as add_check, run as run_check
 from ._script import run_script
+from ._train_cli import add_parser as add_train, run as run_train
 from ._world import World
 
 
@@ -90,7 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("-m", dest="module", metavar="module", help="run a module as __main__, like python -m")
     p_run.add_argument("args", nargs=argparse.REMAINDER, help="the script and its arguments")
     add_check(sub)
+    add_train(sub)
     args = parser.parse_args(argv)
+    if args.command == "train":
+        return run_train(args)
     if args.command == "run":
         return _run(parser, args)
     if args.command == "check":

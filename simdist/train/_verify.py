@@ -1,0 +1,124 @@
+"""Verification of a training run, from what its ranks recorded.
+
+Each check gives a boolean and an explanation a user can act on:
+
+* ``replicas_identical``: every rank's (replicated) parameters are the same
+  bits after every step;
+* ``matches_single_device``: at every step the N-rank gradient is within the
+  summation bound of one device's gradient on the same global batch from the
+  same parameters, and the final weights are within the bound accumulated
+  over the steps (``lr`` times each step's tolerance) of an independent
+  one-device run;
+* ``deterministic``: a second run gives the same bits;
+* ``matches_simulator`` (MPI runs): the final weights are within that same
+  accumulated bound of the simulator's.
+
+When ``matches_single_device`` fails, the records say why in the terms of
+the two classic data-parallel bugs: every rank computing the same local
+gradient (the data was not sharded), or a gradient ``N`` times too large
+(summed instead of averaged).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["verify"]
+
+
+def verify(size: int, main: list, rerun: list, single, sim: list | None = None) -> dict:
+    """``{"verification": {name: bool}, "details": {name: {...}}, "tolerance": str}``."""
+    details = {
+        "replicas_identical": _replicas(main),
+        "matches_single_device": _single(size, main, single),
+        "deterministic": _deterministic(main, rerun),
+    }
+    if sim is not None:
+        details["matches_simulator"] = _final_within(main[0], sim[0], main[0].check["drift"],
+                                                     "the simulator's run")
+    return {
+        "verification": {name: d["ok"] for name, d in details.items()},
+        "details": details,
+        "tolerance": _tolerance(main[0].check),
+    }
+
+
+def _replicas(main: list) -> dict:
+    steps = len(main[0].digests)
+    for i in range(steps):
+        digests = [r.digests[i] for r in main]
+        if len(set(digests)) > 1:
+            odd = [r for r, d in enumerate(digests) if d != digests[0]]
+            return {"ok": False, "first_step": i + 1,
+                    "explanation": f"after step {i + 1}, ranks {odd} hold parameters that differ from rank 0's: "
+                                   "the replicas have diverged (a gradient not synchronised, or a "
+                                   "reduction whose bits differ between ranks)"}
+    return {"ok": True, "steps": steps,
+            "explanation": f"every rank's parameters were equal to the bit after each of {steps} steps"}
+
+
+def _deterministic(main: list, rerun: list) -> dict:
+    for rank, (a, b) in enumerate(zip(main, rerun)):
+        for i, (x, y) in enumerate(zip(a.digests + a.grad_digests, b.digests + b.grad_digests)):
+            if x != y:
+                step = i % len(a.digests) + 1
+                return {"ok": False, "explanation": f"a rerun differed on rank {rank} at step {step}"}
+    if not _same_bits(main[0].final, rerun[0].final):
+        return {"ok": False, "explanation": "a rerun ended with different final weights"}
+    return {"ok": True, "explanation": "a rerun gave the same bits at every step, on every rank"}
+
+
+def _same_bits(a: dict, b: dict) -> bool:
+    return all(a[n].tobytes() == b[n].tobytes() for n in a)
+
+
+def _single(size: int, main: list, single) -> dict:
+    check = main[0].check
+    same_local = size > 1 and all(len({r.grad_digests[i] for r in main}) == 1
+                                  for i in range(len(main[0].grad_digests)))
+    final = _final_within(main[0], single, check["drift"], "the one-device run")
+    facts = {"worst_ratio": check["worst_ratio"], "worst_step": check["worst_step"],
+             "worst_param": check["worst_param"], "norm_ratio": check["norm_ratio"],
+             "cosine": check["cosine"], "final": final}
+    ok = check["worst_ratio"] <= 1.0 and final["ok"]
+    if ok and check["worst_ratio"] == 0 and final["worst_ratio"] == 0:
+        text = f"the gradients of all {check['steps']} steps and the final weights were identical to one device's"
+    elif ok:
+        text = (f"the gradients of all {check['steps']} steps were within the bound of one device's "
+                f"(at worst {check['worst_ratio']:.2g}x of it, step {check['worst_step']}, "
+                f"{check['worst_param']}); {final['explanation']}")
+    elif same_local:
+        text = ("every rank computed the same local gradient at every step: the ranks train on the same "
+                f"data instead of their own shards of each batch, so each step learns from 1/{size} of "
+                f"the global batch and {size - 1} of {size} ranks repeat rank 0's work "
+                f"(the gradients differ from one device's by up to {check['worst_ratio']:.3g}x the bound)")
+    elif abs(check["norm_ratio"] / size - 1) < 0.05 and check["cosine"] > 0.99:
+        text = (f"the gradients are {check['norm_ratio']:.2f}x one device's, pointing the same way "
+                f"(cosine {check['cosine']:.3f}): they are summed over the {size} ranks instead of "
+                f"averaged, so the effective learning rate is {size}x the intended one")
+    else:
+        text = (f"at step {check['worst_step']} the gradient of {check['worst_param']} differs from "
+                f"one device's by {check['worst_ratio']:.3g}x the bound; {final['explanation']}")
+    return {"ok": ok, "explanation": text, **facts}
+
+
+def _final_within(record, other, drift: dict, what: str) -> dict:
+    worst, worst_name = 0.0, None
+    for name, value in record.final.items():
+        diff = float(np.max(np.abs(value.astype(np.float64) - other.final[name].astype(np.float64)), initial=0))
+        ratio = 0.0 if diff == 0 else diff / drift[name] if drift[name] else float("inf")
+        if ratio >= worst:
+            worst, worst_name = ratio, name
+    ok = worst <= 1.0
+    text = (f"the final weights were within {worst:.2g}x the accumulated bound of {what}"
+            if ok else f"the final {worst_name} differs from {what} by {worst:.3g}x the accumulated bound")
+    return {"ok": ok, "worst_ratio": worst, "worst_param": worst_name, "explanation": text}
+
+
+def _tolerance(check: dict) -> str:
+    k = ", ".join(f"{n} {v}" for n, v in check["summands"].items())
+    gam = max(check["gamma"].values())
+    return ("per element, |gradient on N ranks - on one device| <= 2 gamma(K) M, where "
+            f"gamma(K) = K u / (1 - K u) (at most {gam:.3g} here), K = the terms of every sum "
+            f"on the way ({k}) and M = the same gradient computed on absolute values; final weights: "
+            "<= the sum over steps of lr times each step's largest tolerance")
