@@ -64,7 +64,8 @@ def run(args) -> int:
     try:
         report = train(config, progress=True, say=say)
     except (InvalidArgument, ModuleNotFoundError) as error:
-        print(f"simdist train: error: {error}", file=sys.stderr)
+        message = str(error).removeprefix("train: ")
+        print(f"simdist train: error: {message}", file=sys.stderr)
         return 2
     if text:
         _print(report)

@@ -58,6 +58,20 @@ def test_every_public_name_resolves():
         assert getattr(simdist, name) is namespace[name]
 
 
+@pytest.mark.parametrize("module", ["simdist.graph", "simdist.train", "simdist.reference"])
+def test_public_submodules_export_what_they_define(module):
+    mod = __import__(module, fromlist=["__all__"])
+    assert len(set(mod.__all__)) == len(mod.__all__)
+    for name in mod.__all__:
+        assert hasattr(mod, name), f"{module}.__all__ lists {name!r}, which it does not define"
+
+
+def test_importing_simdist_train_does_not_import_scikit_learn():
+    code = "import sys, simdist.train; print('sklearn' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
 def test_ops_are_the_contracts_reduction_ops():
     assert simdist.OPS == ("sum", "prod", "min", "max", "mean", "band", "bor", "bxor", "land", "lor", "lxor")
 
