@@ -1,0 +1,60 @@
+"""The backend under test: a persistent world, and the communicator to test on it.
+
+A property runs a function on every rank with :meth:`Backend.run`, which
+hands the function the communicator under test: the world's own (``sim`` or
+``mpi``), or ``FACTORY(base)`` for a user's ``MODULE:FACTORY`` wrapping the
+world's communicator. Worlds persist for the whole pytest session, one per
+size, so every Hypothesis example of every property reuses them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import simdist
+from simdist._check import load_factory
+
+__all__ = ["Backend", "parse_spec", "under_test"]
+
+
+def parse_spec(backend: str, factory: str | None = None) -> tuple[str, str | None]:
+    """``(world backend, factory spec)`` from ``--simdist-backend`` and ``--simdist-factory``."""
+    if backend in ("sim", "mpi"):
+        return backend, factory
+    if ":" in backend and factory is None:
+        load_factory(backend)            # fail now, with its message, not on every rank
+        return "sim", backend
+    raise simdist.InvalidValue(
+        f"--simdist-backend={backend!r} must be sim, mpi or MODULE:FACTORY "
+        "(with --simdist-factory MODULE:FACTORY to wrap mpi)")
+
+
+def under_test(base, factory: str | None):
+    """The communicator a property tests, on a rank."""
+    return base if factory is None else load_factory(factory)(base)
+
+
+def _call(base, factory, fn, args):
+    return fn(under_test(base, factory), *args)
+
+
+@dataclass
+class Backend:
+    """``size`` ranks of ``kind`` (sim or mpi), testing ``factory(base)`` if given."""
+
+    kind: str
+    factory: str | None
+    size: int
+    world: simdist.World
+
+    @property
+    def name(self) -> str:
+        return self.factory if self.kind == "sim" and self.factory else (
+            f"{self.kind} + {self.factory}" if self.factory else self.kind)
+
+    def run(self, fn, *args) -> list:
+        """``fn(comm, *args)`` on every rank; the list of results by rank."""
+        return self.world.run(_call, self.factory, fn, args)
+
+    def close(self) -> None:
+        self.world.close()

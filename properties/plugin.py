@@ -1,0 +1,136 @@
+"""The pytest plugin: run property suites against any backend.
+
+Registered through the ``pytest11`` entry point, so installing simdist is
+enough. Options:
+
+``--simdist-backend sim|mpi|MODULE:FACTORY``
+    what to test (default ``sim``); ``MODULE:FACTORY`` wraps the simulator's
+    communicator: ``FACTORY(base)`` returns the communicator to test;
+``--simdist-factory MODULE:FACTORY``
+    the same, wrapping the communicator of ``--simdist-backend`` (e.g. mpi);
+``--simdist-np N``
+    ranks of the world (default 4);
+``--simdist-timeout S``
+    seconds before a waiting rank is reported as hung (default 30).
+
+Fixtures: ``world``, a :class:`properties.Backend` whose ``run(fn, *args)``
+calls ``fn(comm, *args)`` on every rank with the communicator under test (one
+persistent world per size for the whole session, so all Hypothesis examples
+share it); ``comm``: a test that asks for it runs its body on every rank,
+with the communicator under test. Marker: ``@pytest.mark.world_size(n)``
+for a world of ``n`` ranks instead of ``--simdist-np``.
+
+A failing test gets a "simdist replay" section: the one command that runs
+that test again with the same backend, size and Hypothesis seed.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+import pytest
+
+from ._backend import Backend, parse_spec, under_test
+
+_WORLDS = pytest.StashKey[dict]()
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("simdist", "simdist: the backend that property suites test")
+    group.addoption("--simdist-backend", default="sim", metavar="sim|mpi|MODULE:FACTORY",
+                    help="backend to test (default sim)")
+    group.addoption("--simdist-factory", default=None, metavar="MODULE:FACTORY",
+                    help="test FACTORY(base), base being --simdist-backend's communicator")
+    group.addoption("--simdist-np", type=int, default=4, metavar="N", help="ranks (default 4)")
+    group.addoption("--simdist-timeout", type=float, default=30.0, metavar="S",
+                    help="seconds before a waiting rank is reported as hung (default 30)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "world_size(n): run the test on a world of n ranks")
+    config.stash[_WORLDS] = {}
+
+
+def pytest_unconfigure(config):
+    for backend in config.stash.get(_WORLDS, {}).values():
+        backend.close()
+
+
+def _backend(config, size: int) -> Backend:
+    worlds = config.stash[_WORLDS]
+    if size not in worlds:
+        import simdist
+
+        kind, factory = parse_spec(config.getoption("simdist_backend"), config.getoption("simdist_factory"))
+        world = simdist.World(size, kind, timeout=config.getoption("simdist_timeout"))
+        worlds[size] = Backend(kind, factory, size, world)
+    return worlds[size]
+
+
+def _size(node) -> int:
+    marker = node.get_closest_marker("world_size")
+    return int(marker.args[0]) if marker else node.config.getoption("simdist_np")
+
+
+@pytest.fixture
+def world(request) -> Backend:
+    """The backend under test, on a persistent world (see the module docstring)."""
+    return _backend(request.config, _size(request.node))
+
+
+@pytest.fixture
+def comm(request):
+    """Marks a test whose body runs on every rank; see ``pytest_pyfunc_call``."""
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    if "comm" not in pyfuncitem.funcargs:
+        return None
+    backend = _backend(pyfuncitem.config, _size(pyfuncitem))
+    names = pyfuncitem._fixtureinfo.argnames
+    kwargs = {name: pyfuncitem.funcargs[name] for name in names if name not in ("comm", "world")}
+    backend.world.run(_on_rank, backend.factory, pyfuncitem.obj, kwargs)
+    return True
+
+
+def _on_rank(base, factory, test, kwargs):
+    return test(comm=under_test(base, factory), **kwargs)
+
+
+def pytest_report_header(config):
+    seed = _seed()
+    return (f"simdist: backend {config.getoption('simdist_backend')}"
+            + (f" + {config.getoption('simdist_factory')}" if config.getoption("simdist_factory") else "")
+            + f", {config.getoption('simdist_np')} ranks"
+            + (f", hypothesis seed {seed}" if seed is not None else ""))
+
+
+def _seed():
+    core = sys.modules.get("hypothesis.core")
+    return getattr(core, "global_force_seed", None)
+
+
+def replay_command(item) -> str:
+    """The command that runs ``item`` again with this session's backend and seed."""
+    config = item.config
+    args = [sys.executable, "-m", "pytest", f"{item.path}::{item.name}",
+            "--simdist-backend", config.getoption("simdist_backend"),
+            "--simdist-np", str(config.getoption("simdist_np"))]
+    if config.getoption("simdist_factory"):
+        args += ["--simdist-factory", config.getoption("simdist_factory")]
+    if _seed() is not None:
+        args += [f"--hypothesis-seed={_seed()}"]
+    return shlex.join(args)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    uses_backend = {"world", "comm"} & set(getattr(item, "fixturenames", ()))
+    if report.when == "call" and report.failed and uses_backend:
+        report.sections.append(("simdist replay", f"seed {_seed()}; replay this failure with:\n"
+                                                  f"  {replay_command(item)}"))
