@@ -28,6 +28,7 @@ import sys
 import time
 
 from ._check import COLLECTIVES, sweep
+from ._check_properties import format_properties, run_properties
 from ._errors import InvalidArgument, SimdistError
 
 __all__ = ["add_parser", "run"]
@@ -65,6 +66,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--collectives", metavar="A,B,...",
                    help=f"only these collectives (default all: {','.join(COLLECTIVES)})")
     p.add_argument("--dtypes", metavar="A,B,...", help="only these dtypes (default all)")
+    p.add_argument("--no-properties", dest="properties", action="store_false",
+                   help="skip the property suite (python -m pytest --pyargs properties), which runs after the sweep")
     return p
 
 
@@ -202,11 +205,19 @@ def run(args: argparse.Namespace) -> int:
         print("simdist check: interrupted", file=sys.stderr)
         return 130
     progress.finish()
+    if args.properties:
+        print("check: running the property suite (python -m pytest --pyargs properties) ...", file=sys.stderr)
+        report["properties"] = run_properties(backend if backend == "mpi" else "sim", factory, args.size,
+                                              timeout=args.timeout, seed=args.seed,
+                                              examples=10 if args.quick else 25)
+        report["ok"] = report["ok"] and report["properties"]["ok"]
     data = json.dumps(_jsonable(report), indent=2, allow_nan=False)
     if args.json == "-":
         print(data)
     else:
         print(format_table(report))
+        if "properties" in report:
+            print(format_properties(report["properties"]))
         if args.json:
             with open(args.json, "w") as fh:
                 fh.write(data + "\n")

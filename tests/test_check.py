@@ -426,7 +426,7 @@ def parse(argv):
     parser = argparse.ArgumentParser(prog="simdist")
     sub = parser.add_subparsers(dest="command", required=True)
     _check_cli.add_parser(sub)
-    return parser.parse_args(["check", *argv])
+    return parser.parse_args(["check", "--no-properties", *argv])  # the property suite is tested on its own
 
 
 def test_cli_prints_the_table_and_exits_0_when_everything_passes(capsys):
@@ -496,3 +496,5 @@ def test_simdist_check_is_a_subcommand_of_the_cli(tmp_path):
     assert simdist.cli.main(["check", "-n", "2", "--quick", "--collectives", "allreduce", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["rows"] and all(row["verdict"] == "pass" for row in report["rows"])
+    props = report["properties"]    # the property suite runs after the sweep
+    assert props["ok"] and props["passed"] >= 15 and props["failed"] == [] and props["seed"] == 0
