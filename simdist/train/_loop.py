@@ -218,8 +218,9 @@ class _Check:
             par64, ref64 = par.astype(np.float64), ref.astype(np.float64)
             tol = 2 * gam * mag.astype(np.float64)
             diff = np.abs(par64 - ref64)
+            same = (par64 == ref64) | (np.isnan(par64) & np.isnan(ref64))
             with np.errstate(divide="ignore", invalid="ignore"):
-                ratio = np.where(diff == 0, 0.0, diff / tol)
+                ratio = np.nan_to_num(np.where(same, 0.0, diff / tol), nan=np.inf, posinf=np.inf)
             worst = float(np.max(ratio, initial=0.0))
             if worst > self.worst[0]:
                 self.worst = (worst, self.steps, name)

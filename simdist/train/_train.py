@@ -62,7 +62,9 @@ class TrainConfig:
             raise InvalidValue(f"train: dtype={self.dtype!r} must be float32 or float64")
         if not self.lr > 0:
             raise InvalidValue(f"train: lr={self.lr} must be > 0")
-        batch = self.batch_size or size * max(1, round(64 / size))
+        batch = self.batch_size if self.batch_size is not None else size * max(1, round(64 / size))
+        if batch < 1:
+            raise InvalidValue(f"train: batch_size={batch} must be >= 1 (a multiple of the {size} ranks)")
         if batch % size:
             lower, upper = batch - batch % size, batch - batch % size + size
             raise InvalidValue(f"train: batch size {batch} does not split evenly over {size} ranks; "

@@ -105,7 +105,9 @@ def _single(size: int, main: list, single) -> dict:
 def _final_within(record, other, drift: dict, what: str) -> dict:
     worst, worst_name = 0.0, None
     for name, value in record.final.items():
-        diff = float(np.max(np.abs(value.astype(np.float64) - other.final[name].astype(np.float64)), initial=0))
+        a, b = value.astype(np.float64), other.final[name].astype(np.float64)
+        same = (a == b) | (np.isnan(a) & np.isnan(b))   # a NaN on one side only is a mismatch
+        diff = float(np.max(np.nan_to_num(np.where(same, 0.0, np.abs(a - b)), nan=np.inf), initial=0))
         ratio = 0.0 if diff == 0 else diff / drift[name] if drift[name] else float("inf")
         if ratio >= worst:
             worst, worst_name = ratio, name
