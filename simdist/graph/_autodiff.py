@@ -16,7 +16,11 @@ adjoints of the communication ops follow from that sum:
 * ``broadcast`` from root ↔ ``reduce`` (sum) to root, in both directions;
 * ``send`` to ``dest`` ↔ ``recv`` from ``dest``: the gradient travels back
   on the message's tag plus :data:`BACKWARD_TAG`, so forward tags must be
-  smaller than it.
+  smaller than it. Every send and recv the loss's schedule makes gets its
+  backward message (a zero gradient when this rank's loss does not read
+  it), so the two ranks of a message always agree. The backward sends run
+  when the gradients are evaluated: a rank that receives must differentiate
+  with respect to something (and evaluate that gradient), or its peer waits.
 
 Other reduction ops (min, max, prod, ...) have no gradient here, and asking
 for one raises at ``backprop`` time, naming the node.
@@ -56,11 +60,23 @@ def backprop(loss: Node, wrt: Sequence[Node]) -> list[Node]:
         if not isinstance(w, Node) or w.dtype.kind not in "fc":
             raise InvalidType(f"graph.backprop: cannot differentiate with respect to {w!r}; "
                               "wrt must be floating-point graph nodes")
-    grads: dict[int, Node] = {id(loss): n.constant(np.ones(loss.shape, loss.dtype))}
+    # The seed runs after ``loss``, so the whole backward pass runs after the
+    # forward one: a rank's forward sends and receives (in the order its loss
+    # makes them) come before any backward message, even when only gradients
+    # are evaluated. Otherwise the gradient through ``send`` (a backward recv
+    # that reads nothing of the forward) could run before the send itself.
+    seed = n.identity(n.constant(np.ones(loss.shape, loss.dtype)), after=[loss])
+    grads: dict[int, Node] = {id(loss): seed}
     tokens: list[Node] = []              # backward sends, which must run too
     for node in reversed(schedule([loss])):
         # Every consumer comes later in the schedule, so ``g`` is complete.
         g = grads.get(id(node))
+        if g is None and node.op in ("send", "recv"):
+            # Every message the forward pass makes gets its backward message,
+            # even one this rank's loss does not read (a send token passed in
+            # ``after``, a received value left unused): the peer's gradient
+            # needs it, and the peer waits for it.
+            g = n.identity(n.constant(np.zeros(node.shape, node.dtype)), after=[seed])
         if g is None or node.op in ("parameter", "constant"):
             continue
         if node.op in ("send", "recv") and node.attrs["tag"] >= BACKWARD_TAG:
@@ -169,6 +185,7 @@ _ADJOINTS = {
     "broadcast": lambda node, g, x: (c.reduce(g, node.attrs["root"], "sum"),),
     "allgather": lambda node, g, x: (c.reduce_scatter(g, "sum"),),
     "reduce_scatter": _reduce_scatter,
-    "send": lambda node, g, x: (c.recv(node.attrs["dest"], x.shape, x.dtype,
-                                       node.attrs["tag"] + BACKWARD_TAG),),
+    # The recv reads nothing of ``g``; ``after=[g]`` keeps it in the backward pass.
+    "send": lambda node, g, x: (n.identity(c.recv(node.attrs["dest"], x.shape, x.dtype,
+                                                  node.attrs["tag"] + BACKWARD_TAG), after=[g]),),
 }

@@ -1,12 +1,16 @@
 """Running graphs: one deterministic schedule, numpy kernels, communicator calls.
 
 :class:`Executor` orders the nodes once, depth first from the outputs in
-the order given, inputs before ``after`` dependencies. The order depends only
-on the graph's structure, so every rank that runs the same graph makes the
-same communication calls in the same order. A graph whose ranks would
-disagree (built differently per rank, say) makes mismatched calls, which the
-simulator (and MPI with ``check_calls=True``) reports as
-:class:`simdist.CollectiveMismatch` instead of hanging.
+the order given, a node's ``after`` dependencies before its inputs: so
+``identity(recv(...), after=[send(...)])`` sends before it receives, and the
+backward sends of :func:`backprop` run before its backward receives (in the
+other order, two ranks that exchange messages would each wait in ``recv``
+for the other's send). The order depends only on the graph's structure, so
+every rank that runs the same graph makes the same communication calls in
+the same order. A graph whose ranks would disagree (built differently per
+rank, say) makes mismatched calls, which the simulator (and MPI with
+``check_calls=True``) reports as :class:`simdist.CollectiveMismatch` instead
+of hanging.
 """
 
 from __future__ import annotations
@@ -38,8 +42,9 @@ def schedule(outputs: Sequence[Node]) -> list[Node]:
                 order.append(node)
                 continue
             stack.append((node, True))
-            # Pushed in reverse so that they are visited in order.
-            for dep in reversed(node.inputs + node.after):
+            # Pushed in reverse so that they are visited in order: ``after``
+            # first (sends before the receives that may wait for a peer).
+            for dep in reversed(node.after + node.inputs):
                 if id(dep) not in done:
                     stack.append((dep, False))
     return order
