@@ -12,6 +12,7 @@ import argparse
 import json
 import sys
 
+from ._check_cli import _jsonable
 from ._errors import InvalidArgument
 from .train import BUGS, PARALLEL, TrainConfig, train
 
@@ -70,12 +71,12 @@ def run(args) -> int:
     if text:
         _print(report)
     if args.json:
+        data = json.dumps(_jsonable(report), indent=2, allow_nan=False)
         if args.json == "-":
-            json.dump(report, sys.stdout, indent=2)
-            print()
+            print(data)
         else:
             with open(args.json, "w") as fh:
-                json.dump(report, fh, indent=2)
+                fh.write(data + "\n")
     return 0 if all(report["verification"].values()) else 1
 
 
@@ -83,6 +84,8 @@ def _print(report: dict) -> None:
     accuracy, single = report["test_accuracy"], report["single_device_test_accuracy"]
     print(f"trained {report['steps']} steps in {report['train_seconds']:.2f} s: final loss "
           f"{report['final_loss']:.4f}, test accuracy {accuracy:.4f} (one device: {single:.4f})")
+    if report["diverged"]:
+        print(f"warning: the training diverged (final loss {report['final_loss']}); try a smaller --lr")
     print("verification:")
     for name, ok in report["verification"].items():
         print(f"  {name:<22} {'yes' if ok else 'NO '}  {report['details'][name]['explanation']}")

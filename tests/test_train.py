@@ -8,7 +8,6 @@ epochs, except the accuracy test, which pins the defaults.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 
@@ -18,10 +17,9 @@ import pytest
 from conftest import mpiexec_or_skip
 from simdist.cli import main
 from simdist.train import TrainConfig, load, train, write_idx
-from simdist.train._loop import _Check, train_rank
-from simdist.train._models import init_params
-from simdist.train._train import _job
-from simdist.train._verify import verify
+from simdist import graph as g
+from simdist.train._models import init_params, mlp
+from simdist.train._shadow import Shadow
 
 try:
     import sklearn  # noqa: F401  (the digits data set)
@@ -183,12 +181,16 @@ def test_mnist_bad_files_exit_2_with_the_loaders_message(tmp_path, capsys, spoil
     (["-n", "4", "--batch-size", "30"], ["batch size 30", "4 ranks", "multiple of 4", "28 or 32"]),
     (["-n", "4", "--batch-size", "2000"], ["batch size 2000", "exceeds the 1437 training samples"]),
     (["-n", "4", "--batch-size", "0"], ["batch_size=0", ">= 1"]),
+    (["-n", "4", "--batch-size", "2"], ["batch size 2", "e.g. 4 or 8"]),
+    (["-n", "1", "--inject-bug", "sum-gradients"], ["needs at least 2 ranks", "-n 2"]),
+    (["-n", "2", "--timeout", "0"], ["timeout=0", "> 0"]),
     (["-n", "4", "--batch-size", "-4"], ["batch_size=-4", ">= 1"]),
     (["-n", "3", "--parallel", "tensor"], ["64 hidden units over 3 ranks", "--hidden 63"]),
     (["-n", "4", "--parallel", "tensor", "--inject-bug", "sum-gradients"], ["--inject-bug", "--parallel data"]),
     (["--epochs", "0"], ["epochs=0", ">= 1"]),
     (["--data-dir", "somewhere"], ["only for mnist", "--data-dir"]),
-], ids=["batch-not-divisible", "batch-too-large", "batch-zero", "batch-negative", "tensor-hidden-not-divisible",
+], ids=["batch-not-divisible", "batch-too-large", "batch-zero", "batch-smaller-than-n", "bug-on-one-rank",
+        "timeout-zero", "batch-negative", "tensor-hidden-not-divisible",
         "bug-with-tensor", "epochs-zero", "data-dir-with-digits"])
 def test_bad_arguments_exit_2_with_a_message_that_says_what_to_change(capsys, args, phrases):
     assert main(["train", *args]) == 2
@@ -200,6 +202,15 @@ def test_bad_arguments_exit_2_with_a_message_that_says_what_to_change(capsys, ar
 
 
 # -- output ------------------------------------------------------------------------------
+
+
+def test_a_diverged_run_is_flagged_and_its_json_stays_strict(tmp_path, capsys):
+    path = tmp_path / "report.json"
+    main(["train", "-n", "2", "--epochs", "1", "--lr", "1000", "--json", str(path)])
+    out, _ = capsys.readouterr()
+    report = json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"bare {c} in the JSON"))
+    assert report["diverged"] is True
+    assert "warning: the training diverged" in out
 
 
 def test_json_dash_writes_only_json_to_stdout_and_progress_to_stderr(capfd):
@@ -239,36 +250,46 @@ def test_two_runs_with_one_seed_give_identical_losses_and_another_seed_differs()
 # -- verification on diverged numbers ----------------------------------------------------
 
 
+def _shadow(config, data):
+    reference = mlp(data.features, config.hidden, data.classes, config.batch_size, config.lr, config.dtype)
+    initial = init_params(data.features, config.hidden, data.classes, 0, config.dtype)
+    return Shadow(reference, reference.step.grads, 1, initial, config.lr, config.dtype), reference, initial
+
+
 @pytest.fixture(scope="module")
-def one_device():
-    """``(config, data, job, record)`` of a 1-epoch, one-device run with its step check."""
+def digits_config():
     data = load("digits", seed=0)
-    config = TrainConfig(size=1, epochs=1).checked(len(data.y_train))
-    job = _job(config, data, 1, False, check=True)
-    return config, data, job, train_rank(None, job)
+    return TrainConfig(size=1, epochs=1).checked(len(data.y_train)), data
 
 
-def test_final_weights_with_nan_where_one_device_has_numbers_do_not_match(one_device):
-    _, _, _, record = one_device
-    assert verify(1, [record], [record], record)["verification"]["matches_single_device"] is True
-    diverged = copy.deepcopy(record)
-    diverged.final["W1"][0, 0] = np.nan
-    result = verify(1, [diverged], [diverged], record)
-    assert result["verification"]["matches_single_device"] is False
-    assert "the final W1 differs" in result["details"]["matches_single_device"]["final"]["explanation"]
-
-
-def test_step_check_counts_a_nan_gradient_against_a_number_as_a_mismatch(one_device):
-    config, data, job, _ = one_device
-    params = init_params(data.features, config.hidden, data.classes, 0, config.dtype)
+def _feeds(config, data):
     rows = np.arange(config.batch_size)
-    exact = _Check(job, None)
-    grads = exact.exe.run(None, {"x": data.x_train[rows].astype(config.dtype), "labels": data.y_train[rows],
-                                 **params})[:len(params)]
-    exact.step(params, grads, rows)
-    assert exact.summary()["worst_ratio"] == 0
-    broken = [g.copy() for g in grads]
+    return {"x": data.x_train[rows].astype(config.dtype), "labels": data.y_train[rows]}
+
+
+def test_final_weights_with_nan_where_one_device_has_numbers_do_not_match(digits_config):
+    config, data = digits_config
+    shadow, reference, initial = _shadow(config, data)
+    feeds = _feeds(config, data)
+    grads = g.evaluate(reference.step.grads, {**feeds, **initial})
+    shadow.step(initial, grads, feeds)
+    final = dict(shadow.weights)
+    assert shadow.summary(final)["final_ratio"] == 0
+    diverged = {n: v.copy() for n, v in final.items()}
+    diverged["W1"][0, 0] = np.nan
+    assert shadow.summary(diverged)["final_ratio"] == np.inf
+
+
+def test_step_check_counts_a_nan_gradient_against_a_number_as_a_mismatch(digits_config):
+    config, data = digits_config
+    feeds = _feeds(config, data)
+    exact, reference, initial = _shadow(config, data)
+    grads = g.evaluate(reference.step.grads, {**feeds, **initial})
+    exact.step(initial, grads, feeds)
+    assert exact.summary(exact.weights)["worst_ratio"] == 0
+    broken = [x.copy() for x in grads]
     broken[2][0, 0] = np.nan
-    check = _Check(job, None)
-    check.step(params, broken, rows)
-    assert check.summary()["worst_ratio"] == np.inf and check.summary()["worst_param"] == "W2"
+    check, _, _ = _shadow(config, data)
+    check.step(initial, broken, feeds)
+    summary = check.summary(check.weights)
+    assert summary["worst_ratio"] == np.inf and summary["worst_param"] == "W2"

@@ -10,6 +10,7 @@ device, with none); :func:`sgd` and :func:`data_parallel` build training steps.
 See docs/graph.md.
 """
 
+from .._errors import InvalidValue
 from ._autodiff import BACKWARD_TAG, backprop
 from ._bounds import gamma, magnitude, summands
 from ._comm_ops import allgather, allreduce, broadcast, recv, reduce, reduce_scatter, send
@@ -35,10 +36,13 @@ def cross_entropy(logits: Node, labels: Node, weight: float | None = None) -> No
     """Softmax cross-entropy, summed over the rows and scaled by ``weight``.
 
     ``weight`` defaults to ``1 / rows``, the mean over the batch. A
-    composition of softmax, log, one_hot, multiply and sum, so it needs no
-    gradient of its own.
+    composition, ``-sum(one_hot * (z - log(sum(exp(z)))))``: the log-softmax
+    form, whose gradient ``p - one_hot`` never divides by a probability.
     """
+    if logits.ndim != 2:
+        raise InvalidValue(f"graph.cross_entropy: logits must be (rows, classes), got {logits!r}")
     rows, classes = logits.shape
     weight = 1.0 / rows if weight is None else weight
-    picked = sum(one_hot(labels, classes, logits.dtype) * log(softmax(logits)))
+    total = sum(exp(logits), 1, keepdims=True)
+    picked = sum(one_hot(labels, classes, logits.dtype) * (logits - log(total)))
     return picked * constant(-weight, logits.dtype)

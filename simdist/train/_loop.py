@@ -5,12 +5,9 @@ and travels to the ranks once. :func:`train_rank` runs it on a communicator,
 or on one device when ``comm`` is ``None``, and returns a :class:`Record`.
 
 Besides training, each rank records a digest of its replicated parameters
-after every step (``replicas_identical``), a digest of its local gradients
-(to tell unsharded data apart), and, on rank 0, the teacher-forced check
-behind ``matches_single_device``: at every step, one device's gradient on the
-whole global batch is computed from the same parameters with a graph that
-has no communication, and the N-rank gradient must be within
-``2 gamma(K) M`` of it (see ``simdist.graph._bounds``).
+after every step (``replicas_identical``) and of its local gradients (to
+tell unsharded data apart), and rank 0 runs one device in lockstep, the
+evidence for ``matches_single_device`` (see ``_shadow.py``).
 """
 
 from __future__ import annotations
@@ -26,6 +23,7 @@ import numpy as np
 from .. import graph as g
 from ._data import Dataset, load
 from ._models import SHARD_AXIS, Model, init_params, shard, unshard
+from ._shadow import Shadow
 
 __all__ = ["Job", "Record", "train_rank", "batches"]
 
@@ -38,6 +36,7 @@ class Job:
     source: tuple                # (name, data_dir, seed) for ``load``
     model: Model                 # this rank's model (one device: the whole batch)
     evaluate: tuple              # (x node, logits node) over the whole test set
+    evaluate_one: tuple          # the same on one device (for the shadow's accuracy)
     size: int
     parallel: str                # "data" or "tensor"
     epochs: int
@@ -95,13 +94,15 @@ def train_rank(comm, job: Job) -> Record:
     rank = 0 if comm is None else comm.rank
     model, names = job.model, [p.name for p in job.model.params]
     tensor = job.parallel == "tensor"
-    params = _initial_params(comm, job, rank)
+    params, initial = _initial_params(comm, job, rank)
     outputs = model.step.outputs
     loss = model.loss if comm is None else g.allreduce(model.loss, "sum" if tensor else "mean")
     step = g.Executor([loss, *outputs[1:]])
     count = len(names)
     evaluate = g.Executor([job.evaluate[1]])
-    check = _Check(job, comm) if job.reference is not None and rank == 0 else None
+    shadow = None
+    if job.reference is not None and rank == 0:
+        shadow = Shadow(job.reference, model.step.synced, job.size, initial, model.step.lr, job.dtype)
     record = Record()
     data = job.dataset()
     for epoch in range(1, job.epochs + 1):
@@ -116,8 +117,8 @@ def train_rank(comm, job: Job) -> Record:
             before = params
             params = dict(zip(names, out[1:1 + count]))
             synced, local_grads = out[1 + count:1 + 2 * count], out[1 + 2 * count:]
-            if job.reference is not None and (check is not None or tensor):
-                _check_step(check, comm, job, before, synced, rows)
+            if job.reference is not None and (shadow is not None or tensor):
+                _shadow_step(shadow, comm, job, before, synced, rows)
             record.losses.append(float(out[0]))
             losses.append(float(out[0]))
             record.digests.append(_digest(v for n, v in params.items() if not tensor or SHARD_AXIS[n] is None))
@@ -132,18 +133,22 @@ def train_rank(comm, job: Job) -> Record:
     whole = _whole(comm, job, params)
     if rank == 0:
         record.final = whole
-        record.check = None if check is None else check.summary()
+        if shadow is not None:
+            record.check = shadow.summary(whole)
+            one = g.Executor([job.evaluate_one[1]])
+            record.check["test_accuracy"] = _accuracy(one, None, job, record.check.pop("weights"))
     return record
 
 
 def _initial_params(comm, job: Job, rank: int) -> dict:
-    """Rank 0's initial parameters on every rank (each rank draws its own first)."""
+    """Rank 0's initial parameters on every rank (each rank draws its own first):
+    this rank's part, and the whole model."""
     d, c = job.dataset().features, job.dataset().classes
     mine = init_params(d, job.hidden, c, job.seed + rank, job.dtype)
     if comm is not None:
         nodes = [g.parameter(name, v.shape, v.dtype) for name, v in mine.items()]
         mine = dict(zip(mine, g.Executor(g.broadcast_parameters(nodes)).run(comm, mine)))
-    return shard(mine, rank, job.size) if job.parallel == "tensor" else mine
+    return (shard(mine, rank, job.size) if job.parallel == "tensor" else mine), mine
 
 
 def _whole(comm, job: Job, params: dict) -> dict | None:
@@ -158,9 +163,9 @@ def _whole(comm, job: Job, params: dict) -> dict | None:
 
 def _accuracy(evaluate: g.Executor, comm, job: Job, params: dict) -> float | None:
     data = job.dataset()
-    if job.parallel != "tensor" and comm is not None and comm.rank != 0:
+    if comm is not None and job.parallel != "tensor" and comm.rank != 0:
         return None
-    logits = evaluate.run(comm if job.parallel == "tensor" else None,
+    logits = evaluate.run(comm if comm is not None and job.parallel == "tensor" else None,
                           {"x": data.x_test.astype(job.dtype), **params})[0]
     return float(np.mean(np.argmax(logits, axis=1) == data.y_test))
 
@@ -178,63 +183,14 @@ def _progress(epoch, epochs, done, steps, loss, accuracy=None) -> None:
     sys.stderr.flush()
 
 
-def _check_step(check, comm, job: Job, before: dict, synced: list, rows) -> None:
-    """Feed rank 0's check with the whole model's parameters and gradients."""
+def _shadow_step(shadow, comm, job: Job, before: dict, synced: list, rows) -> None:
+    """Feed rank 0's shadow with the whole model's weights and gradients."""
     names = list(before)
     if job.parallel == "tensor":
         whole_before = _whole(comm, job, before)
         whole_synced = _whole(comm, job, dict(zip(names, synced)))
-        if check is None:
+        if shadow is None:
             return
         before, synced = whole_before, [whole_synced[n] for n in names]
-    check.step(before, synced, rows)
-
-
-class _Check:
-    """Rank 0's teacher-forced comparison with one device, step by step."""
-
-    def __init__(self, job: Job, comm):
-        ref = job.reference
-        size = 1 if comm is None else comm.size
-        self.job = job
-        self.names = [p.name for p in ref.params]
-        self.exe = g.Executor([*ref.step.grads, *(g.magnitude(x) for x in ref.step.grads)])
-        self.gammas = []
-        for r, s in zip(ref.step.grads, job.model.step.synced):
-            k = max(g.summands(r), g.summands(s, size))
-            self.gammas.append((k, g.gamma(k, job.dtype)))
-        self.worst = (0.0, 0, self.names[0])
-        self.steps = 0
-        self.dots = np.zeros(3)          # <par, par>, <ref, ref>, <par, ref>
-        self.drift = {n: 0.0 for n in self.names}   # accumulated lr * tolerance
-
-    def step(self, params: dict, synced: list, rows) -> None:
-        data, job = self.job.dataset(), self.job
-        out = self.exe.run(None, {"x": data.x_train[rows].astype(job.dtype), "labels": data.y_train[rows],
-                                  **params})
-        count = len(self.names)
-        self.steps += 1
-        for name, par, ref, mag, (k, gam) in zip(self.names, synced, out[:count], out[count:], self.gammas):
-            par64, ref64 = par.astype(np.float64), ref.astype(np.float64)
-            tol = 2 * gam * mag.astype(np.float64)
-            diff = np.abs(par64 - ref64)
-            same = (par64 == ref64) | (np.isnan(par64) & np.isnan(ref64))
-            with np.errstate(divide="ignore", invalid="ignore"):
-                ratio = np.nan_to_num(np.where(same, 0.0, diff / tol), nan=np.inf, posinf=np.inf)
-            worst = float(np.max(ratio, initial=0.0))
-            if worst > self.worst[0]:
-                self.worst = (worst, self.steps, name)
-            self.dots += [np.vdot(par64, par64), np.vdot(ref64, ref64), np.vdot(par64, ref64)]
-            self.drift[name] += job.model.step.lr * float(np.max(tol, initial=0.0))
-
-    def summary(self) -> dict:
-        pp, rr, pr = self.dots
-        return {
-            "steps": self.steps,
-            "worst_ratio": self.worst[0], "worst_step": self.worst[1], "worst_param": self.worst[2],
-            "norm_ratio": float(np.sqrt(pp / rr)) if rr else float("nan"),
-            "cosine": float(pr / np.sqrt(pp * rr)) if pp and rr else float("nan"),
-            "summands": {n: k for n, (k, _) in zip(self.names, self.gammas)},
-            "gamma": {n: gam for n, (_, gam) in zip(self.names, self.gammas)},
-            "drift": self.drift,
-        }
+    data = job.dataset()
+    shadow.step(before, synced, {"x": data.x_train[rows].astype(job.dtype), "labels": data.y_train[rows]})
