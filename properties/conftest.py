@@ -1,17 +1,14 @@
-"""Hypothesis settings of the property suite, and its seed.
+"""Hypothesis settings of the property suite.
 
-Every run has a seed (``--hypothesis-seed``, or one drawn here and shown in
-the header), so that the replay command printed under a failure runs exactly
-the same examples again. ``SIMDIST_PROPERTY_EXAMPLES`` sets how many examples
+``SIMDIST_PROPERTY_EXAMPLES`` sets how many examples
 each property tries (default 25); ``--hypothesis-profile`` overrides it all.
 """
 
 from __future__ import annotations
 
 import os
-import random
 
-from hypothesis import HealthCheck, Phase, core, settings
+from hypothesis import HealthCheck, Phase, settings
 
 settings.register_profile(
     "simdist-properties",
@@ -27,5 +24,3 @@ settings.register_profile(
 def pytest_configure(config):
     if not config.getoption("hypothesis_profile", None):
         settings.load_profile("simdist-properties")
-    if config.getoption("hypothesis_seed", None) is None and core.global_force_seed is None:
-        core.global_force_seed = random.SystemRandom().randrange(2**32)

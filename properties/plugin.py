@@ -26,6 +26,7 @@ that test again with the same backend, size and Hypothesis seed.
 
 from __future__ import annotations
 
+import random
 import shlex
 import sys
 
@@ -100,12 +101,40 @@ def _on_rank(base, factory, test, kwargs):
     return test(comm=under_test(base, factory), **kwargs)
 
 
+def pytest_collection_modifyitems(config, items):
+    """Give tests that use the backend a seed and let Hypothesis share the world.
+
+    The ``world`` fixture is function-scoped (its size can differ per test)
+    but returns a session-wide world, which is exactly what Hypothesis'
+    function-scoped-fixture health check warns about; it is safe here.
+    """
+    users = [item for item in items if {"world", "comm"} & set(getattr(item, "fixturenames", ()))]
+    if not users:
+        return
+    from hypothesis import HealthCheck, core, settings
+
+    if config.getoption("hypothesis_seed", None) is None and core.global_force_seed is None:
+        core.global_force_seed = random.SystemRandom().randrange(2**32)
+    for item in users:
+        test = getattr(item, "obj", None)
+        chosen = getattr(test, "_hypothesis_internal_use_settings", None)
+        if chosen is not None and HealthCheck.function_scoped_fixture not in chosen.suppress_health_check:
+            test._hypothesis_internal_use_settings = settings(
+                chosen, suppress_health_check=[*chosen.suppress_health_check, HealthCheck.function_scoped_fixture])
+
+
 def pytest_report_header(config):
     seed = _seed()
     return (f"simdist: backend {config.getoption('simdist_backend')}"
             + (f" + {config.getoption('simdist_factory')}" if config.getoption("simdist_factory") else "")
             + f", {config.getoption('simdist_np')} ranks"
             + (f", hypothesis seed {seed}" if seed is not None else ""))
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if _seed() is not None and config.stash.get(_WORLDS, None):
+        terminalreporter.write_line(f"simdist: hypothesis seed {_seed()} "
+                                    f"(pass --hypothesis-seed={_seed()} to run the same examples again)")
 
 
 def _seed():
