@@ -40,12 +40,20 @@ def _call(base, factory, fn, args):
 
 @dataclass
 class Backend:
-    """``size`` ranks of ``kind`` (sim or mpi), testing ``factory(base)`` if given."""
+    """``size`` ranks of ``kind`` (sim or mpi), testing ``factory(base)`` if given.
+
+    A hang costs the world's timeout per call, and Hypothesis would repeat
+    the failing call while shrinking it; so the first hang fails the test at
+    once (``pytest.fail``, which Hypothesis does not shrink), and every later
+    run on this backend fails at once, naming that hang. A rank that dies
+    fails its test at once too (the world replaces it for the next test).
+    """
 
     kind: str
     factory: str | None
     size: int
     world: simdist.World
+    hung: str | None = None
 
     @property
     def name(self) -> str:
@@ -54,7 +62,14 @@ class Backend:
 
     def run(self, fn, *args) -> list:
         """``fn(comm, *args)`` on every rank; the list of results by rank."""
-        return self.world.run(_call, self.factory, fn, args)
+        import pytest
 
-    def close(self) -> None:
-        self.world.close()
+        if self.hung is not None:
+            pytest.fail(f"not run: {self.name} hung earlier ({self.hung})", pytrace=False)
+        try:
+            return self.world.run(_call, self.factory, fn, args)
+        except simdist.CollectiveTimeout as hang:
+            self.hung = str(hang).splitlines()[0]
+            pytest.fail(f"{self.name} hung:\n{hang}", pytrace=False)
+        except simdist.RankDied as death:    # nothing to shrink: fail now (the world recovers)
+            pytest.fail(f"{self.name} lost a rank:\n{death}", pytrace=False)

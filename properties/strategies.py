@@ -74,7 +74,7 @@ def _elements(dtype: np.dtype, exact: bool, size: int, op: str | None):
         return st.builds(complex, part, part) if dtype.kind == "c" else part
     precision = np.finfo(dtype).nmant + 1
     if op == "prod":                         # powers of two multiply exactly
-        part = st.sampled_from([-2.0, -1.0, -0.5, 0.5, 1.0, 2.0, 0.0])
+        part = st.sampled_from([-2.0, -1.0, -0.5, 0.5, 1.0, 2.0] + ([] if dtype.kind == "c" else [0.0]))
     else:                                    # integers whose every partial sum fits
         bound = max(1, 2 ** (precision - 1) // max(size, 1) - 1)
         part = st.integers(-min(bound, 1000), min(bound, 1000)).map(float)
@@ -86,7 +86,7 @@ def rank_arrays(size: int, dtype: np.dtype, shape: tuple, exact: bool = False, o
     dtype = np.dtype(dtype)
     one = hnp.arrays(dtype, shape, elements=_elements(dtype, exact, size, op))
     if int(np.prod(shape)) > 4096:           # large arrays: draw a seed, not every element
-        return st.integers(0, 2**32 - 1).map(lambda s: _large(size, dtype, shape, exact, s))
+        return st.integers(0, 2**32 - 1).map(lambda s: _large(size, dtype, shape, exact, s, op))
     return st.lists(one, min_size=size, max_size=size)
 
 
@@ -95,7 +95,7 @@ def exact_rank_arrays(size: int, dtype: np.dtype, shape: tuple, op: str = "sum")
     return rank_arrays(size, dtype, shape, exact=True, op=op)
 
 
-def _large(size: int, dtype: np.dtype, shape: tuple, exact: bool, seed: int) -> list:
+def _large(size: int, dtype: np.dtype, shape: tuple, exact: bool, seed: int, op: str | None = None) -> list:
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(size):
@@ -104,6 +104,8 @@ def _large(size: int, dtype: np.dtype, shape: tuple, exact: bool, seed: int) -> 
         elif dtype.kind in "iu":
             info = np.iinfo(dtype)
             a = rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
+        elif exact and op == "prod":         # powers of two multiply exactly
+            a = (rng.choice([-2.0, -1.0, -0.5, 0.5, 1.0, 2.0], shape)).astype(dtype)
         elif exact:
             a = rng.integers(-100, 100, shape).astype(dtype)
         else:

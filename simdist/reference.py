@@ -592,7 +592,7 @@ def _describe(rank: int, judged: _Judgement, got: np.ndarray, shape: tuple) -> s
     if judged.exact[j] or not math.isfinite(judged.error[j]) or judged.bound[j] == 0:
         return f"{head}, expected {expected}" + (" (bit for bit)" if judged.exact[j] else "")
     return (f"{head}, exact value {expected}: |error| {judged.error[j]:.3g} > bound "
-            f"{judged.bound[j]:.3g} (ratio {judged.error[j] / judged.bound[j]:.3g})")
+            f"{judged.bound[j]:.3g} (ratio {float(judged.error[j]) / float(judged.bound[j]):.3g})")
 
 
 def _as_array(x, rank: int, collective: str) -> np.ndarray:

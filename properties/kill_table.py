@@ -1,0 +1,146 @@
+"""The kill table: does the property suite (and ``simdist check``) catch every fake?
+
+``python -m properties.kill_table`` runs the property suite against every fake
+of :mod:`fake_backends` and against the simulator in one pytest session (one
+world serves them all), then ``simdist check``'s sweep against each, and
+prints, per backend: its bug class, the first property that failed, the time
+until that failure, how many properties failed, and the sweep's failed rows.
+Every faulty fake must be caught by both; the simulator and the legal fakes
+must pass both. ``--json FILE`` writes the table as JSON; exit status 1 when
+any row disagrees with what it should be.
+
+``--first-failure`` stops testing a backend at its first failing property
+(``--simdist-first-failure``), which is what the project's tests use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+
+import fake_backends
+
+__all__ = ["kill_table", "main"]
+
+
+def _properties(specs: list[str], size: int, examples: int, seed: int, timeout: float,
+                first_failure: bool) -> dict:
+    """Per spec: [(test, failed, seconds)] in suite order."""
+    with tempfile.TemporaryDirectory(prefix="simdist-kill-") as tmp:
+        xml = os.path.join(tmp, "kill.xml")
+        command = [sys.executable, "-m", "pytest", "--pyargs", "properties", "-q", "-p", "no:cacheprovider",
+                   "--simdist-backend", ",".join(specs), "--simdist-np", str(size),
+                   "--simdist-timeout", str(timeout), f"--hypothesis-seed={seed}", f"--junitxml={xml}"]
+        if first_failure:
+            command.append("--simdist-first-failure")
+        # A fresh working directory: no Hypothesis database, so the seed alone decides the examples.
+        subprocess.run(command, cwd=tmp, env=dict(os.environ, SIMDIST_PROPERTY_EXAMPLES=str(examples)),
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        results: dict = {spec: [] for spec in specs}
+        for case in ET.parse(xml).getroot().iter("testcase"):
+            match = re.fullmatch(r"(.*)\[(.*)\]", case.get("name", ""))
+            if not match or match.group(2) not in results:
+                continue
+            failed = case.find("failure") is not None or case.find("error") is not None
+            skipped = case.find("skipped") is not None
+            if not skipped:
+                results[match.group(2)].append((match.group(1), failed, float(case.get("time", 0))))
+    return results
+
+
+def _sweep(spec: str, size: int, timeout: float, dtypes) -> dict:
+    from simdist._check import sweep
+
+    started = time.perf_counter()
+    factory = None if spec == "sim" else spec
+    report = sweep(size, "sim", factory, quick=True, timeout=timeout, dtypes=dtypes)
+    failed = [r for r in report["rows"] if r["verdict"] == "FAIL"]
+    return {"ok": report["ok"], "failed_rows": len(failed), "rows": len(report["rows"]),
+            "first_failed": f"{failed[0]['collective']} {failed[0]['dtype'] or ''} {failed[0]['op'] or ''}".strip()
+            if failed else None, "seconds": round(time.perf_counter() - started, 2)}
+
+
+def _bug(cls) -> str:
+    """The first sentence of a fake's docstring: its bug class."""
+    if cls is None:
+        return "none (the simulator)"
+    paragraph = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split()).replace("``", "`")
+    sentence = re.split(r"(?<=\.)\s", paragraph, maxsplit=1)[0].rstrip(".")
+    return sentence if len(sentence) <= 90 else sentence[:90].rsplit(" ", 1)[0] + " ..."
+
+
+def kill_table(size: int = 4, examples: int = 25, seed: int = 0, timeout: float = 5.0,
+               first_failure: bool = False, dtypes=None, progress=lambda line: None) -> list[dict]:
+    """One row per backend (the simulator, then every fake); see the module docstring."""
+    names = list(fake_backends.FAKES)
+    specs = ["sim"] + [f"fake_backends:{n}" for n in names]
+    progress(f"kill table: the property suite against {len(specs)} backends ...")
+    suites = _properties(specs, size, examples, seed, timeout, first_failure)
+    rows = []
+    for spec in specs:
+        name = spec.partition(":")[2] or "sim"
+        cls = fake_backends.FAKES.get(name)
+        should_fail = name in fake_backends.FAULTY
+        results = suites[spec]
+        failed = [test for test, bad, _ in results if bad]
+        elapsed, caught_after = 0.0, None
+        for _, bad, seconds in results:
+            elapsed += seconds
+            if bad:
+                caught_after = elapsed
+                break
+        progress(f"kill table: simdist check's sweep against {spec} ...")
+        sweep = _sweep(spec, size, timeout, dtypes)
+        rows.append({
+            "backend": spec, "bug": _bug(cls),
+            "should_fail": should_fail, "properties_run": len(results), "properties_failed": len(failed),
+            "first_property": failed[0] if failed else None,
+            "seconds_to_catch": round(caught_after, 2) if caught_after is not None else None,
+            "check": sweep,
+            "as_expected": (bool(failed) == should_fail) and (not sweep["ok"]) == should_fail and bool(results),
+        })
+    return rows
+
+
+def format_markdown(rows: list[dict]) -> str:
+    lines = ["| backend | bug | first property to fail | time to catch | properties failed | "
+             "check rows failed | expected |", "| --- | --- | --- | ---: | ---: | ---: | --- |"]
+    for r in rows:
+        caught = f"{r['seconds_to_catch']:.1f} s" if r["seconds_to_catch"] is not None else "-"
+        lines.append(f"| `{r['backend']}` | {r['bug']} | {r['first_property'] and '`' + r['first_property'] + '`' or '-'}"
+                     f" | {caught} | {r['properties_failed']}/{r['properties_run']} | "
+                     f"{r['check']['failed_rows']}/{r['check']['rows']} | "
+                     f"{'yes' if r['as_expected'] else '**NO**'} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m properties.kill_table", description=__doc__.splitlines()[0])
+    parser.add_argument("-n", "--np", type=int, default=4, help="ranks (default 4)")
+    parser.add_argument("--examples", type=int, default=25, help="Hypothesis examples per property (default 25)")
+    parser.add_argument("--seed", type=int, default=0, help="Hypothesis seed (default 0)")
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds before a hang is reported (default 5)")
+    parser.add_argument("--first-failure", action="store_true", help="stop testing a backend at its first failure")
+    parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    rows = kill_table(args.np, args.examples, args.seed, args.timeout, args.first_failure,
+                      progress=lambda line: print(line, file=sys.stderr, flush=True))
+    print(format_markdown(rows))
+    print(f"\n{len(rows)} backends in {time.perf_counter() - started:.0f} s; "
+          f"{sum(r['as_expected'] for r in rows)} as expected")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(rows, fh, indent=2)
+    return 0 if all(r["as_expected"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
