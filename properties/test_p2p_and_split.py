@@ -50,7 +50,7 @@ def _barrier(comm, late: int, delay: float):
 @given(st.data())
 def test_barrier_returns_only_after_every_rank_has_called_it(world, data):
     late = data.draw(s.roots(world.size))
-    outs = world.run(_barrier, late, 0.02)
+    outs = world.run(_barrier, late, 0.05)
     last_entry = max(entered for entered, _ in outs)
     for rank, (_, left) in enumerate(outs):
         assert left >= last_entry, f"rank {rank} left the barrier before rank {late} entered it"
