@@ -21,6 +21,13 @@ Layout (all offsets in bytes, every region 64-byte aligned)::
     p2p rings size x size x R   per ordered pair: a byte ring of messages
     slots     size x SLOT     per world rank: its collective buffer
 
+The p2p words of a status entry describe the point-to-point call a rank is
+in (``_p2p``): its kind (send, recv, probe), peer (world rank), tag, bytes
+and sequence number. A probe from any rank stores the rank itself as the
+peer (so a reader that follows the peer reads a word only this rank
+writes) and the ``P2P_ANY_SOURCE`` flag in the bytes word; a probe for any
+tag stores tag -1.
+
 Who writes what
 ---------------
 Every word has exactly one writer, so no atomic read-modify-write is ever
@@ -49,6 +56,16 @@ flag is up by storing a fresh token in that member's word and calling
 FUTEX_WAKE. Both sides run a full fence between their store and their load
 (Dekker), so either the publisher sees the flag or the sleeper sees the
 publication; sleeps also time out so that aborts and dead peers are noticed.
+
+A rank may also wait for *any* of several words, each with its own writer
+and target (``wait_any``: a probe from any source waits on the heads of all
+the rings into it). The argument is the same, once per word: the sleeper
+raises its one ``sleeping`` flag, fences, then loads every word; each
+publisher stores its word, fences, then loads the flag. For every word,
+either its publisher sees the flag (and rings the bell, which makes the
+sleeper re-check all the words) or the sleeper's load sees the word. The
+flag and the bell belong to the rank, not to a word, so any publication to
+the rank wakes it; a wake for another word is only a spurious wake-up.
 """
 
 from __future__ import annotations
@@ -319,6 +336,84 @@ class Arena:
                 "without making that call; every rank must make the same calls",
                 {self.rank: mine, writer: "returned"},
             )
+
+    def wait_any(self, words, targets, writers, on: int | None = None) -> int:
+        """Wait until ``q[words[i]] >= targets[i]`` for some ``i``; return it.
+
+        ``writers[i]`` is the world rank that writes ``words[i]``. While
+        asleep the wait raises ``Aborted`` when the run is aborting or any
+        writer (other than this rank) has failed, and ``CollectiveMismatch``
+        when every writer other than this rank has returned. ``on`` is the
+        rank the wait is reported as waiting on (None: no single rank).
+        """
+        q = self.q
+        pairs = list(zip(words, targets))
+        for _ in range(self.spin_iters):
+            for i, (w, t) in enumerate(pairs):
+                if q[w] >= t:
+                    return i
+        for _ in range(self.yield_iters):
+            os.sched_yield()
+            for i, (w, t) in enumerate(pairs):
+                if q[w] >= t:
+                    return i
+        me = self.rank
+        lay = self.layout
+        sleeping = lay.status_word(me, S_SLEEPING)
+        bell = lay.status_word(me, S_BELL)
+        if on is not None:
+            q[lay.status_word(me, S_WAITING_FOR)] = on + 1
+        ts = _Timespec(0, 50_000_000)
+        addr = ctypes.c_void_p(self._bell_addr[me])
+        try:
+            while True:
+                expected = q[bell] & 0xFFFFFFFF
+                q[sleeping] = 1
+                fence()
+                for i, (w, t) in enumerate(pairs):
+                    if q[w] >= t:
+                        return i
+                self._check_writers(pairs, writers)
+                if _SYS_FUTEX is not None:
+                    if expected >= 1 << 31:
+                        expected -= 1 << 32
+                    _syscall(_SYS_FUTEX, addr, _FUTEX_WAIT, ctypes.c_int(expected), ctypes.byref(ts), None, 0)
+                else:  # pragma: no cover - no futex on this platform
+                    os.sched_yield()
+                q[sleeping] = 0
+        finally:
+            q[sleeping] = 0
+            q[lay.status_word(me, S_WAITING_FOR)] = 0
+
+    def check_abort(self) -> None:
+        """Raise ``Aborted`` if the run is being aborted."""
+        q = self.q
+        if q[H_ABORT]:
+            raise Aborted("the run was aborted by the driver" if q[H_ABORT] == ABORT_DRIVER else "a rank failed")
+
+    def _check_writers(self, pairs, writers) -> None:
+        """``_check_peer`` for a wait on any of several words."""
+        self.check_abort()
+        q = self.q
+        lay = self.layout
+        others = sorted({w for w in writers if w != self.rank})
+        states = [q[lay.status_word(w, S_STATE)] for w in others]
+        for w, state in zip(others, states):
+            if state == FAILED:
+                raise Aborted(f"rank {w} failed")
+        if not others or any(state != RETURNED for state in states):
+            return
+        if any(q[w] >= t for w, t in pairs):  # states first: a writer's last store precedes RETURNED
+            return
+        from ._report import current_call
+
+        mine = current_call(self, self.rank)
+        who = f"rank {others[0]} has" if len(others) == 1 else f"ranks {', '.join(map(str, others))} have"
+        raise CollectiveMismatch(
+            f"rank {self.rank} waits in {mine}, but {who} returned from the function "
+            "without sending a message it can match; every message waited for must be sent",
+            {self.rank: mine, **{w: "returned" for w in others}},
+        )
 
     def _wait_one(self, word: int, target: int, writer: int) -> None:
         q = self.q

@@ -43,6 +43,37 @@ class SimComm(Communicator):
 
     ``members`` are the world ranks of the communicator in its rank order;
     ``ctx`` is the context index its members' control entries use.
+
+    Simulator-only point-to-point helpers (private; for the mpi4py imitation):
+
+    ``_probe(source=None, tag=None, block=True) -> (source, tag) | None``
+        The first message on this communicator from ``source`` (a rank of
+        this communicator; None: any) with ``tag`` (an int >= 0; None: any),
+        without receiving it: a following ``recv(source, tag)`` with the
+        returned source and tag returns exactly that message. From one
+        source it is the earliest sent that matches. With ``source=None``
+        the sources are checked in ascending rank order and the first with
+        a matching message *at the time of its check* wins, so which source
+        wins depends on timing, as with MPI_ANY_SOURCE. Messages of other
+        communicators are never seen. ``block=False`` returns None at once
+        when nothing matches. ``block=True`` waits as ``recv`` does: the
+        rank is "waiting in probe #n from rank r (tag=t)" (or "from any
+        rank", "tag=any") for the hang watch and its reports, and a peer
+        that fails, or an abort, unwinds it. A message larger than the ring
+        is reported as soon as its header is in the ring; to look past a
+        message that does not match, the probe receives it into the
+        per-rank stash ``recv`` uses, which may wait (in a non-blocking
+        probe too) for its sender to finish writing it, and no longer.
+
+    ``_try_send(x, dest, tag=0) -> bool``
+        ``send`` if it would not wait, else nothing. ``send`` waits whenever
+        the message's record (its payload plus 40 + 8 * ndim bytes, padded
+        to 8) does not fit in the free space of the ring to ``dest`` --
+        always for a message larger than the ring, but also for a small one
+        behind unreceived messages -- until ``dest`` receives enough of it.
+        ``_try_send`` sends and returns True when the record fits now (then
+        the send does not wait, since only the receiver frees space), and
+        returns False without sending otherwise.
     """
 
     def __init__(self, arena, mailboxes: Mailboxes, members: list[int], ctx: int, epoch: int = 0, order: str = "fold"):
@@ -515,6 +546,32 @@ class SimComm(Communicator):
         tag = check_int(tag, self._rank, "recv", "tag", minimum=0)
         self._check_open("recv")
         return self._mail.recv(self._members[source], tag, self._ctx)
+
+    def _probe(self, source=None, tag=None, block=True):
+        """See the class docstring."""
+        if source is not None:
+            source = check_rank_arg(source, self._size, self._rank, "probe", "source")
+        if tag is not None:
+            tag = check_int(tag, self._rank, "probe", "tag", minimum=0)
+        self._check_open("probe")
+        members = self._members
+        sources = members if source is None else [members[source]]
+        found = self._mail.probe(sources, tag, self._ctx, bool(block), source is None)
+        if found is None:
+            return None
+        world, found_tag = found
+        return (source if source is not None else members.index(world)), found_tag
+
+    def _try_send(self, x, dest, tag=0):
+        """See the class docstring."""
+        x = as_input(x, self._rank, "send")
+        dest = check_rank_arg(dest, self._size, self._rank, "send", "dest")
+        tag = check_int(tag, self._rank, "send", "tag", minimum=0)
+        self._check_open("send")
+        if not self._mail.fits(x, self._members[dest]):
+            return False
+        self._mail.send(x, self._members[dest], tag, self._ctx)
+        return True
 
     def _check_open(self, name):
         if self._freed:

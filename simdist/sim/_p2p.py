@@ -10,8 +10,30 @@ for small messages and waits for the matching ``recv`` for large ones, as a
 standard-mode MPI send may.
 
 The receiver reads its ring in order; a message with another (ctx, tag)
-than the one asked for is copied into a private queue, where a later
-``recv`` finds it. So messages between a pair with one tag arrive in order.
+than the one asked for is copied into a private queue (the stash), where a
+later ``recv`` finds it. So messages between a pair with one tag arrive in
+order. Each stashed message keeps its arrival number, so the earliest
+message from one source is known across tags too.
+
+Probing
+-------
+``probe`` finds the first message that a ``recv`` for a source (or any) and
+a tag (or any) would take, without taking it. Per source it looks in the
+stash first (the earliest stashed message that matches), then at the
+record at the ring's tail: two header words (``ctx, tag``) are enough to
+decide, so a large message still being streamed is reported as soon as its
+header is in the ring, and stays there for ``recv``. A record that does not
+match is moved to the stash (as ``recv`` would do) to look past it; that
+reads its whole payload, which waits only for its sender to finish writing
+it (a sender that has written a header is inside ``send`` until the record
+is complete, and needs nothing from the receiver but room, which reading
+makes). With several sources, the first in the order given that has a
+match at the time of its check wins. A blocking probe that finds nothing
+waits on the heads of all the rings it looked at (``Arena.wait_any``) and
+looks again. A non-blocking probe that finds nothing and moves nothing
+writes nothing to the status table, so polling does not count as progress
+for the driver's hang watch; it raises ``Aborted`` when the run is being
+aborted, so a rank that polls unwinds like a waiting one.
 """
 
 from __future__ import annotations
@@ -23,10 +45,10 @@ import numpy as np
 
 from .._checks import DTYPE_CODE, DTYPES
 from ._arena import CALL, S_CTX, S_P2P_KIND, S_P2P_NBYTES, S_P2P_PEER, S_P2P_SEQ, S_P2P_TAG, S_PROGRESS, S_STATE, USER
-from ._report import P2P_CTX
+from ._report import P2P_ANY_SOURCE, P2P_CTX
 
 _HEAD = struct.Struct("5q")
-SEND, RECV = 1, 2
+SEND, RECV, PROBE = 1, 2, 3
 
 
 class Mailboxes:
@@ -37,7 +59,11 @@ class Mailboxes:
         self._me = arena.rank
         lay = arena.layout
         self._ring_bytes = lay.ring_bytes
-        self._stash: dict[tuple[int, int, int], collections.deque] = collections.defaultdict(collections.deque)
+        # (ctx, source) -> tag -> messages in arrival order, as (arrival, array);
+        # no empty entries, so a falsy lookup means nothing is stashed.
+        self._stash: dict[tuple[int, int], dict[int, collections.deque]] = {}
+        self._arrivals = 0
+        self._rings_by_pair: dict[tuple[int, int], _Ring] = {}
         self._seq = 0
         self._status = lay.status_word(self._me, 0)
         ring = np.ndarray((lay.size * lay.size * lay.ring_bytes,), np.uint8, arena.mm, lay.rings)
@@ -66,7 +92,7 @@ class Mailboxes:
             header = _HEAD.pack(ctx, tag, DTYPE_CODE[x.dtype], x.ndim, x.nbytes) + struct.pack(f"{x.ndim}q", *x.shape)
             payload = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
             pad = -x.nbytes % 8
-            ring = _Ring(self, self._me, dest)
+            ring = self._ring(self._me, dest)
             ring.put(np.frombuffer(header, np.uint8))
             ring.put(payload)
             if pad:
@@ -76,27 +102,116 @@ class Mailboxes:
 
     # -- receiving ------------------------------------------------------------
     def recv(self, source: int, tag: int, ctx: int) -> np.ndarray:
-        waiting = self._stash.get((ctx, source, tag))
-        if waiting:
-            return waiting.popleft()
+        box = self._stash.get((ctx, source))
+        if box:
+            waiting = box.get(tag)
+            if waiting:
+                return self._unstash(box, ctx, source, tag, waiting)
         self._enter(RECV, source, tag, 0)
         try:
-            ring = _Ring(self, source, self._me)
+            ring = self._ring(source, self._me)
             while True:
-                head = np.empty(5, np.int64)
-                ring.get(head.view(np.uint8))
-                m_ctx, m_tag, code, ndim, nbytes = (int(v) for v in head)
-                shape = np.empty(ndim, np.int64)
-                ring.get(shape.view(np.uint8))
-                out = np.empty(tuple(int(d) for d in shape), DTYPES[code - 1])
-                ring.get(out.reshape(-1).view(np.uint8))
-                if nbytes % 8:
-                    ring.get(np.empty(-nbytes % 8, np.uint8))
-                if (m_ctx, m_tag) == (ctx, tag):
+                m_ctx, m_tag, out = self._read(ring)
+                if m_ctx == ctx and m_tag == tag:
                     return out
-                self._stash[(m_ctx, source, m_tag)].append(out)
+                self._set_aside(m_ctx, source, m_tag, out)
         finally:
             self._leave()
+
+    def _ring(self, src: int, dst: int) -> "_Ring":
+        ring = self._rings_by_pair.get((src, dst))
+        if ring is None:
+            ring = self._rings_by_pair[(src, dst)] = _Ring(self, src, dst)
+        return ring
+
+    @staticmethod
+    def _read(ring: "_Ring") -> tuple[int, int, np.ndarray]:
+        """Take the record at ``ring``'s tail: ``(ctx, tag, array)``."""
+        head = np.empty(5, np.int64)
+        ring.get(head.view(np.uint8))
+        m_ctx, m_tag, code, ndim, nbytes = (int(v) for v in head)
+        shape = np.empty(ndim, np.int64)
+        ring.get(shape.view(np.uint8))
+        out = np.empty(tuple(int(d) for d in shape), DTYPES[code - 1])
+        ring.get(out.reshape(-1).view(np.uint8))
+        if nbytes % 8:
+            ring.get(np.empty(-nbytes % 8, np.uint8))
+        return m_ctx, m_tag, out
+
+    def _set_aside(self, ctx: int, source: int, tag: int, out: np.ndarray) -> None:
+        self._arrivals += 1
+        box = self._stash.setdefault((ctx, source), {})
+        waiting = box.get(tag)
+        if waiting is None:
+            waiting = box[tag] = collections.deque()
+        waiting.append((self._arrivals, out))
+
+    def _unstash(self, box: dict, ctx: int, source: int, tag: int, waiting: collections.deque) -> np.ndarray:
+        out = waiting.popleft()[1]
+        if not waiting:
+            del box[tag]
+            if not box:
+                del self._stash[(ctx, source)]
+        return out
+
+    # -- probing --------------------------------------------------------------
+    def probe(
+        self, sources: list[int], tag: int | None, ctx: int, block: bool, any_source: bool
+    ) -> tuple[int, int] | None:
+        """The first message on ``ctx`` from one of ``sources`` (world ranks,
+        scanned in this order) with ``tag`` (None: any), as ``(source, tag)``;
+        it stays for ``recv``. None at once if there is none and not ``block``.
+        See the module docstring."""
+        me = self._me
+        rings = [self._ring(src, me) for src in sources]
+        entered = False
+        try:
+            while True:
+                heads = []
+                for src, ring in zip(sources, rings):
+                    box = self._stash.get((ctx, src))
+                    if box:
+                        if tag is None:  # the earliest arrival over all tags
+                            return src, min(box.items(), key=lambda item: item[1][0][0])[0]
+                        if tag in box:
+                            return src, tag
+                    while True:
+                        m_ctx, m_tag, head = ring.peek()
+                        if m_ctx is None:
+                            heads.append(head)
+                            break
+                        if m_ctx == ctx and (tag is None or m_tag == tag):
+                            return src, m_tag
+                        if not entered:
+                            self._enter_probe(sources, tag, any_source)
+                            entered = True
+                        m_ctx, m_tag, out = self._read(ring)
+                        self._set_aside(m_ctx, src, m_tag, out)
+                if not block:  # a rank that polls still unwinds on an abort
+                    self._arena.check_abort()
+                    return None
+                if not entered:
+                    self._enter_probe(sources, tag, any_source)
+                    entered = True
+                self._arena.wait_any(
+                    [ring.head for ring in rings], [h + 1 for h in heads], sources, None if any_source else sources[0]
+                )
+        finally:
+            if entered:
+                self._leave()
+
+    def _enter_probe(self, sources: list[int], tag: int | None, any_source: bool) -> None:
+        self._enter(PROBE, self._me if any_source else sources[0], -1 if tag is None else tag,
+                    P2P_ANY_SOURCE if any_source else 0)
+
+    # -- sending without waiting -------------------------------------------------
+    def fits(self, x: np.ndarray, dest: int) -> bool:
+        """True if a send of ``x`` to ``dest`` would not wait: its whole record
+        fits in the ring's free space now (only the receiver frees space)."""
+        ring = self._ring(self._me, dest)
+        q = self._arena.q
+        record = _HEAD.size + 8 * x.ndim + x.nbytes + (-x.nbytes % 8)
+        return ring.cap - (q[ring.head] - q[ring.tail]) >= record
 
 
 class _Ring:
@@ -111,6 +226,21 @@ class _Ring:
         self.src, self.dst = src, dst
         self.cap = lay.ring_bytes
         self.bytes = boxes._rings[src * lay.size + dst]
+        self.first_word = lay.ring_offset(src, dst) // 8
+
+    def peek(self) -> tuple[int | None, int | None, int]:
+        """``(ctx, tag, head)`` of the record at the tail, without taking it;
+        ``(None, None, head)`` while fewer than its first two words are in
+        the ring. The tail sits at a record boundary (records are padded to
+        8 bytes and the ring is a multiple of 8), so each word is whole."""
+        q = self.arena.q
+        tail = q[self.tail]
+        head = q[self.head]  # loaded before the words it publishes
+        if head - tail < 16:
+            return None, None, head
+        at = self.first_word + tail % self.cap // 8
+        nxt = self.first_word + (tail + 8) % self.cap // 8
+        return q[at], q[nxt], head
 
     def put(self, data: np.ndarray) -> None:
         q, cap = self.arena.q, self.cap

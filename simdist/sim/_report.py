@@ -13,7 +13,10 @@ from ._arena import (
 )
 
 P2P_CTX = -1
-P2P_KINDS = {1: "send", 2: "recv"}
+P2P_KINDS = {1: "send", 2: "recv", 3: "probe"}
+#: In the S_P2P_NBYTES word of a probe: it is from any rank (the peer word
+#: then holds the probing rank itself; see ``_arena``).
+P2P_ANY_SOURCE = 1
 
 
 def comm_name(ctx: int) -> str:
@@ -27,12 +30,15 @@ def current_call(arena, rank: int) -> str:
     ctx = q[lay.status_word(rank, S_CTX)]
     if ctx == P2P_CTX:
         kind = P2P_KINDS.get(q[lay.status_word(rank, S_P2P_KIND)], "p2p")
-        peer = q[lay.status_word(rank, S_P2P_PEER)]
+        peer = f"rank {q[lay.status_word(rank, S_P2P_PEER)]}"
         direction = "to" if kind == "send" else "from"
-        detail = f"tag={q[lay.status_word(rank, S_P2P_TAG)]}"
+        tag = q[lay.status_word(rank, S_P2P_TAG)]
+        detail = f"tag={'any' if tag < 0 else tag}"
         if kind == "send":
             detail += f", {q[lay.status_word(rank, S_P2P_NBYTES)]} bytes"
-        return f"{kind} #{q[lay.status_word(rank, S_P2P_SEQ)]} {direction} rank {peer} ({detail})"
+        elif kind == "probe" and q[lay.status_word(rank, S_P2P_NBYTES)] & P2P_ANY_SOURCE:
+            peer = "any rank"
+        return f"{kind} #{q[lay.status_word(rank, S_P2P_SEQ)]} {direction} {peer} ({detail})"
     row = sig.read(arena.buf, lay.sig_offset(rank, ctx))
     return f"{sig.describe(row)} on {comm_name(ctx)}"
 
