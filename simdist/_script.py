@@ -4,10 +4,17 @@ Each rank executes the script (or module) as ``__main__`` with the given
 ``sys.argv``; inside, :func:`simdist.comm` returns the rank's communicator.
 The ranks' output goes straight to the terminal. A ``sys.exit(code)`` ends
 the rank with that code; an exception fails the run with its traceback.
+
+On the simulator, ``mpi4py`` is the stand-in of ``fake_backends.mpi4py``
+while the script runs, so ``from mpi4py import MPI`` gives a simulated MPI
+on the rank's communicator and unmodified mpi4py programs run; their
+``MPI.COMM_WORLD.Abort(code)`` ends the run with exit status ``code``. On
+the MPI backend the script imports the real mpi4py.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import runpy
 import sys
@@ -29,8 +36,22 @@ class ScriptOutcome:
     error: str = ""  # the failure report, empty on success
 
 
-def _rank_main(comm, target: str, argv: list[str], module: bool) -> int:
+def _mpi4py_stand_in(comm, enabled: bool):
+    """``mpi4py`` is the simulated MPI of ``fake_backends.mpi4py`` (simulator only)."""
+    if not enabled:
+        return contextlib.nullcontext()
+    from fake_backends.mpi4py import installed
+
+    return installed(comm)
+
+
+def _rank_main(comm, target: str, argv: list[str], module: bool, mpi4py_stand_in: bool = False) -> int:
     """Run the script as ``__main__`` on this rank; return its exit code."""
+    with _mpi4py_stand_in(comm, mpi4py_stand_in):
+        return _run_main(target, argv, module)
+
+
+def _run_main(target: str, argv: list[str], module: bool) -> int:
     old_argv = sys.argv[:]
     sys.argv = [target, *argv]
     for stream in (sys.stdout, sys.stderr):  # whole lines per write: ranks share the terminal
@@ -38,6 +59,9 @@ def _rank_main(comm, target: str, argv: list[str], module: bool) -> int:
             stream.reconfigure(line_buffering=True, write_through=False)
     if module and os.getcwd() not in sys.path:  # as `python -m` does
         sys.path.insert(0, os.getcwd())
+    if not module:  # as `python script.py` does: the script's directory first, __file__ absolute
+        target = os.path.abspath(target)
+        sys.path.insert(0, os.path.dirname(target))
     try:
         if module:
             runpy.run_module(target, run_name="__main__", alter_sys=True)
@@ -53,6 +77,8 @@ def _rank_main(comm, target: str, argv: list[str], module: bool) -> int:
         return 1
     finally:
         sys.argv = old_argv
+        if not module and sys.path[:1] == [os.path.dirname(target)]:
+            del sys.path[0]
         sys.stdout.flush()
         sys.stderr.flush()
 
@@ -65,12 +91,33 @@ def run_script(target: str, argv: list[str], size: int, *, module: bool = False,
         return ScriptOutcome(2, error=f"simdist run: no such script: {target}")
     try:
         with World(size, backend=backend, timeout=timeout) as world:
-            codes = world.run(_rank_main, target, list(argv), module)
+            codes = world.run(_rank_main, target, list(argv), module, backend == "sim")
     except CollectiveTimeout as exc:
         return ScriptOutcome(HUNG, error=f"simdist run: the ranks hung: {exc}")
-    except (RankError, CollectiveMismatch, RankDied) as exc:
+    except RankError as exc:
+        aborted = _mpi_abort(exc)
+        if aborted is not None:
+            return aborted
+        return ScriptOutcome(1, error=f"simdist run: {type(exc).__name__}: {exc}")
+    except (CollectiveMismatch, RankDied) as exc:
         return ScriptOutcome(1, error=f"simdist run: {type(exc).__name__}: {exc}")
     except SimdistError as exc:  # the world could not start (e.g. no mpiexec)
         return ScriptOutcome(1, error=f"simdist run: {exc}")
     status = max(codes, key=lambda c: (c != 0, c))  # the first non-zero, as mpiexec reports
     return ScriptOutcome(status, codes)
+
+
+def _mpi_abort(exc: RankError) -> ScriptOutcome | None:
+    """The outcome of a run a rank ended with ``MPI.COMM_WORLD.Abort(code)``
+    (the lowest such rank's code, as mpiexec reports the first), or None."""
+    from fake_backends.mpi4py import MPIAbort
+
+    aborts = {rank: e for rank, e in exc.exceptions.items() if isinstance(e, MPIAbort)}
+    if not aborts:
+        return None
+    rank = min(aborts)
+    code = aborts[rank].code
+    lines = [f"simdist run: MPI_Abort({code}) on rank {rank}"]
+    others = {r: tb for r, tb in exc.failures.items() if r not in aborts}
+    lines += [f"--- rank {r} ---\n{tb.rstrip()}" for r, tb in others.items()]
+    return ScriptOutcome(code, error="\n".join(lines))

@@ -57,6 +57,29 @@ def _print_demo(report: dict) -> None:
         print(f"  {key.replace('_', ' '):<28} {'yes' if report[key] else 'NO'}")
 
 
+_RUN_VALUED = ("-n", "--size", "--backend", "--timeout")
+
+
+def _split_run(argv: list[str]) -> tuple[list[str], list[str]]:
+    """``simdist run``'s own options, and the rest: what follows the script
+    or ``-m module`` belongs to the program, options included (as with
+    ``python`` and ``mpiexec``)."""
+    i = 1
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            return argv[:i], argv[i + 1:]
+        if token == "-m":
+            return argv[: i + 2], argv[i + 2:]
+        if token in _RUN_VALUED:
+            i += 2
+        elif token.startswith("-") and token != "-":  # --size=4, -n4, -h: argparse decides
+            i += 1
+        else:
+            return argv[:i], argv[i:]
+    return argv, []
+
+
 def _run(parser, args) -> int:
     if args.size < 1:
         parser.error(f"-n must be >= 1, got {args.size}")
@@ -92,6 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("args", nargs=argparse.REMAINDER, help="the script and its arguments")
     add_check(sub)
     add_train(sub)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["run"]:
+        own, program = _split_run(argv)
+        args = parser.parse_args(own)
+        args.args = program
+        return _run(parser, args)
     args = parser.parse_args(argv)
     if args.command == "train":
         return run_train(args)

@@ -94,3 +94,21 @@ def test_run_on_real_mpi_runs_the_same_script(script):
     done = simdist_run("-n", 2, "--backend", "mpi", script.name, "z", cwd=script.parent)
     assert done.returncode == 0, done.stderr
     assert sorted(done.stdout.splitlines()) == [f"rank {r} of 2: args=['z'] total=3" for r in range(2)]
+
+
+def test_options_after_the_script_or_module_belong_to_the_program(tmp_path, capfd):
+    import simdist.cli
+
+    script = tmp_path / "show_args.py"
+    script.write_text("import sys\nprint(sys.argv[1:])\n")
+    assert simdist.cli.main(["run", "-n", "1", str(script), "-q", "--timeout", "3"]) == 0
+    assert "['-q', '--timeout', '3']" in capfd.readouterr().out
+    (tmp_path / "show_args_mod.py").write_text("import sys\nprint(sys.argv[1:])\n")
+    import os
+    here = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        assert simdist.cli.main(["run", "-n", "1", "-m", "show_args_mod", "-q", "-n", "2"]) == 0
+    finally:
+        os.chdir(here)
+    assert "['-q', '-n', '2']" in capfd.readouterr().out

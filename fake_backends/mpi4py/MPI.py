@@ -1,0 +1,262 @@
+"""``mpi4py.MPI`` for ``simdist run``: a simulated MPI on the simulator's ranks.
+
+The names, argument orders, constants and error codes are mpi4py's (4.x,
+with Open MPI's constant values), so that unmodified mpi4py programs run:
+``COMM_WORLD`` and ``COMM_SELF``, Dup/Split/Free, the point-to-point calls
+of both APIs (buffers and pickled objects) with Status, ANY_SOURCE,
+ANY_TAG and PROC_NULL, requests, probes, the blocking collectives of both
+APIs with IN_PLACE, the predefined ops and user ops, the predefined
+datatypes, Wtime, Abort and friends.
+
+What is different, on purpose:
+
+* Results are deterministic: every reduction, of buffers or of objects, is
+  the rank-order fold (mpi4py may reduce objects along a tree; MPI
+  libraries pick their own order for buffers). Only which message an
+  ANY_SOURCE receive matches, when several are ready, depends on timing.
+* Mismatched collectives raise ``simdist.CollectiveMismatch`` on every rank;
+  a hang ends at ``simdist run``'s timeout with a report of where each rank
+  waits (a rank in a point-to-point call shows as "waiting in probe ...
+  from any rank", the engine's wait for the next message); a rank's
+  exception fails the run with its traceback.
+* Messages above 64 KiB (less on worlds of more than 15 ranks) and every
+  Ssend are sent by rendezvous, as Open MPI does: two ranks that both Send
+  a large message before receiving hang, and are reported. Point-to-point
+  messages move only while a rank is in a call of this module other than a
+  collective (see
+  ``fake_backends.mpi4py._p2p``): a rank waiting for a large send whose
+  receiver sits in a Barrier waits until the receiver leaves it.
+* ``irecv`` has no size limit (mpi4py's default buffer is 32 KiB).
+* Anything mpi4py has and this module does not (one-sided Win, File I/O,
+  topologies, groups, intercommunicators, nonblocking and persistent
+  collectives, derived datatypes, Alltoallw, ``mpi4py.util``,
+  ``mpi4py.futures``, ...) raises ``NotImplementedError`` naming the call
+  and what to use instead; names mpi4py does not have either raise
+  AttributeError. Errors are always raised as Python exceptions (error
+  handlers are accepted and ignored), and the thread level is
+  THREAD_SERIALIZED (one thread at a time may call MPI).
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import time
+
+from . import _runtime
+from ._buffers import BOTTOM, BUFFER_AUTOMATIC, IN_PLACE, BottomType, BufferAutomaticType, InPlaceType
+from ._comm import (APPNUM, COMM_NULL, COMM_SELF, COMM_TYPE_SHARED, COMM_WORLD, CONGRUENT, IDENT, IO,
+                    KEYVAL_INVALID, LASTUSEDCODE, SIMILAR, UNDEFINED, UNEQUAL, UNIVERSE_SIZE, WTIME_IS_GLOBAL, Comm,
+                    Intracomm)
+from ._comm import TAG_UB_KEY as TAG_UB
+from ._datatypes import TYPES as _TYPES
+from ._datatypes import Datatype, _typedict, _typedict_c, _typedict_f
+from ._errors import (ERR_ARG, ERR_BUFFER, ERR_COMM, ERR_COUNT, ERR_DIMS, ERR_GROUP, ERR_IN_STATUS, ERR_INTERN,
+                      ERR_LASTCODE, ERR_NOT_SAME, ERR_OP, ERR_OTHER, ERR_PENDING, ERR_RANK, ERR_REQUEST, ERR_ROOT,
+                      ERR_TAG, ERR_TOPOLOGY, ERR_TRUNCATE, ERR_TYPE, ERR_UNKNOWN, ERR_UNSUPPORTED_OPERATION, SUCCESS,
+                      Exception, MPIAbort)
+from ._errors import error_string as _error_string
+from ._ops import OP_NULL, Op
+from ._ops import PREDEFINED as _PREDEFINED
+from ._p2p import ANY_SOURCE, ANY_TAG, PROC_NULL
+from ._pickle import Pickle, pickle
+from ._names import CONSTANTS as _CONSTANTS
+from ._requests import MESSAGE_NO_PROC, MESSAGE_NULL, REQUEST_NULL, Message, Prequest, Request, Status
+
+globals().update({k: v for k, v in _CONSTANTS.items() if k not in globals()})  # every int constant of mpi4py
+globals().update(_TYPES)  # MPI.INT, MPI.DOUBLE, ... (MPI.DATATYPE_NULL included)
+globals().update(_PREDEFINED)  # MPI.SUM, MPI.MAX, ..., MPI.MAXLOC, MPI.REPLACE, MPI.NO_OP
+
+ROOT = -4
+THREAD_SINGLE, THREAD_FUNNELED, THREAD_SERIALIZED, THREAD_MULTIPLE = 0, 1, 2, 3
+VERSION, SUBVERSION = 3, 1
+MAX_PROCESSOR_NAME = MAX_ERROR_STRING = MAX_LIBRARY_VERSION_STRING = MAX_PORT_NAME = 256
+MAX_OBJECT_NAME, MAX_INFO_KEY, MAX_INFO_VAL, MAX_DATAREP_STRING = 64, 36, 256, 128
+BSEND_OVERHEAD = 128
+CART, GRAPH, DIST_GRAPH = 1, 2, 3
+ORDER_C, ORDER_FORTRAN, ORDER_F = 0, 1, 1
+
+
+class Errhandler:
+    """Error handlers are accepted and ignored: errors always raise."""
+
+    def __init__(self, errhandler=None, *, _name="MPI_ERRHANDLER_NULL"):
+        self._name = _name if errhandler is None else errhandler._name
+
+    def __eq__(self, other):
+        return isinstance(other, Errhandler) and self._name == other._name
+
+    def __hash__(self):
+        return hash(self._name)
+
+    def __bool__(self):
+        return self._name != "MPI_ERRHANDLER_NULL"
+
+    def Free(self):
+        pass
+
+    free = Free
+
+
+ERRHANDLER_NULL = Errhandler()
+ERRORS_RETURN = Errhandler(_name="MPI_ERRORS_RETURN")
+ERRORS_ABORT = Errhandler(_name="MPI_ERRORS_ABORT")
+ERRORS_ARE_FATAL = Errhandler(_name="MPI_ERRORS_ARE_FATAL")
+
+
+class Info(dict):
+    """An MPI info object: a dict of str to str (hints, ignored here)."""
+
+    @classmethod
+    def Create(cls, items=None) -> "Info":
+        return cls(items or {})
+
+    def Free(self) -> None:
+        self.clear()
+
+    free = Free
+
+    def Dup(self) -> "Info":
+        return Info(self)
+
+    def Get(self, key: str):
+        return self.get(key)
+
+    def Set(self, key: str, value: str) -> None:
+        self[key] = value
+
+    def Delete(self, key: str) -> None:
+        del self[key]
+
+    def Get_nkeys(self) -> int:
+        return len(self)
+
+    def Get_nthkey(self, n: int) -> str:
+        return list(self)[n]
+
+
+INFO_NULL = Info()
+INFO_ENV = Info()
+
+
+# -- the environment ------------------------------------------------------------
+def Init() -> None:
+    """Nothing to do: the simulated MPI is initialized when the program starts."""
+    _runtime.get()
+
+
+def Init_thread(required: int = THREAD_MULTIPLE) -> int:
+    _runtime.get()
+    return min(required, THREAD_SERIALIZED)
+
+
+def Query_thread() -> int:
+    """THREAD_SERIALIZED: threads may call MPI, one at a time."""
+    return THREAD_SERIALIZED
+
+
+def Is_thread_main() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def Finalize() -> None:
+    """Hand over every queued message; no MPI call may follow."""
+    rt = _runtime.get()
+    if not rt.finalized:
+        rt.engine.flush()
+        rt.finalized = True
+
+
+def Is_initialized() -> bool:
+    return _runtime.current is not None
+
+
+def Is_finalized() -> bool:
+    return _runtime.current is not None and _runtime.current.finalized
+
+
+def Get_version() -> tuple[int, int]:
+    return VERSION, SUBVERSION
+
+
+def Get_library_version() -> str:
+    import simdist
+
+    rt = _runtime.current
+    ranks = f" on {rt.world.size} ranks" if rt is not None else ""
+    return (f"simdist {simdist.__version__} simulated MPI (the mpi4py stand-in of `simdist run`){ranks}: "
+            "ranks are processes on one machine with shared-memory collectives, not an MPI library")
+
+
+def get_vendor() -> tuple[str, tuple[int, int, int]]:
+    return "simdist", (0, 1, 0)
+
+
+def Get_processor_name() -> str:
+    return socket.gethostname()
+
+
+_START = time.perf_counter()
+
+
+def Wtime() -> float:
+    """Seconds of wall-clock time from an arbitrary origin."""
+    return time.perf_counter() - _START
+
+
+def Wtick() -> float:
+    return time.get_clock_info("perf_counter").resolution
+
+
+def Pcontrol(level: int) -> None:
+    pass
+
+
+def Get_error_string(errorcode: int) -> str:
+    return _error_string(errorcode)
+
+
+def Get_error_class(errorcode: int) -> int:
+    return int(errorcode)
+
+
+def Compute_dims(nnodes: int, dims) -> list[int]:
+    """MPI_Dims_create: split ``nnodes`` into ``len(dims)`` factors as equal
+    as possible (non-increasing), keeping the non-zero entries of ``dims``."""
+    dims = [0] * dims if isinstance(dims, int) else [int(d) for d in dims]
+    fixed = math.prod(d for d in dims if d > 0)
+    free = [i for i, d in enumerate(dims) if d == 0]
+    if any(d < 0 for d in dims) or fixed == 0 or nnodes % fixed:
+        raise Exception(ERR_DIMS, f"Compute_dims({nnodes}, {dims}): cannot split {nnodes} over fixed dims")
+    rest, factors, p = nnodes // fixed, [], 2
+    if not free:
+        if rest != 1:
+            raise Exception(ERR_DIMS, f"Compute_dims({nnodes}, {dims}): the dims multiply to {fixed}")
+        return dims
+    while rest > 1:
+        while rest % p == 0:
+            factors.append(p)
+            rest //= p
+        p += 1
+    sizes = [1] * len(free)
+    for f in sorted(factors, reverse=True):
+        sizes[sizes.index(min(sizes))] *= f
+    for i, s in zip(free, sorted(sizes, reverse=True)):
+        dims[i] = s
+    return dims
+
+
+def __getattr__(name: str):
+    from ._names import unsupported_module_attribute
+
+    raise unsupported_module_attribute(name)
+
+
+#: The names this module gives, each one of mpi4py.MPI's (a test compares them with mpi4py's).
+__all__ = sorted(
+    name for name in globals()
+    if name.isidentifier() and not name.startswith("_")
+    and name not in ("annotations", "math", "socket", "time", "MPIAbort")
+) + ["_typedict", "_typedict_c", "_typedict_f"]

@@ -1,0 +1,259 @@
+"""Buffer specifications, as mpi4py reads them.
+
+A buffer argument of the uppercase API is one of::
+
+    buf                                  a numpy array or any buffer (bytes, bytearray, array.array, ...)
+    [buf, datatype]                      datatype: an MPI.Datatype or a type code such as "d" or "B"
+    [buf, count]  /  [buf, (count, displ)]
+    [buf, count, datatype]  /  [buf, (count, displ), datatype]
+    [buf, count, displ, datatype]
+
+with ``None`` (or ``MPI.BOTTOM``) for an empty buffer, as in ``[None, "B"]``.
+The datatype defaults to the buffer's own (its dtype), the count to the
+number of elements that fit (divided by the number of blocks where the
+call has one block per rank, as Gather's receive buffer), the displacement
+to 0. Counts and displacements count elements of the datatype. The buffer
+must be contiguous (C or Fortran order); its bytes are read in memory
+order, as MPI reads memory. Unlike MPI, a count larger than the buffer is
+an error here, not a read past its end.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simdist._checks import DTYPE_CODE
+
+from ._datatypes import Datatype, lookup, of_array, of_format
+
+
+class _Constant(int):
+    """The type of MPI.IN_PLACE, MPI.BOTTOM and MPI.BUFFER_AUTOMATIC."""
+
+    def __new__(cls, name: str, value: int):
+        self = super().__new__(cls, value)
+        self._name = name
+        return self
+
+    def __repr__(self):
+        return self._name
+
+    __str__ = __repr__
+
+    def __reduce__(self):
+        return self._name
+
+
+IN_PLACE = _Constant("IN_PLACE", 1)
+BOTTOM = _Constant("BOTTOM", 0)
+BUFFER_AUTOMATIC = _Constant("BUFFER_AUTOMATIC", -2)
+InPlaceType = BottomType = BufferAutomaticType = _Constant
+
+
+def is_in_place(spec) -> bool:
+    """MPI.IN_PLACE (mpi4py also reads None as IN_PLACE where it is allowed)."""
+    return spec is None or spec is IN_PLACE
+
+
+class BufSpec:
+    """A parsed buffer: ``raw`` (uint8 view of the bytes the call reads or
+    writes), ``datatype`` and ``count`` (elements per block)."""
+
+    __slots__ = ("raw", "datatype", "count")
+
+    def __init__(self, raw: np.ndarray, datatype: Datatype, count: int):
+        self.raw = raw
+        self.datatype = datatype
+        self.count = count
+
+    @property
+    def typed(self) -> np.ndarray:
+        """The elements, as a 1-D array of the datatype's dtype."""
+        return self.raw.view(self.datatype.dtype)
+
+    def wire(self) -> np.ndarray:
+        """What a simdist collective carries: the typed elements where the
+        contract has the dtype, else the raw bytes."""
+        typed = self.typed
+        return typed if typed.dtype in DTYPE_CODE else self.raw
+
+    def blocks(self, n: int) -> np.ndarray:
+        """The typed elements as ``(n, count)`` blocks."""
+        typed = self.typed
+        return typed.reshape(n, typed.size // n)
+
+
+def _memory(obj, writable: bool, what: str) -> tuple[np.ndarray, Datatype | None]:
+    """The bytes of ``obj`` in memory order, and the datatype its format implies."""
+    if obj is None or obj is BOTTOM:
+        return np.empty(0, np.uint8), None
+    if isinstance(obj, np.ndarray):
+        arr = obj
+        infer = of_array
+    else:
+        try:
+            view = memoryview(obj)
+        except TypeError:
+            raise TypeError(f"message: expecting buffer or list/tuple, got {type(obj).__name__} for {what}") from None
+        arr = np.asarray(view)
+        fmt = view.format
+
+        def infer(_arr, fmt=fmt):
+            return of_format(fmt)
+
+    if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
+        raise BufferError(f"{what}: the buffer is not contiguous; pass a contiguous copy (numpy.ascontiguousarray)")
+    if writable and not arr.flags.writeable:
+        raise BufferError(f"{what}: the buffer is read-only and the call writes into it")
+    raw = arr.reshape(-1, order="A").view(np.uint8) if arr.size else np.empty(0, np.uint8)
+    return raw, (lambda: infer(arr))
+
+
+def _items(spec, pair_types, what: str) -> tuple:
+    """``(buf, count, displ, datatype)`` of a buffer spec: ``buf``, ``[buf,
+    count]``, ``[buf, datatype]``, ``[buf, (count, displ)]``, ``[buf, count,
+    datatype]`` or ``[buf, count, displ, datatype]``; absent items are None."""
+    o_buf, o_count, o_displ, o_type = spec, None, None, None
+    if isinstance(spec, (list, tuple)):
+        n = len(spec)
+        if n == 2:
+            o_buf, o_count = spec
+            if isinstance(o_count, (Datatype, str)):
+                o_count, o_type = None, o_count
+            elif isinstance(o_count, pair_types):
+                o_count, o_displ = o_count
+        elif n == 3:
+            o_buf, o_count, o_type = spec
+            if isinstance(o_count, pair_types):
+                o_count, o_displ = o_count
+        elif n == 4:
+            o_buf, o_count, o_displ, o_type = spec
+        else:
+            raise ValueError(f"message: expecting 2 to 4 items in {what}, got {n}")
+    return o_buf, o_count, o_displ, o_type
+
+
+def _memory_and_type(o_buf, o_type, writable: bool, what: str):
+    raw, infer = _memory(o_buf, writable, what)
+    if o_type is not None:
+        return raw, lookup(o_type)
+    if infer is None:
+        raise ValueError(f"message: {what} is None (or BOTTOM): an explicit datatype is required, as in [None, 'B']")
+    return raw, infer()
+
+
+def parse(spec, *, writable: bool, blocks: int = 0, what: str = "buf") -> BufSpec:
+    """Parse a buffer argument (see the module docstring).
+
+    ``blocks`` >= 2: the buffer holds one block per rank, and an inferred
+    count is per block. ``what`` names the argument in error messages.
+    """
+    if type(spec) is np.ndarray and spec.flags.c_contiguous and (spec.flags.writeable or not writable):
+        datatype = of_array(spec)  # the common case, quickly
+        extent = datatype.Get_size()
+        if blocks < 2 or (spec.size and spec.nbytes // extent % blocks == 0):
+            raw = spec.reshape(-1).view(np.uint8) if spec.size else np.empty(0, np.uint8)
+            return BufSpec(raw, datatype, spec.nbytes // extent // max(blocks, 1))
+    o_buf, o_count, o_displ, o_type = _items(spec, (list, tuple), what)
+    raw, datatype = _memory_and_type(o_buf, o_type, writable, what)
+    extent = datatype.Get_size()
+    length, offset = raw.size, 0
+    if o_displ is not None:
+        displ = int(o_displ)
+        if displ < 0:
+            raise ValueError(f"message: negative diplacement {displ}")
+        if displ * extent > length:
+            raise ValueError(f"message: displacement {displ} out of bounds, number of datatype entries "
+                             f"{length // max(extent, 1)}")
+        offset = displ * extent
+        length -= offset
+    if o_count is not None:
+        count = int(o_count)
+        if count < 0:
+            raise ValueError(f"message: negative count {count}")
+        if count > 0 and o_buf is None:
+            raise ValueError(f"message: buffer is None but count is {count}")
+    elif length > 0:
+        if extent <= 0:
+            raise ValueError(f"message: cannot infer count, datatype {datatype.Get_name()} has extent {extent}")
+        if length % extent:
+            raise ValueError(f"message: cannot infer count, buffer length {length} is not a multiple of "
+                             f"datatype extent {extent} (lb:0, ub:{extent})")
+        entries = length // extent
+        if blocks >= 2:
+            if entries % blocks:
+                raise ValueError(f"message: cannot infer count, number of entries {entries} is not a multiple "
+                                 f"of required number of blocks {blocks}")
+            count = entries // blocks
+        else:
+            count = entries
+    else:
+        count = 0
+    need = count * max(blocks, 1) * extent
+    if need > length:
+        raise ValueError(
+            f"message: {what} has {length} bytes but count={count}"
+            + (f" x {blocks} blocks" if blocks >= 2 else "")
+            + f" of {datatype.Get_name()} needs {need}; MPI would read or write past its end"
+        )
+    if need:
+        datatype.dtype  # noqa: B018 - raises for datatypes without a numpy equivalent
+    return BufSpec(raw[offset:offset + need], datatype, count)
+
+
+class VecSpec:
+    """A parsed vector buffer (Gatherv, Scatterv, Allgatherv, Alltoallv):
+    block ``j`` is ``counts[j]`` elements at ``displs[j]`` (in elements)."""
+
+    __slots__ = ("raw", "datatype", "counts", "displs")
+
+    def __init__(self, raw, datatype, counts, displs):
+        self.raw, self.datatype, self.counts, self.displs = raw, datatype, counts, displs
+
+    def block(self, j: int) -> np.ndarray:
+        """The bytes of block ``j``."""
+        size = self.datatype.Get_size()
+        return self.raw[self.displs[j] * size:(self.displs[j] + self.counts[j]) * size]
+
+
+def _ints(values, n: int, what: str) -> list[int]:
+    values = [int(v) for v in values]
+    if len(values) != n:
+        raise ValueError(f"message: expecting {n} items in {what}, got {len(values)}")
+    return values
+
+
+def parse_vector(spec, *, writable: bool, blocks: int, what: str = "buf") -> VecSpec:
+    """Parse a vector buffer argument, as mpi4py's ``message_vector``:
+    ``buf``, ``[buf, counts]``, ``[buf, (counts, displs)]``, ``[buf, counts,
+    datatype]``, ``[buf, (counts, displs), datatype]`` or ``[buf, counts,
+    displs, datatype]``; counts None (split evenly), an int (the same for
+    every block) or a sequence; displs None (contiguous), an int (strided)
+    or a sequence."""
+    # A (counts, displs) pair is a tuple here: a list is the counts themselves.
+    o_buf, o_counts, o_displs, o_type = _items(spec, tuple, what)
+    raw, datatype = _memory_and_type(o_buf, o_type, writable, what)
+    extent = datatype.Get_size()
+    if o_counts is None:
+        if extent and raw.size % extent:
+            raise ValueError(f"message: cannot infer count, buffer length {raw.size} is not a multiple of "
+                             f"datatype extent {extent}")
+        total = raw.size // extent if extent else 0
+        counts = [total // blocks + (total % blocks > i) for i in range(blocks)]
+    elif isinstance(o_counts, (int, np.integer)):
+        counts = [int(o_counts)] * blocks
+    else:
+        counts = _ints(o_counts, blocks, f"the counts of {what}")
+    if o_displs is None:
+        displs = [sum(counts[:i]) for i in range(blocks)]
+    elif isinstance(o_displs, (int, np.integer)):
+        displs = [int(o_displs) * i for i in range(blocks)]
+    else:
+        displs = _ints(o_displs, blocks, f"the displacements of {what}")
+    for j in range(blocks):
+        if counts[j] < 0 or displs[j] < 0 or (displs[j] + counts[j]) * extent > raw.size:
+            raise ValueError(f"message: block {j} of {what} (count {counts[j]}, displacement {displs[j]}) does not "
+                             f"fit in its {raw.size} bytes")
+    if any(counts):
+        datatype.dtype  # noqa: B018 - raises for datatypes without a numpy equivalent
+    return VecSpec(raw, datatype, counts, displs)

@@ -1,0 +1,269 @@
+"""The buffer collectives of the stand-in's communicators (uppercase API).
+
+Each call parses its buffers as mpi4py does (``_buffers``) and runs one
+collective of the rank's SimComm, whose first phase compares the calls of
+all ranks: a rank that calls another collective, or passes another count,
+datatype, op or root, makes every rank raise ``simdist.CollectiveMismatch``
+instead of hanging or mixing data. The layouts are MPI's: Gather's receive
+buffer holds ``size`` blocks in rank order, Scatter's send buffer likewise,
+Alltoall's block ``j`` goes to (comes from) rank ``j``, Reduce_scatter_block
+leaves block ``rank`` of the reduction on rank ``rank``. ``MPI.IN_PLACE``
+(or None) is accepted where MPI allows it. Reductions are the rank-order
+fold (see ``_ops``); Scan and Exscan gather every rank's buffer and fold
+the prefix, which gives the same bits as Allreduce on the last rank.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simdist._checks import DTYPE_CODE
+
+from ._buffers import BufSpec, is_in_place, parse
+from ._ops import PREDEFINED, check, fold_arrays, simdist_op, validate
+
+SUM = PREDEFINED["SUM"]
+
+
+def _put(raw: np.ndarray, out: np.ndarray) -> None:
+    """Copy the bytes of ``out`` (a new contiguous array) into ``raw``."""
+    if raw.size:
+        raw[...] = out.reshape(-1).view(np.uint8)
+
+
+def _blocks(x: np.ndarray, n: int) -> np.ndarray:
+    """``x`` as ``n`` rows (also when it is empty)."""
+    return x.reshape(n, x.size // n)
+
+
+def _wire(raw: np.ndarray, datatype) -> np.ndarray:
+    """What a simdist collective carries for these bytes: typed elements
+    where the contract has the dtype, else the bytes themselves."""
+    dtype = datatype.dtype
+    return raw.view(dtype) if dtype in DTYPE_CODE else raw
+
+
+def _same(send: BufSpec, recv: BufSpec, call: str, blocks: int = 1) -> None:
+    """mpi4py's checks of a send and a receive buffer that must agree."""
+    if send.datatype != recv.datatype:
+        raise ValueError(f"{call}: mismatch in send and receive MPI datatypes")
+    if send.count != recv.count:
+        raise ValueError(f"{call}: mismatch in send count {send.count} and receive count {recv.count * blocks}")
+
+
+class BufferCollectives:
+    """Mixin of Comm: Barrier, Bcast, Gather, Scatter, Allgather, Alltoall,
+    Reduce, Allreduce, Reduce_scatter_block, Reduce_scatter, Scan, Exscan."""
+
+    def _coll(self):
+        """The rank's state and SimComm, after a step of p2p progress."""
+        st = self._st()
+        st.engine.progress()
+        return st, st.sc
+
+    def _root(self, st, root, call) -> int:
+        from ._errors import ERR_ROOT, Exception as MPIException
+
+        if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < st.size:
+            raise MPIException(ERR_ROOT, f"{call}: root={root!r} on {st.name} of {st.size} ranks")
+        return int(root)
+
+    def Barrier(self) -> None:
+        """Return once every rank of the communicator has called it."""
+        self._coll()[1].barrier()
+
+    def Bcast(self, buf, root: int = 0) -> None:
+        """Copy root's ``buf`` into every rank's ``buf``."""
+        st, sc = self._coll()
+        root = self._root(st, root, "Bcast")
+        spec = parse(buf, writable=st.rank != root, what="buf")
+        x = _wire(spec.raw, spec.datatype)
+        out = sc.broadcast(x, root)
+        if st.rank != root:
+            _put(spec.raw, out)
+
+    def Gather(self, sendbuf, recvbuf, root: int = 0) -> None:
+        """Root's ``recvbuf`` gets every rank's ``sendbuf``, in rank order."""
+        st, sc = self._coll()
+        root = self._root(st, root, "Gather")
+        if st.rank == root:
+            recv = parse(recvbuf, writable=True, blocks=st.size, what="recvbuf")
+            block = _blocks(recv.raw, st.size)[st.rank]
+            if is_in_place(sendbuf):
+                x = _wire(block, recv.datatype).copy()
+            else:
+                send = parse(sendbuf, writable=False, what="sendbuf")
+                _same(send, recv, "Gather")
+                x = _wire(send.raw, send.datatype)
+            _put(recv.raw, sc.gather(x, root))
+        else:
+            send = parse(sendbuf, writable=False, what="sendbuf")
+            sc.gather(_wire(send.raw, send.datatype), root)
+
+    def Scatter(self, sendbuf, recvbuf, root: int = 0) -> None:
+        """Rank ``r``'s ``recvbuf`` gets block ``r`` of root's ``sendbuf``."""
+        from ._errors import ERR_TRUNCATE, Exception as MPIException
+
+        st, sc = self._coll()
+        root = self._root(st, root, "Scatter")
+        if st.rank == root:
+            send = parse(sendbuf, writable=False, blocks=st.size, what="sendbuf")
+            recv = None
+            if not is_in_place(recvbuf):
+                recv = parse(recvbuf, writable=True, what="recvbuf")
+                _same(send, recv, "Scatter")
+            x = _wire(send.raw, send.datatype)
+            out = sc.scatter(_blocks(x, st.size), root)
+            if recv is not None:
+                _put(recv.raw, out)
+            return
+        recv = parse(recvbuf, writable=True, what="recvbuf")
+        out = sc.scatter(None, root)
+        if out.nbytes != recv.raw.size:
+            raise MPIException(ERR_TRUNCATE, f"Scatter: root sent {out.nbytes} bytes per rank, recvbuf holds "
+                                             f"{recv.raw.size}")
+        _put(recv.raw, out)
+
+    def Allgather(self, sendbuf, recvbuf) -> None:
+        """Every rank's ``recvbuf`` gets every rank's ``sendbuf``, in rank order."""
+        st, sc = self._coll()
+        recv = parse(recvbuf, writable=True, blocks=st.size, what="recvbuf")
+        if is_in_place(sendbuf):
+            x = _wire(_blocks(recv.raw, st.size)[st.rank], recv.datatype).copy()
+        else:
+            send = parse(sendbuf, writable=False, what="sendbuf")
+            _same(send, recv, "Allgather")
+            x = _wire(send.raw, send.datatype)
+        _put(recv.raw, sc.allgather(x))
+
+    def Alltoall(self, sendbuf, recvbuf) -> None:
+        """Block ``j`` of rank ``i``'s ``sendbuf`` lands in block ``i`` of rank
+        ``j``'s ``recvbuf``."""
+        st, sc = self._coll()
+        recv = parse(recvbuf, writable=True, blocks=st.size, what="recvbuf")
+        if is_in_place(sendbuf):
+            x = _wire(recv.raw, recv.datatype).copy()
+        else:
+            send = parse(sendbuf, writable=False, blocks=st.size, what="sendbuf")
+            _same(send, recv, "Alltoall")
+            x = _wire(send.raw, send.datatype)
+        _put(recv.raw, sc.alltoall(_blocks(x, st.size)))
+
+    # -- reductions -------------------------------------------------------------------
+    def _reduce_input(self, sendbuf, recv: BufSpec, call: str, blocks: int = 1) -> BufSpec:
+        if is_in_place(sendbuf):
+            return BufSpec(recv.raw.copy(), recv.datatype, recv.count * blocks)
+        send = parse(sendbuf, writable=False, blocks=blocks, what="sendbuf")
+        _same(send, recv, call, blocks)
+        return send
+
+    def _reduction(self, st, sc, x: BufSpec, op, root: int | None, call: str) -> np.ndarray | None:
+        """The rank-order reduction of every rank's ``x`` with ``op``, on
+        ``root`` (every rank when None); None elsewhere."""
+        op = check(op, call)
+        name = simdist_op(op)
+        typed = x.typed
+        if name is not None and typed.dtype in DTYPE_CODE:
+            return sc.allreduce(typed, name) if root is None else sc.reduce(typed, root, name)
+        validate(op, x.datatype, call, st.rank)
+        parts = sc.allgather(x.raw) if root is None else sc.gather(x.raw, root)
+        if parts is None:
+            return None
+        return fold_arrays(op, [p.view(typed.dtype) for p in parts], x.datatype, call, st.rank)
+
+    def Reduce(self, sendbuf, recvbuf, op=SUM, root: int = 0) -> None:
+        """Root's ``recvbuf`` gets the reduction of every rank's ``sendbuf``."""
+        st, sc = self._coll()
+        root = self._root(st, root, "Reduce")
+        if st.rank == root:
+            recv = parse(recvbuf, writable=True, what="recvbuf")
+            out = self._reduction(st, sc, self._reduce_input(sendbuf, recv, "Reduce"), op, root, "Reduce")
+            _put(recv.raw, out)
+        else:
+            send = parse(sendbuf, writable=False, what="sendbuf")
+            self._reduction(st, sc, send, op, root, "Reduce")
+
+    def Allreduce(self, sendbuf, recvbuf, op=SUM) -> None:
+        """Every rank's ``recvbuf`` gets the reduction of every rank's ``sendbuf``."""
+        st, sc = self._coll()
+        recv = parse(recvbuf, writable=True, what="recvbuf")
+        x = self._reduce_input(sendbuf, recv, "Allreduce")
+        _put(recv.raw, self._reduction(st, sc, x, op, None, "Allreduce"))
+
+    def Reduce_scatter_block(self, sendbuf, recvbuf, op=SUM) -> None:
+        """Rank ``r``'s ``recvbuf`` gets block ``r`` of the reduction of every
+        rank's ``sendbuf`` (``size`` blocks)."""
+        st, sc = self._coll()
+        call = "Reduce_scatter_block"
+        if is_in_place(sendbuf):
+            recv = parse(recvbuf, writable=True, blocks=st.size, what="recvbuf")
+            x = BufSpec(recv.raw.copy(), recv.datatype, recv.count * st.size)
+            dest = _blocks(recv.raw, st.size)[0]
+        else:
+            recv = parse(recvbuf, writable=True, what="recvbuf")
+            x = parse(sendbuf, writable=False, blocks=st.size, what="sendbuf")
+            _same(x, recv, call, st.size)
+            dest = recv.raw
+        op = check(op, call)
+        name = simdist_op(op)
+        typed = x.typed
+        if name is not None and typed.dtype in DTYPE_CODE:
+            out = sc.reduce_scatter(_blocks(typed, st.size), name)
+        else:
+            out = _blocks(self._reduction(st, sc, x, op, None, call), st.size)[st.rank]
+        _put(dest, out)
+
+    def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=SUM) -> None:
+        """Rank ``r``'s ``recvbuf`` gets ``recvcounts[r]`` elements of the
+        reduction, from offset ``sum(recvcounts[:r])``."""
+        st, sc = self._coll()
+        call = "Reduce_scatter"
+        recv = parse(recvbuf, writable=True, what="recvbuf")
+        in_place = is_in_place(sendbuf)
+        if recvcounts is None:
+            if in_place:
+                raise ValueError(f"{call}: with MPI.IN_PLACE, pass recvcounts")
+            counts = [int(c) for c in sc.allgather(np.int64(recv.count))]
+        else:
+            counts = [int(c) for c in recvcounts]
+            if len(counts) != st.size:
+                raise ValueError(f"{call}: expecting {st.size} items in recvcounts, got {len(counts)}")
+        total, start = sum(counts), sum(counts[:st.rank])
+        if in_place:
+            if recv.count != total:
+                raise ValueError(f"{call}: mismatch in receive count {recv.count} and sum(counts) {total}")
+            x = BufSpec(recv.raw.copy(), recv.datatype, total)
+        else:
+            x = parse(sendbuf, writable=False, what="sendbuf")
+            if x.datatype != recv.datatype:
+                raise ValueError(f"{call}: mismatch in send and receive MPI datatypes")
+            if x.count != total:
+                raise ValueError(f"{call}: mismatch in send count {x.count} and sum(counts) {total}")
+            if recv.count != counts[st.rank]:
+                raise ValueError(f"{call}: mismatch in receive count {recv.count} and counts[{st.rank}] "
+                                 f"{counts[st.rank]}")
+        out = self._reduction(st, sc, x, op, None, call)
+        size = x.datatype.Get_size()
+        _put(recv.raw[:counts[st.rank] * size], out[start:start + counts[st.rank]])
+
+    def _prefix(self, sendbuf, recvbuf, op, call: str, inclusive: bool) -> None:
+        st, sc = self._coll()
+        recv = parse(recvbuf, writable=True, what="recvbuf")
+        x = self._reduce_input(sendbuf, recv, call)
+        op = check(op, call)
+        validate(op, x.datatype, call, st.rank)
+        parts = sc.allgather(x.raw)
+        upto = st.rank + 1 if inclusive else st.rank
+        if upto == 0:
+            return  # Exscan leaves rank 0's recvbuf as it was, as MPI does
+        dtype = x.typed.dtype
+        _put(recv.raw, fold_arrays(op, [p.view(dtype) for p in parts[:upto]], x.datatype, call, st.rank))
+
+    def Scan(self, sendbuf, recvbuf, op=SUM) -> None:
+        """Rank ``r``'s ``recvbuf`` gets the reduction over ranks ``0..r``."""
+        self._prefix(sendbuf, recvbuf, op, "Scan", True)
+
+    def Exscan(self, sendbuf, recvbuf, op=SUM) -> None:
+        """Rank ``r``'s ``recvbuf`` gets the reduction over ranks ``0..r-1``
+        (rank 0's is left as it was)."""
+        self._prefix(sendbuf, recvbuf, op, "Exscan", False)

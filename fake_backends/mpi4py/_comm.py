@@ -1,0 +1,486 @@
+"""Communicators of the stand-in: Comm and Intracomm, COMM_WORLD, COMM_SELF.
+
+A communicator object is a handle on a ``_State``: the rank's SimComm for
+it (the world's for COMM_WORLD, one from ``SimComm.split`` for each Dup and
+Split, and a local one-rank communicator for COMM_SELF and its Dups), its
+context (the key of its point-to-point messages), its members as world
+ranks, and the progress engine of the rank. Copies of a handle
+(``MPI.Comm(comm)``) share the state and compare equal; ``Free`` and
+``Split(MPI.UNDEFINED)`` give handles equal to ``MPI.COMM_NULL``.
+
+Point-to-point calls go through the progress engine (``_p2p``), collectives
+through the SimComm (``_collectives``, ``_vector``, ``_objects``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simdist._checks import check_op
+from simdist._errors import SimdistError
+
+from . import _runtime
+from ._buffers import parse
+from ._collectives import BufferCollectives
+from ._errors import ERR_ARG, ERR_COMM, ERR_OTHER, ERR_RANK, ERR_TAG, Exception as MPIException, MPIAbort
+from ._objects import ObjectCollectives
+from ._p2p import ANY_SOURCE, ANY_TAG, PICKLED, PROC_NULL, SendOp
+from ._pickle import pickle
+from ._requests import DONE, Message, Prequest, Request, Status
+from ._vector import VectorCollectives
+
+UNDEFINED = -32766
+TAG_UB = 2**31 - 1
+IDENT, CONGRUENT, SIMILAR, UNEQUAL = 0, 1, 2, 3
+COMM_TYPE_SHARED = 0
+# attribute keys, as Open MPI numbers them
+KEYVAL_INVALID, TAG_UB_KEY, HOST, IO, WTIME_IS_GLOBAL, APPNUM, LASTUSEDCODE, UNIVERSE_SIZE = -1, 0, 1, 2, 3, 4, 5, 6
+
+
+def _sent() -> SendOp:
+    op = SendOp(PROC_NULL, None)
+    op.done = True
+    return op
+
+
+class _SelfComm:
+    """The collectives of a one-rank communicator (COMM_SELF and its Dups):
+    every result is a copy of the rank's own input."""
+
+    rank, size, _ctx = 0, 1, None
+
+    def allreduce(self, x, op="sum"):
+        x = np.asarray(x)
+        check_op(op, x.dtype, 0, "allreduce")
+        return np.array(x, copy=True)
+
+    def reduce(self, x, root=0, op="sum"):
+        return self.allreduce(x, op)
+
+    def reduce_scatter(self, x, op="sum"):
+        return self.allreduce(x, op)[0]
+
+    def broadcast(self, x, root=0):
+        return np.array(x, copy=True)
+
+    def allgather(self, x):
+        return np.array(x, copy=True)[None]
+
+    def gather(self, x, root=0):
+        return self.allgather(x)
+
+    def scatter(self, x, root=0):
+        return np.array(x[0], copy=True)
+
+    def alltoall(self, x):
+        return np.array(x, copy=True)
+
+    def barrier(self):
+        pass
+
+    def split(self, color, key=0):
+        return None if color is None else _SelfComm()
+
+    def free(self):
+        pass
+
+
+class _State:
+    """What a communicator handle refers to (see the module docstring)."""
+
+    __slots__ = ("sc", "ctx", "members", "rank", "size", "name", "rt", "engine", "predefined", "freed")
+
+    def __init__(self, rt, sc, ctx: int, members: list[int], name: str, predefined: bool = False):
+        self.rt, self.engine = rt, rt.engine
+        self.sc, self.ctx, self.members = sc, ctx, members
+        self.rank, self.size = sc.rank, sc.size
+        self.name, self.predefined, self.freed = name, predefined, False
+        rt.states.append(self)
+
+
+def world_state(rt) -> _State:
+    return _State(rt, rt.world, rt.world._ctx, list(rt.world._members), "MPI_COMM_WORLD", True)
+
+
+def self_state(rt) -> _State:
+    return _State(rt, _SelfComm(), rt.next_self_ctx(), [rt.world.rank], "MPI_COMM_SELF", True)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+class Comm(BufferCollectives, VectorCollectives, ObjectCollectives):
+    """A communicator: see the module docstring; the calls are mpi4py's."""
+
+    _fixed = None  # "COMM_WORLD"/"COMM_SELF" for the predefined handles
+
+    def __init__(self, comm: "Comm | None" = None):
+        self._state = None if comm is None else comm._state
+
+    # -- identity ---------------------------------------------------------------------
+    def __eq__(self, other):
+        if not isinstance(other, Comm):
+            return NotImplemented
+        return self._live() is other._live()
+
+    def __ne__(self, other):
+        result = self.__eq__(other)
+        return result if result is NotImplemented else not result
+
+    def __hash__(self):
+        return id(self._live())
+
+    def __bool__(self):
+        return self._live() is not None
+
+    def __repr__(self):
+        st = self._live()
+        return f"<mpi4py.MPI.{type(self).__name__} {st.name if st else 'MPI_COMM_NULL'} (simdist)>"
+
+    def _live(self):
+        st = self._state
+        return None if st is None or st.freed else st
+
+    def _st(self) -> _State:
+        """The state, or the error of a null, freed or finalized communicator."""
+        st = self._state
+        if st is None or st.rt is not _runtime.current:
+            if self._fixed is not None or st is not None:
+                raise SimdistError(_runtime.NOT_RUNNING)
+            raise MPIException(ERR_COMM, "the communicator is MPI.COMM_NULL")
+        if st.freed:
+            raise MPIException(ERR_COMM, f"the communicator ({st.name}) was freed")
+        if st.rt.finalized:
+            raise MPIException(ERR_OTHER, "MPI.Finalize() was called; no MPI calls may follow")
+        return st
+
+    def _new(self, st: _State) -> "Intracomm":
+        comm = Intracomm()
+        comm._state = st
+        return comm
+
+    # -- size and rank ------------------------------------------------------------------
+    def Get_size(self) -> int:
+        return self._st().size
+
+    def Get_rank(self) -> int:
+        return self._st().rank
+
+    size = property(Get_size)
+    rank = property(Get_rank)
+
+    def Get_name(self) -> str:
+        return self._st().name
+
+    def Set_name(self, name: str) -> None:
+        self._st().name = str(name)
+
+    name = property(Get_name, Set_name)
+
+    def Is_inter(self) -> bool:
+        self._st()
+        return False
+
+    def Is_intra(self) -> bool:
+        self._st()
+        return True
+
+    def Get_topology(self) -> int:
+        self._st()
+        return UNDEFINED
+
+    is_inter = property(Is_inter)
+    is_intra = property(Is_intra)
+    topology = property(Get_topology)
+    is_topo = property(lambda self: False)
+
+    def Compare(self, comm: "Comm") -> int:
+        a, b = self._st(), comm._st()
+        if a is b:
+            return IDENT
+        if a.members == b.members:
+            return CONGRUENT
+        return SIMILAR if sorted(a.members) == sorted(b.members) else UNEQUAL
+
+    def Get_attr(self, keyval: int):
+        st = self._st()
+        return {TAG_UB_KEY: TAG_UB, HOST: PROC_NULL, IO: ANY_SOURCE, WTIME_IS_GLOBAL: False, APPNUM: None,
+                LASTUSEDCODE: 92, UNIVERSE_SIZE: st.rt.world.size}.get(keyval)
+
+    def Get_errhandler(self):
+        from .MPI import ERRORS_RETURN
+
+        self._st()
+        return ERRORS_RETURN
+
+    def Set_errhandler(self, errhandler) -> None:
+        """Accepted and ignored: errors always raise Python exceptions, as
+        under mpi4py's default error policy."""
+        self._st()
+
+    def Get_info(self):
+        from .MPI import Info
+
+        self._st()
+        return Info()
+
+    def Set_info(self, info) -> None:
+        self._st()
+
+    # -- communicators ------------------------------------------------------------------
+    def Dup(self, info=None) -> "Intracomm":
+        """A new communicator with the same ranks (collective)."""
+        st = self._st()
+        st.engine.progress()
+        sc = st.sc.split(0, st.rank)
+        return self._new(self._derived(st, sc, "Dup"))
+
+    Clone = Dup
+    Dup_with_info = Dup
+
+    def _derived(self, st, sc, how) -> _State:
+        if isinstance(sc, _SelfComm):
+            return _State(st.rt, sc, st.rt.next_self_ctx(), list(st.members), f"{how} of {st.name}")
+        return _State(st.rt, sc, sc._ctx, list(sc._members), f"{how} of {st.name}")
+
+    def Split(self, color: int = 0, key: int = 0) -> "Intracomm":
+        """MPI_Comm_split (collective): ranks of one ``color`` (an int >= 0)
+        form a communicator ordered by ``key``, then rank; ``MPI.UNDEFINED``
+        gives ``MPI.COMM_NULL``."""
+        st = self._st()
+        if not _is_int(color) or (color < 0 and color != UNDEFINED):
+            raise MPIException(ERR_ARG, f"Split: color={color!r} must be an int >= 0 or MPI.UNDEFINED")
+        if not _is_int(key):
+            raise MPIException(ERR_ARG, f"Split: key={key!r} must be an int")
+        st.engine.progress()
+        sc = st.sc.split(None if color == UNDEFINED else int(color), int(key))
+        if sc is None:
+            return COMM_NULL
+        return self._new(self._derived(st, sc, f"Split(color={color})"))
+
+    def Split_type(self, split_type: int, key: int = 0, info=None) -> "Intracomm":
+        """``MPI.COMM_TYPE_SHARED``: every simulated rank shares one machine,
+        so this is ``Split(0, key)``."""
+        if split_type == UNDEFINED:
+            return self.Split(UNDEFINED, key)
+        if split_type != COMM_TYPE_SHARED:
+            from ._errors import unsupported
+
+            raise unsupported(f"Split_type({split_type})", "use MPI.COMM_TYPE_SHARED or Split")
+        return self.Split(0, key)
+
+    def Free(self) -> None:
+        """Release the communicator (collective); the handle becomes COMM_NULL."""
+        st = self._st()
+        if st.predefined:
+            raise MPIException(ERR_COMM, f"{st.name} cannot be freed")
+        st.engine.progress()
+        st.sc.free()
+        st.freed = True
+
+    free = Free
+
+    def Abort(self, errorcode: int = 0):
+        """End the job: ``simdist run`` exits with ``errorcode``."""
+        rt = _runtime.current
+        if rt is None:
+            raise SimdistError(_runtime.NOT_RUNNING)
+        raise MPIAbort(errorcode, rt.world.rank)
+
+    # -- argument checks ------------------------------------------------------------------
+    @staticmethod
+    def _peer(st: _State, rank, call: str, what: str, any_ok: bool) -> int:
+        if not _is_int(rank) or not (0 <= rank < st.size or (any_ok and rank == ANY_SOURCE)):
+            raise MPIException(ERR_RANK, f"{call}: {what}={rank!r} on {st.name} of {st.size} ranks")
+        return int(rank)
+
+    @staticmethod
+    def _tag(tag, call: str, any_ok: bool) -> int:
+        if not _is_int(tag) or not (0 <= tag <= TAG_UB or (any_ok and tag == ANY_TAG)):
+            raise MPIException(ERR_TAG, f"{call}: tag={tag!r}; tags are ints from 0 to MPI.TAG_UB ({TAG_UB})"
+                               + (" or MPI.ANY_TAG" if any_ok else ""))
+        return int(tag)
+
+    # -- point to point: posting ------------------------------------------------------------
+    def _isend(self, data_of, dest, tag, sync: bool, call: str) -> Request:
+        st = self._st()
+        tag = self._tag(tag, call, False)
+        if dest == PROC_NULL:
+            return Request._of(st.engine, _sent())
+        dest = self._peer(st, dest, call, "dest", False)
+        data, flags = data_of()
+        desc = f"{call}(dest={dest}, tag={tag}) on {st.name}"
+        op = st.engine.send(st.members[dest], st.ctx, st.rank, tag, data, flags, sync, desc)
+        return Request._of(st.engine, op)
+
+    def _irecv(self, sink_of, source, tag, call: str) -> Request:
+        st = self._st()
+        tag = self._tag(tag, call, True)
+        if source == PROC_NULL:
+            return Request._of(st.engine, DONE)
+        source = self._peer(st, source, call, "source", True)
+        desc = f"{call}(source={'ANY_SOURCE' if source == ANY_SOURCE else source}, " \
+               f"tag={'ANY_TAG' if tag == ANY_TAG else tag}) on {st.name}"
+        return Request._of(st.engine, st.engine.recv(st.ctx, source, tag, sink_of(), desc))
+
+    @staticmethod
+    def _buffer(buf):
+        return lambda: (parse(buf, writable=False, what="buf").raw, 0)
+
+    @staticmethod
+    def _pickle(obj):
+        return lambda: (np.frombuffer(pickle.dumps(obj), np.uint8), PICKLED)
+
+    # -- point to point: buffers ------------------------------------------------------------
+    def Isend(self, buf, dest: int, tag: int = 0) -> Request:
+        return self._isend(self._buffer(buf), dest, tag, False, "Isend")
+
+    Irsend = Isend
+
+    def Issend(self, buf, dest: int, tag: int = 0) -> Request:
+        """A synchronous send: completes once the receive has matched it."""
+        return self._isend(self._buffer(buf), dest, tag, True, "Issend")
+
+    def Send(self, buf, dest: int, tag: int = 0) -> None:
+        self._isend(self._buffer(buf), dest, tag, False, "Send").Wait()
+
+    Rsend = Send
+
+    def Ssend(self, buf, dest: int, tag: int = 0) -> None:
+        self._isend(self._buffer(buf), dest, tag, True, "Ssend").Wait()
+
+    def Irecv(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
+        return self._irecv(lambda: parse(buf, writable=True, what="buf").raw, source, tag, "Irecv")
+
+    def Recv(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> None:
+        self._irecv(lambda: parse(buf, writable=True, what="buf").raw, source, tag, "Recv").Wait(status)
+
+    def Sendrecv(self, sendbuf, dest: int, sendtag: int = 0, recvbuf=None, source: int = ANY_SOURCE,
+                 recvtag: int = ANY_TAG, status: Status | None = None) -> None:
+        recv = self._irecv(lambda: parse(recvbuf, writable=True, what="recvbuf").raw, source, recvtag,
+                           "Sendrecv")
+        send = self._isend(self._buffer(sendbuf), dest, sendtag, False, "Sendrecv")
+        Request.Waitall([send, recv], [Status(), status or Status()])
+
+    def Sendrecv_replace(self, buf, dest: int, sendtag: int = 0, source: int = ANY_SOURCE,
+                         recvtag: int = ANY_TAG, status: Status | None = None) -> None:
+        spec = parse(buf, writable=True, what="buf")
+        data = spec.raw.copy()
+        recv = self._irecv(lambda: spec.raw, source, recvtag, "Sendrecv_replace")
+        send = self._isend(lambda: (data, 0), dest, sendtag, False, "Sendrecv_replace")
+        Request.Waitall([send, recv], [Status(), status or Status()])
+
+    def Send_init(self, buf, dest: int, tag: int = 0) -> Prequest:
+        return Prequest(_start=lambda: self._started(self.Isend(buf, dest, tag)))
+
+    def Recv_init(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Prequest:
+        return Prequest(_start=lambda: self._started(self.Irecv(buf, source, tag)))
+
+    @staticmethod
+    def _started(req: Request):
+        return req._engine, req._op
+
+    # -- point to point: objects --------------------------------------------------------------
+    def isend(self, obj, dest: int, tag: int = 0) -> Request:
+        return self._isend(self._pickle(obj), dest, tag, False, "isend")
+
+    def issend(self, obj, dest: int, tag: int = 0) -> Request:
+        return self._isend(self._pickle(obj), dest, tag, True, "issend")
+
+    def send(self, obj, dest: int, tag: int = 0) -> None:
+        self._isend(self._pickle(obj), dest, tag, False, "send").Wait()
+
+    def ssend(self, obj, dest: int, tag: int = 0) -> None:
+        self._isend(self._pickle(obj), dest, tag, True, "ssend").Wait()
+
+    def irecv(self, buf=None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
+        """Receive an object; ``buf`` is accepted and not needed (there is no
+        size limit, unlike mpi4py's default 32 KiB buffer)."""
+        return self._irecv(lambda: None, source, tag, "irecv")
+
+    def recv(self, buf=None, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None):
+        return self._irecv(lambda: None, source, tag, "recv").wait(status)
+
+    def sendrecv(self, sendobj, dest: int, sendtag: int = 0, recvbuf=None, source: int = ANY_SOURCE,
+                 recvtag: int = ANY_TAG, status: Status | None = None):
+        recv = self._irecv(lambda: None, source, recvtag, "sendrecv")
+        send = self._isend(self._pickle(sendobj), dest, sendtag, False, "sendrecv")
+        return Request.waitall([send, recv], [Status(), status or Status()])[1]
+
+    # -- probing ----------------------------------------------------------------------------
+    def _find(self, source, tag, call: str, block: bool, take: bool):
+        """The envelope a receive would match (None: none yet; PROC_NULL: a
+        probe of MPI.PROC_NULL)."""
+        st = self._st()
+        tag = self._tag(tag, call, True)
+        if source == PROC_NULL:
+            return PROC_NULL
+        source = self._peer(st, source, call, "source", True)
+        engine = st.engine
+        if not block:
+            engine.progress()
+            return engine.find(st.ctx, source, tag, take)
+        desc = f"{call}(source={'ANY_SOURCE' if source == ANY_SOURCE else source}, " \
+               f"tag={'ANY_TAG' if tag == ANY_TAG else tag}) on {st.name}"
+        return engine.wait_until(lambda: engine.find(st.ctx, source, tag, take), desc)
+
+    @staticmethod
+    def _status(env, status) -> None:
+        if status is not None:
+            if env is PROC_NULL:
+                status._set(PROC_NULL, ANY_TAG, 0)
+            else:
+                status._set(env.source, env.tag, env.nbytes)
+
+    def Probe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> bool:
+        """Wait for a message a receive would match; do not receive it."""
+        self._status(self._find(source, tag, "Probe", True, False), status)
+        return True
+
+    def Iprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> bool:
+        env = self._find(source, tag, "Iprobe", False, False)
+        if env is None:
+            return False
+        self._status(env, status)
+        return True
+
+    probe = Probe
+    iprobe = Iprobe
+
+    def Mprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> Message:
+        """Probe and take the message: only the returned Message receives it."""
+        env = self._find(source, tag, "Mprobe", True, True)
+        self._status(env, status)
+        if env is PROC_NULL:
+            return Message(_noproc=True)
+        return Message(_engine=self._st().engine, _env=env)
+
+    def Improbe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None):
+        env = self._find(source, tag, "Improbe", False, True)
+        if env is None:
+            return None
+        self._status(env, status)
+        if env is PROC_NULL:
+            return Message(_noproc=True)
+        return Message(_engine=self._st().engine, _env=env)
+
+    mprobe = Mprobe
+    improbe = Improbe
+
+    # -- everything else ------------------------------------------------------------------------
+    def __getattr__(self, name):
+        from ._names import unsupported_attribute
+
+        raise unsupported_attribute(type(self).__name__, name)
+
+
+class Intracomm(Comm):
+    """An intra-communicator (every communicator of the stand-in is one)."""
+
+
+COMM_NULL = Comm()
+COMM_WORLD = Intracomm()
+COMM_WORLD._fixed = "COMM_WORLD"
+COMM_SELF = Intracomm()
+COMM_SELF._fixed = "COMM_SELF"

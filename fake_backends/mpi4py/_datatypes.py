@@ -1,0 +1,225 @@
+"""MPI datatypes of the stand-in: the predefined ones, each a numpy dtype.
+
+A datatype only says how to read the bytes of a buffer: ``MPI.DOUBLE`` is
+``float64``, ``MPI.INT`` is ``int32``, ``MPI.LONG`` is ``int64`` (LP64
+Linux, as the C types of Open MPI on x86-64), ``MPI.C_BOOL`` is ``bool``,
+``MPI.CHAR`` is ``S1``, ``MPI.FLOAT_INT`` is the C struct ``{float; int}``
+(for MAXLOC and MINLOC), and so on. ``_typedict`` maps buffer format
+characters to datatypes, as mpi4py's does, so a plain numpy array finds
+its datatype by its dtype.
+
+Derived datatypes (Create_contiguous, Create_vector, Create_struct, ...)
+are not supported: send the numpy array with its element type and a count.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._errors import unsupported
+
+_DERIVED = "derived datatypes are not supported; send the numpy array with its element type and a count instead"
+
+
+class Datatype:
+    """An MPI datatype: ``name`` (``MPI_INT``), ``dtype`` (numpy; None for a
+    type without one, which only fails when used), ``size`` in bytes."""
+
+    def __init__(self, datatype: "Datatype | None" = None, *, _name: str = "MPI_DATATYPE_NULL", _dtype=None,
+                 _key: str = "DATATYPE_NULL"):
+        if datatype is not None:  # Datatype(other): the same handle, as in mpi4py
+            _name, _dtype, _key = datatype._name, datatype._dtype, datatype._key
+        self._name = _name
+        self._dtype = None if _dtype is None else np.dtype(_dtype)
+        self._key = _key
+
+    # -- identity ---------------------------------------------------------------
+    def __eq__(self, other):
+        if not isinstance(other, Datatype):
+            return NotImplemented
+        return (self._name, self._key) == (other._name, other._key)
+
+    def __ne__(self, other):
+        result = self.__eq__(other)
+        return result if result is NotImplemented else not result
+
+    def __hash__(self):
+        return hash((self._name, self._key))
+
+    def __bool__(self):
+        return self._key != "DATATYPE_NULL"
+
+    def __repr__(self):
+        return f"<mpi4py.MPI.Datatype {self._name} (simdist)>"
+
+    def __reduce__(self):
+        return self._key  # a predefined type pickles as its name in this module
+
+    # -- queries ----------------------------------------------------------------------
+    @property
+    def dtype(self) -> np.dtype:
+        """The numpy dtype of one element; raises for types that have none."""
+        if self._dtype is None:
+            if not self:
+                raise TypeError("MPI.DATATYPE_NULL cannot describe a buffer; pass a datatype such as MPI.DOUBLE")
+            raise unsupported(f"the datatype {self._name}", "it has no numpy equivalent here; use another datatype")
+        return self._dtype
+
+    def Get_size(self) -> int:
+        return 0 if self._dtype is None else self._dtype.itemsize
+
+    def Get_extent(self) -> tuple[int, int]:
+        return 0, self.Get_size()
+
+    def Get_true_extent(self) -> tuple[int, int]:
+        return 0, self.Get_size()
+
+    def Get_name(self) -> str:
+        return self._name
+
+    def Set_name(self, name: str) -> None:
+        self._name = str(name)
+
+    def Commit(self) -> "Datatype":
+        return self
+
+    def Free(self) -> None:
+        pass
+
+    free = Free
+
+    def Dup(self) -> "Datatype":
+        return Datatype(self)
+
+    Create_dup = Dup
+
+    def tocode(self) -> str:
+        for code, datatype in _typedict.items():
+            if datatype is self:
+                return code
+        raise ValueError(f"cannot map {self._name} to a type code")
+
+    size = property(Get_size)
+    extent = property(lambda self: self.Get_size())
+    lb = property(lambda self: 0)
+    ub = property(lambda self: self.Get_size())
+    true_extent = property(lambda self: self.Get_size())
+    true_lb = property(lambda self: 0)
+    true_ub = property(lambda self: self.Get_size())
+    name = property(Get_name, Set_name)
+    is_named = property(lambda self: True)
+    is_predefined = property(lambda self: True)
+    typechar = property(lambda self: self.tocode())
+    typestr = property(lambda self: self.dtype.str)
+
+    @classmethod
+    def fromcode(cls, code: str) -> "Datatype":
+        return lookup(code)
+
+    def __getattr__(self, name):
+        if name.startswith(("Create_", "Pack", "Unpack", "Get_envelope", "Get_contents", "decode")) or name in (
+            "Resized", "Match_size", "Get_value_index", "envelope", "contents", "combiner",
+        ):
+            raise unsupported(f"Datatype.{name}", _DERIVED)
+        raise AttributeError(f"'Datatype' object has no attribute {name!r}")
+
+
+def _pair(value) -> np.dtype:
+    """The C struct ``{value; int}`` of MPI's MAXLOC/MINLOC pair types."""
+    return np.dtype([("value", value), ("index", np.int32)], align=True)
+
+
+_PREDEFINED = {
+    # name: numpy dtype (None: no numpy equivalent)
+    "DATATYPE_NULL": None, "PACKED": None, "BYTE": np.uint8,
+    "AINT": np.int64, "OFFSET": np.int64, "COUNT": np.int64,
+    "CHAR": "S1", "WCHAR": "U1", "SIGNED_CHAR": np.int8, "SHORT": np.int16, "INT": np.int32,
+    "LONG": np.int64, "LONG_LONG": np.longlong, "UNSIGNED_CHAR": np.uint8, "UNSIGNED_SHORT": np.uint16,
+    "UNSIGNED": np.uint32, "UNSIGNED_LONG": np.uint64, "UNSIGNED_LONG_LONG": np.ulonglong,
+    "FLOAT": np.float32, "DOUBLE": np.float64, "LONG_DOUBLE": np.longdouble, "C_BOOL": np.bool_,
+    "INT8_T": np.int8, "INT16_T": np.int16, "INT32_T": np.int32, "INT64_T": np.int64,
+    "UINT8_T": np.uint8, "UINT16_T": np.uint16, "UINT32_T": np.uint32, "UINT64_T": np.uint64,
+    "FLOAT16_T": np.float16, "FLOAT32_T": np.float32, "FLOAT64_T": np.float64, "BFLOAT16_T": None,
+    "C_COMPLEX": np.complex64, "C_FLOAT_COMPLEX": np.complex64, "C_DOUBLE_COMPLEX": np.complex128,
+    "C_LONG_DOUBLE_COMPLEX": np.clongdouble,
+    "CXX_BOOL": np.bool_, "CXX_FLOAT_COMPLEX": np.complex64, "CXX_DOUBLE_COMPLEX": np.complex128,
+    "CXX_LONG_DOUBLE_COMPLEX": np.clongdouble,
+    "SHORT_INT": _pair(np.int16), "INT_INT": _pair(np.int32), "LONG_INT": _pair(np.int64),
+    "FLOAT_INT": _pair(np.float32), "DOUBLE_INT": _pair(np.float64), "LONG_DOUBLE_INT": _pair(np.longdouble),
+    "CHARACTER": "S1", "LOGICAL": np.int32, "INTEGER": np.int32, "REAL": np.float32,
+    "DOUBLE_PRECISION": np.float64, "COMPLEX": np.complex64, "DOUBLE_COMPLEX": np.complex128,
+    "LOGICAL1": np.int8, "LOGICAL2": np.int16, "LOGICAL4": np.int32, "LOGICAL8": np.int64, "LOGICAL16": None,
+    "INTEGER1": np.int8, "INTEGER2": np.int16, "INTEGER4": np.int32, "INTEGER8": np.int64, "INTEGER16": None,
+    "REAL2": np.float16, "REAL4": np.float32, "REAL8": np.float64, "REAL16": None,
+    "COMPLEX4": None, "COMPLEX8": np.complex64, "COMPLEX16": np.complex128, "COMPLEX32": None,
+}
+_MPI_NAMES = {"INT_INT": "MPI_2INT", "FLOAT16_T": "MPIX_C_FLOAT16", "BFLOAT16_T": "MPIX_C_BF16"}
+_ALIASES = {
+    "TWOINT": "INT_INT", "UNSIGNED_INT": "UNSIGNED", "SIGNED_SHORT": "SHORT", "SIGNED_INT": "INT",
+    "SIGNED_LONG": "LONG", "SIGNED_LONG_LONG": "LONG_LONG", "BOOL": "C_BOOL", "SINT8_T": "INT8_T",
+    "SINT16_T": "INT16_T", "SINT32_T": "INT32_T", "SINT64_T": "INT64_T", "F_BOOL": "LOGICAL", "F_INT": "INTEGER",
+    "F_FLOAT": "REAL", "F_DOUBLE": "DOUBLE_PRECISION", "F_COMPLEX": "COMPLEX", "F_FLOAT_COMPLEX": "COMPLEX",
+    "F_DOUBLE_COMPLEX": "DOUBLE_COMPLEX",
+}
+
+#: Every predefined datatype by its mpi4py name (``"DOUBLE"`` -> MPI.DOUBLE), aliases included.
+TYPES: dict[str, Datatype] = {
+    key: Datatype(_name=_MPI_NAMES.get(key, f"MPI_{key}"), _dtype=dtype, _key=key)
+    for key, dtype in _PREDEFINED.items()
+}
+TYPES.update({alias: TYPES[key] for alias, key in _ALIASES.items()})
+globals().update(TYPES)  # so that pickle finds each by its name (Datatype.__reduce__)
+
+#: Buffer format characters -> datatypes, as mpi4py's ``MPI._typedict``.
+_typedict: dict[str, Datatype] = {
+    "?": TYPES["C_BOOL"], "c": TYPES["CHAR"], "S": TYPES["CHAR"], "S1": TYPES["CHAR"], "1s": TYPES["CHAR"],
+    "a": TYPES["CHAR"], "b": TYPES["SIGNED_CHAR"], "h": TYPES["SHORT"], "i": TYPES["INT"], "l": TYPES["LONG"],
+    "q": TYPES["LONG_LONG"], "n": TYPES["LONG"], "p": TYPES["LONG"], "B": TYPES["UNSIGNED_CHAR"],
+    "H": TYPES["UNSIGNED_SHORT"], "I": TYPES["UNSIGNED"], "L": TYPES["UNSIGNED_LONG"],
+    "Q": TYPES["UNSIGNED_LONG_LONG"], "N": TYPES["UNSIGNED_LONG"], "P": TYPES["UNSIGNED_LONG"],
+    "e": TYPES["FLOAT16_T"], "f": TYPES["FLOAT"], "d": TYPES["DOUBLE"], "g": TYPES["LONG_DOUBLE"],
+    "F": TYPES["C_FLOAT_COMPLEX"], "D": TYPES["C_DOUBLE_COMPLEX"], "G": TYPES["C_LONG_DOUBLE_COMPLEX"],
+    "Zf": TYPES["C_FLOAT_COMPLEX"], "Zd": TYPES["C_DOUBLE_COMPLEX"], "Zg": TYPES["C_LONG_DOUBLE_COMPLEX"],
+    "u": TYPES["WCHAR"], "w": TYPES["WCHAR"], "U": TYPES["WCHAR"], "U1": TYPES["WCHAR"], "1w": TYPES["WCHAR"],
+    "b1": TYPES["C_BOOL"], "i1": TYPES["INT8_T"], "i2": TYPES["INT16_T"], "i4": TYPES["INT32_T"],
+    "i8": TYPES["INT64_T"], "u1": TYPES["UINT8_T"], "u2": TYPES["UINT16_T"], "u4": TYPES["UINT32_T"],
+    "u8": TYPES["UINT64_T"], "f2": TYPES["FLOAT16_T"], "f4": TYPES["FLOAT"], "f8": TYPES["DOUBLE"],
+    "f16": TYPES["LONG_DOUBLE"], "c8": TYPES["C_FLOAT_COMPLEX"], "c16": TYPES["C_DOUBLE_COMPLEX"],
+    "c32": TYPES["C_LONG_DOUBLE_COMPLEX"],
+}
+_typedict_c = dict(_typedict)
+_typedict_f = {
+    "l": TYPES["LOGICAL"], "i": TYPES["INTEGER"], "r": TYPES["REAL"], "d": TYPES["DOUBLE_PRECISION"],
+    "c": TYPES["COMPLEX"], "z": TYPES["DOUBLE_COMPLEX"], "s": TYPES["CHARACTER"],
+}
+
+
+def lookup(code) -> Datatype:
+    """A datatype given as a Datatype or as a type code (``"d"``, ``"B"``)."""
+    if isinstance(code, Datatype):
+        return code
+    try:
+        return _typedict[code]
+    except (KeyError, TypeError):
+        raise KeyError(f"cannot map {code!r} to MPI datatype") from None
+
+
+def of_array(arr: np.ndarray) -> Datatype:
+    """The datatype mpi4py infers for a numpy array: by its buffer format."""
+    dtype = arr.dtype
+    if dtype.byteorder not in "=|":  # numpy writes the native order as "="
+        raise ValueError(f"format string {dtype.str!r} with non-native byte order")
+    if dtype == np.uint8:
+        return TYPES["BYTE"]  # format "B" is MPI_BYTE, as in mpi4py
+    if dtype.kind in "SU" and dtype.itemsize not in (1, 4):
+        raise KeyError(f"cannot map {dtype.str!r} to MPI datatype")
+    return lookup(dtype.char)
+
+
+def of_format(fmt: str) -> Datatype:
+    """The datatype of a buffer format (memoryview.format) as mpi4py infers it."""
+    if fmt in ("B", "@B"):
+        return TYPES["BYTE"]
+    if fmt[:1] in "@=<":
+        fmt = fmt[1:]
+    return lookup(fmt)

@@ -1,0 +1,309 @@
+"""What the stand-in does not have, and the NotImplementedError for each.
+
+``CONSTANTS`` holds every integer constant of mpi4py 4.1 with Open MPI's
+values (the error classes, keyvals, modes, ...), so that a program may name
+any of them. The calls and classes mpi4py has and the stand-in does not are
+listed here with what to use instead; ``unsupported_attribute`` and
+``unsupported_module_attribute`` raise NotImplementedError for them, and the
+usual AttributeError for names mpi4py does not have either.
+"""
+
+from __future__ import annotations
+
+from ._errors import unsupported
+
+#: mpi4py's integer constants, as Open MPI defines them.
+CONSTANTS = {'UNDEFINED': -32766,
+ 'ANY_SOURCE': -1,
+ 'ANY_TAG': -1,
+ 'PROC_NULL': -2,
+ 'ROOT': -4,
+ 'KEYVAL_INVALID': -1,
+ 'TAG_UB': 0,
+ 'IO': 2,
+ 'WTIME_IS_GLOBAL': 3,
+ 'UNIVERSE_SIZE': 6,
+ 'APPNUM': 4,
+ 'LASTUSEDCODE': 5,
+ 'WIN_BASE': 7,
+ 'WIN_SIZE': 8,
+ 'WIN_DISP_UNIT': 9,
+ 'WIN_CREATE_FLAVOR': 10,
+ 'WIN_FLAVOR': 10,
+ 'WIN_MODEL': 11,
+ 'SUCCESS': 0,
+ 'ERR_LASTCODE': 92,
+ 'ERR_ABI': 92,
+ 'ERR_TYPE': 3,
+ 'ERR_REQUEST': 7,
+ 'ERR_OP': 10,
+ 'ERR_GROUP': 9,
+ 'ERR_INFO': 34,
+ 'ERR_ERRHANDLER': 92,
+ 'ERR_SESSION': 78,
+ 'ERR_COMM': 5,
+ 'ERR_WIN': 53,
+ 'ERR_FILE': 30,
+ 'ERR_BUFFER': 1,
+ 'ERR_COUNT': 2,
+ 'ERR_TAG': 4,
+ 'ERR_RANK': 6,
+ 'ERR_ROOT': 8,
+ 'ERR_TRUNCATE': 15,
+ 'ERR_IN_STATUS': 18,
+ 'ERR_PENDING': 19,
+ 'ERR_TOPOLOGY': 11,
+ 'ERR_DIMS': 12,
+ 'ERR_ARG': 13,
+ 'ERR_OTHER': 16,
+ 'ERR_UNKNOWN': 14,
+ 'ERR_INTERN': 17,
+ 'ERR_KEYVAL': 36,
+ 'ERR_NO_MEM': 39,
+ 'ERR_INFO_KEY': 31,
+ 'ERR_INFO_VALUE': 33,
+ 'ERR_INFO_NOKEY': 32,
+ 'ERR_SPAWN': 50,
+ 'ERR_PORT': 43,
+ 'ERR_SERVICE': 48,
+ 'ERR_NAME': 38,
+ 'ERR_PROC_ABORTED': 74,
+ 'ERR_BASE': 24,
+ 'ERR_SIZE': 49,
+ 'ERR_DISP': 26,
+ 'ERR_ASSERT': 22,
+ 'ERR_LOCKTYPE': 37,
+ 'ERR_RMA_CONFLICT': 46,
+ 'ERR_RMA_SYNC': 47,
+ 'ERR_RMA_RANGE': 68,
+ 'ERR_RMA_ATTACH': 69,
+ 'ERR_RMA_SHARED': 71,
+ 'ERR_RMA_FLAVOR': 70,
+ 'ERR_BAD_FILE': 23,
+ 'ERR_NO_SUCH_FILE': 42,
+ 'ERR_FILE_EXISTS': 28,
+ 'ERR_FILE_IN_USE': 29,
+ 'ERR_AMODE': 21,
+ 'ERR_ACCESS': 20,
+ 'ERR_READ_ONLY': 45,
+ 'ERR_NO_SPACE': 41,
+ 'ERR_QUOTA': 44,
+ 'ERR_NOT_SAME': 40,
+ 'ERR_IO': 35,
+ 'ERR_UNSUPPORTED_OPERATION': 52,
+ 'ERR_UNSUPPORTED_DATAREP': 51,
+ 'ERR_CONVERSION': 25,
+ 'ERR_DUP_DATAREP': 27,
+ 'ERR_VALUE_TOO_LARGE': 79,
+ 'ERR_REVOKED': 77,
+ 'ERR_PROC_FAILED': 75,
+ 'ERR_PROC_FAILED_PENDING': 76,
+ 'ORDER_C': 0,
+ 'ORDER_FORTRAN': 1,
+ 'ORDER_F': 1,
+ 'TYPECLASS_LOGICAL': 4,
+ 'TYPECLASS_INTEGER': 1,
+ 'TYPECLASS_REAL': 2,
+ 'TYPECLASS_COMPLEX': 3,
+ 'DISTRIBUTE_NONE': 2,
+ 'DISTRIBUTE_BLOCK': 0,
+ 'DISTRIBUTE_CYCLIC': 1,
+ 'DISTRIBUTE_DFLT_DARG': -1,
+ 'COMBINER_NAMED': 0,
+ 'COMBINER_DUP': 1,
+ 'COMBINER_CONTIGUOUS': 2,
+ 'COMBINER_VECTOR': 3,
+ 'COMBINER_HVECTOR': 5,
+ 'COMBINER_INDEXED': 6,
+ 'COMBINER_HINDEXED': 8,
+ 'COMBINER_INDEXED_BLOCK': 9,
+ 'COMBINER_HINDEXED_BLOCK': 18,
+ 'COMBINER_STRUCT': 11,
+ 'COMBINER_SUBARRAY': 12,
+ 'COMBINER_DARRAY': 13,
+ 'COMBINER_RESIZED': 17,
+ 'COMBINER_VALUE_INDEX': 0,
+ 'COMBINER_F90_INTEGER': 16,
+ 'COMBINER_F90_REAL': 14,
+ 'COMBINER_F90_COMPLEX': 15,
+ 'F_SOURCE': 0,
+ 'F_TAG': 1,
+ 'F_ERROR': 2,
+ 'F_STATUS_SIZE': 6,
+ 'IDENT': 0,
+ 'CONGRUENT': 1,
+ 'SIMILAR': 2,
+ 'UNEQUAL': 3,
+ 'CART': 1,
+ 'GRAPH': 2,
+ 'DIST_GRAPH': 3,
+ 'UNWEIGHTED': 2,
+ 'WEIGHTS_EMPTY': 3,
+ 'COMM_TYPE_SHARED': 0,
+ 'COMM_TYPE_HW_GUIDED': 13,
+ 'COMM_TYPE_HW_UNGUIDED': 12,
+ 'COMM_TYPE_RESOURCE_GUIDED': -32766,
+ 'BSEND_OVERHEAD': 128,
+ 'WIN_FLAVOR_CREATE': 1,
+ 'WIN_FLAVOR_ALLOCATE': 2,
+ 'WIN_FLAVOR_DYNAMIC': 3,
+ 'WIN_FLAVOR_SHARED': 4,
+ 'WIN_SEPARATE': 1,
+ 'WIN_UNIFIED': 0,
+ 'MODE_NOCHECK': 1,
+ 'MODE_NOSTORE': 8,
+ 'MODE_NOPUT': 4,
+ 'MODE_NOPRECEDE': 2,
+ 'MODE_NOSUCCEED': 16,
+ 'LOCK_EXCLUSIVE': 1,
+ 'LOCK_SHARED': 2,
+ 'MODE_RDONLY': 2,
+ 'MODE_WRONLY': 4,
+ 'MODE_RDWR': 8,
+ 'MODE_CREATE': 1,
+ 'MODE_EXCL': 64,
+ 'MODE_DELETE_ON_CLOSE': 16,
+ 'MODE_UNIQUE_OPEN': 32,
+ 'MODE_SEQUENTIAL': 256,
+ 'MODE_APPEND': 128,
+ 'SEEK_SET': 600,
+ 'SEEK_CUR': 602,
+ 'SEEK_END': 604,
+ 'DISPLACEMENT_CURRENT': -54278278,
+ 'DISP_CUR': -54278278,
+ 'THREAD_SINGLE': 0,
+ 'THREAD_FUNNELED': 1,
+ 'THREAD_SERIALIZED': 2,
+ 'THREAD_MULTIPLE': 3,
+ 'VERSION': 3,
+ 'SUBVERSION': 1,
+ 'MAX_PROCESSOR_NAME': 256,
+ 'MAX_ERROR_STRING': 256,
+ 'MAX_PORT_NAME': 1024,
+ 'MAX_INFO_KEY': 36,
+ 'MAX_INFO_VAL': 256,
+ 'MAX_OBJECT_NAME': 64,
+ 'MAX_DATAREP_STRING': 128,
+ 'MAX_LIBRARY_VERSION_STRING': 256,
+ 'MAX_PSET_NAME_LEN': 512,
+ 'MAX_STRINGTAG_LEN': 1024}
+
+_COLLECTIVES = ("Barrier", "Bcast", "Gather", "Gatherv", "Scatter", "Scatterv", "Allgather", "Allgatherv",
+                "Alltoall", "Alltoallv", "Alltoallw", "Reduce", "Allreduce", "Reduce_scatter_block",
+                "Reduce_scatter", "Scan", "Exscan")
+_VECTOR = {"Alltoallw": "Alltoallv"}
+_GROUPS = "groups are not simulated; make sub-communicators with Comm.Split (or Split_type)"
+_TOPOLOGY = ("process topologies are not simulated; compute the neighbours yourself (MPI.Compute_dims gives "
+             "the grid) and use Sendrecv, or Split for rows and columns")
+_DYNAMIC = "dynamic processes and intercommunicators are not simulated; start every rank with `simdist run -n N`"
+_BUFFERED = "buffered mode is not simulated; use Send or Isend (small messages are buffered anyway)"
+_HANDLES = "the simulated MPI has no C or Fortran handles"
+_ATTRS = "user attributes are not simulated; keep the value in a Python dict keyed by the communicator"
+_ERRHANDLERS = "user error handlers are not simulated; errors raise Python exceptions (catch MPI.Exception)"
+_FT = "fault tolerance (ULFM) is not simulated: a failing rank fails the whole run"
+_DERIVED = "derived datatypes are not simulated; send the numpy array with its element type and a count"
+
+
+def _comm_hint(name: str) -> str | None:
+    if name.endswith("_init"):
+        base = name[:-5]
+        if base in _COLLECTIVES:
+            return f"persistent collectives are not simulated; call the blocking Comm.{base} each time"
+        if base in ("Bsend", "Ssend", "Rsend"):
+            return "use Send_init (or Isend in a loop)"
+        if base in ("Psend", "Precv"):
+            return "partitioned communication is not simulated; use Isend and Irecv"
+    if name[:1] == "I" and name[1:].capitalize() in _COLLECTIVES:
+        base = name[1:].capitalize()
+        return (f"nonblocking collectives are not simulated; call the blocking Comm.{base} "
+                "(there is no overlap to gain on the simulator)")
+    if name in _VECTOR:
+        return "Alltoallw (a datatype per block) is not simulated; use Alltoallv with one datatype"
+    if name in ("Get_group", "group", "Create", "Create_group", "Create_from_group"):
+        return _GROUPS
+    if name.startswith(("Create_cart", "Create_graph", "Create_dist_graph", "Cart_map", "Graph_map",
+                        "Neighbor_", "Ineighbor_", "neighbor_")):
+        return _TOPOLOGY
+    if name in ("Create_intercomm", "Spawn", "Spawn_multiple", "Accept", "Connect", "Join", "Get_parent",
+                "Disconnect"):
+        return _DYNAMIC
+    if name in ("Bsend", "Ibsend", "bsend", "ibsend", "Attach_buffer", "Detach_buffer", "Flush_buffer",
+                "Iflush_buffer"):
+        return _BUFFERED
+    if name in ("Isendrecv", "Isendrecv_replace"):
+        return "use Irecv and Isend, then Request.Waitall"
+    if name in ("Idup", "Idup_with_info"):
+        return "use Comm.Dup"
+    if name in ("Revoke", "Is_revoked", "Get_failed", "Ack_failed", "Agree", "Iagree", "Shrink", "Ishrink"):
+        return _FT
+    if name in ("Set_attr", "Delete_attr", "Create_keyval", "Free_keyval"):
+        return _ATTRS
+    if name in ("Create_errhandler", "Call_errhandler"):
+        return _ERRHANDLERS
+    if name in ("py2f", "f2py", "toint", "fromint", "fromhandle", "handle", "info"):
+        return _HANDLES
+    return None
+
+
+_CLASS_HINTS = {
+    "Request": {"Get_status_all": "use Request.Testall", "Get_status_any": "use Request.Testany",
+                "Get_status_some": "use Request.Testsome", "get_status_all": "use Request.testall",
+                "get_status_any": "use Request.testany", "get_status_some": "use Request.testsome",
+                "Pready": "partitioned communication is not simulated",
+                "Pready_range": "partitioned communication is not simulated",
+                "Pready_list": "partitioned communication is not simulated",
+                "Parrived": "partitioned communication is not simulated"},
+}
+_HANDLE_NAMES = ("py2f", "f2py", "toint", "fromint", "fromhandle", "handle", "tomemory")
+
+_MODULE_HINTS = {
+    "Win": "one-sided communication (MPI.Win) is not simulated; use Send/Recv or collectives",
+    "WIN_NULL": "one-sided communication (MPI.Win) is not simulated; use Send/Recv or collectives",
+    "File": "MPI-IO (MPI.File) is not simulated; write files with Python (one per rank, or from one rank)",
+    "FILE_NULL": "MPI-IO (MPI.File) is not simulated; write files with Python (one per rank, or from one rank)",
+    "Register_datarep": "MPI-IO (MPI.File) is not simulated",
+    "Group": _GROUPS, "GROUP_NULL": _GROUPS, "GROUP_EMPTY": _GROUPS,
+    "Topocomm": _TOPOLOGY, "Cartcomm": _TOPOLOGY, "Graphcomm": _TOPOLOGY, "Distgraphcomm": _TOPOLOGY,
+    "Intercomm": _DYNAMIC, "Open_port": _DYNAMIC, "Close_port": _DYNAMIC, "Publish_name": _DYNAMIC,
+    "Unpublish_name": _DYNAMIC, "Lookup_name": _DYNAMIC,
+    "Session": "MPI sessions are not simulated; use MPI.COMM_WORLD",
+    "SESSION_NULL": "MPI sessions are not simulated; use MPI.COMM_WORLD",
+    "Grequest": "generalized requests are not simulated",
+    "Attach_buffer": _BUFFERED, "Detach_buffer": _BUFFERED, "Flush_buffer": _BUFFERED, "Iflush_buffer": _BUFFERED,
+    "Alloc_mem": "use numpy.empty (or bytearray)", "Free_mem": "use numpy.empty (or bytearray)",
+    "buffer": "use numpy arrays, bytes or bytearray as buffers", "memory": "use numpy arrays, bytes or bytearray",
+    "Get_address": _DERIVED, "Aint_add": _DERIVED, "Aint_diff": _DERIVED,
+    "Add_error_class": "user error classes are not simulated", "Add_error_code": "user error codes are not simulated",
+    "Add_error_string": "user error strings are not simulated",
+    "Remove_error_class": "user error classes are not simulated",
+    "Remove_error_code": "user error codes are not simulated",
+    "Remove_error_string": "user error strings are not simulated",
+    "Get_abi_version": "the simulated MPI has no ABI", "Get_abi_info": "the simulated MPI has no ABI",
+    "Get_abi_fortran_info": "the simulated MPI has no ABI",
+    "Get_hw_resource_info": "the simulated MPI has no hardware information",
+}
+
+
+def unsupported_attribute(cls: str, name: str) -> Exception:
+    """NotImplementedError for a known mpi4py name of ``cls`` the stand-in
+    lacks, else the AttributeError Python would raise."""
+    hint = None
+    if not name.startswith("_"):
+        if cls in ("Comm", "Intracomm"):
+            hint = _comm_hint(name)
+        elif name in _HANDLE_NAMES:
+            hint = _HANDLES
+        else:
+            hint = _CLASS_HINTS.get(cls, {}).get(name)
+    if hint is None:
+        return AttributeError(f"'{cls}' object has no attribute {name!r}")
+    return unsupported(f"{cls}.{name}", hint)
+
+
+def unsupported_module_attribute(name: str) -> Exception:
+    """The same for the module ``mpi4py.MPI``."""
+    if name in _MODULE_HINTS:
+        return unsupported(f"MPI.{name}", _MODULE_HINTS[name])
+    if name.startswith("_") and not name.startswith("__"):
+        return unsupported(f"MPI.{name}", "mpi4py's internals are not simulated")
+    return AttributeError(f"module 'mpi4py.MPI' has no attribute {name!r}")

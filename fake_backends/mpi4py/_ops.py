@@ -1,0 +1,236 @@
+"""Reduction operations: MPI.SUM ... MPI.MINLOC, user ops, and the folds.
+
+Every reduction of the stand-in is the rank-ascending left fold
+``((x0 op x1) op x2) ...``, the order simdist promises:
+
+* buffers with a predefined op and a dtype of the simdist contract go to
+  the SimComm's own reduction (``allreduce``/``reduce``), which folds in
+  that order, bit for bit;
+* Scan and Exscan, user ops (``Op.Create``), MAXLOC/MINLOC on pair
+  datatypes (``MPI.DOUBLE_INT``, ...) and dtypes outside the contract
+  (``long double``) gather the buffers and fold them here, in rank order,
+  with the same fold (``simdist._reduction.fold``) where simdist has it;
+* Python objects (lowercase ``reduce``, ``allreduce``, ``scan``, ``exscan``)
+  are folded as mpi4py's "naive" reductions do: ``res = op(res, item)`` over
+  the items in rank order, with mpi4py's functions for the predefined ops
+  (``MPI.MAX(x, y)`` is ``y if y > x else x``, MAXLOC takes (value, index)
+  pairs and the lower index on ties, ...). mpi4py may use a tree instead;
+  for an associative op the result is the same.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simdist._checks import DTYPE_CODE, check_op
+from simdist._reduction import fold
+
+from ._errors import ERR_OP, Exception as MPIException
+
+
+def _op_max(x, y):
+    return y if y > x else x
+
+
+def _op_min(x, y):
+    return y if y < x else x
+
+
+def _op_maxloc(x, y):
+    (u, i), (v, j) = x, y
+    if u > v:
+        return u, i
+    if v > u or j < i:
+        return v, j
+    return u, i
+
+
+def _op_minloc(x, y):
+    (u, i), (v, j) = x, y
+    if u < v:
+        return u, i
+    if v < u or j < i:
+        return v, j
+    return u, i
+
+
+_OBJECT_FUNCS = {
+    "MAX": _op_max,
+    "MIN": _op_min,
+    "SUM": lambda x, y: x + y,
+    "PROD": lambda x, y: x * y,
+    "LAND": lambda x, y: bool(x) & bool(y),
+    "BAND": lambda x, y: x & y,
+    "LOR": lambda x, y: bool(x) | bool(y),
+    "BOR": lambda x, y: x | y,
+    "LXOR": lambda x, y: bool(x) ^ bool(y),
+    "BXOR": lambda x, y: x ^ y,
+    "MAXLOC": _op_maxloc,
+    "MINLOC": _op_minloc,
+    "REPLACE": lambda x, y: y,
+    "NO_OP": lambda x, y: x,
+}
+#: MPI op -> simdist op name, where simdist has the op.
+_SIMDIST = {"MAX": "max", "MIN": "min", "SUM": "sum", "PROD": "prod", "LAND": "land", "BAND": "band",
+            "LOR": "lor", "BOR": "bor", "LXOR": "lxor", "BXOR": "bxor"}
+_UFUNCS = {"max": np.maximum, "min": np.minimum, "sum": np.add, "prod": np.multiply, "band": np.bitwise_and,
+           "bor": np.bitwise_or, "bxor": np.bitwise_xor, "land": np.logical_and, "lor": np.logical_or,
+           "lxor": np.logical_xor}
+
+
+class Op:
+    """An MPI reduction operation. Calling it on two objects applies it
+    (``MPI.SUM(1, 2) == 3``), as mpi4py's ops do."""
+
+    def __init__(self, op: "Op | None" = None, *, _key: str = "OP_NULL", _function=None, _commute: bool = True):
+        if op is not None:
+            _key, _function, _commute = op._key, op._function, op._commute
+        self._key = _key
+        self._function = _function  # user ops: function(inbuf, inoutbuf, datatype)
+        self._commute = bool(_commute)
+
+    def __call__(self, x, y):
+        if self._function is not None:
+            return self._function(x, y, None)
+        try:
+            return _OBJECT_FUNCS[self._key](x, y)
+        except KeyError:
+            raise ValueError("cannot call user-defined operation") from None
+
+    def __eq__(self, other):
+        if not isinstance(other, Op):
+            return NotImplemented
+        return self._key == other._key and self._function is other._function
+
+    def __ne__(self, other):
+        result = self.__eq__(other)
+        return result if result is NotImplemented else not result
+
+    def __hash__(self):
+        return hash((self._key, id(self._function)))
+
+    def __bool__(self):
+        return self._key != "OP_NULL"
+
+    def __repr__(self):
+        return f"<mpi4py.MPI.Op MPI_{self._key} (simdist)>"
+
+    def __reduce__(self):
+        if self._function is not None:
+            raise TypeError("a user-defined MPI.Op cannot be pickled; create it on every rank")
+        return self._key
+
+    @classmethod
+    def Create(cls, function, commute: bool = False) -> "Op":
+        """A user op: ``function(inbuf, inoutbuf, datatype)`` stores
+        ``inbuf op inoutbuf`` into ``inoutbuf`` (memoryviews of the bytes)."""
+        if not callable(function):
+            raise TypeError(f"Op.Create: function={function!r} is not callable")
+        return cls(_key="USER", _function=function, _commute=commute)
+
+    def Free(self) -> None:
+        if self._function is None:
+            raise MPIException(ERR_OP, "a predefined op cannot be freed")
+        self._key, self._function = "OP_NULL", None
+
+    free = Free
+
+    def Is_commutative(self) -> bool:
+        return self._commute
+
+    is_commutative = property(Is_commutative)
+    is_predefined = property(lambda self: self._function is None)
+
+    def Reduce_local(self, inbuf, inoutbuf) -> None:
+        """``inoutbuf = inbuf op inoutbuf``, element by element."""
+        from ._buffers import parse
+
+        src = parse(inbuf, writable=False, what="inbuf")
+        dst = parse(inoutbuf, writable=True, what="inoutbuf")
+        if src.raw.size != dst.raw.size:
+            raise ValueError(f"mismatch in inbuf count {src.count} and inoutbuf count {dst.count}")
+        dst.typed[...] = fold_arrays(self, [src.typed, dst.typed.copy()], dst.datatype, "Reduce_local", 0)
+
+
+OP_NULL = Op()
+PREDEFINED = {key: Op(_key=key) for key in _OBJECT_FUNCS}
+globals().update(PREDEFINED)  # so that pickle finds each by its name (Op.__reduce__)
+
+
+def simdist_op(op) -> str | None:
+    """simdist's name for a predefined op it has (``"sum"``), else None."""
+    return _SIMDIST.get(op._key) if isinstance(op, Op) and op._function is None else None
+
+
+def check(op, call: str) -> Op:
+    if not isinstance(op, Op):
+        raise TypeError(f"{call}: op={op!r} must be an MPI.Op such as MPI.SUM")
+    if not op:
+        raise MPIException(ERR_OP, f"{call}: op is MPI.OP_NULL")
+    if op._key in ("REPLACE", "NO_OP"):
+        raise MPIException(ERR_OP, f"{call}: MPI.{op._key} is only for one-sided accumulates")
+    return op
+
+
+# -- folds ------------------------------------------------------------------------
+def fold_objects(op, items: list):
+    """mpi4py's naive reduction: ``res = op(res, item)`` in rank order.
+    ``op`` is an MPI.Op or any callable of two arguments."""
+    res = items[0]
+    for item in items[1:]:
+        res = op(res, item)
+    return res
+
+
+def validate(op: Op, datatype, call: str, rank: int) -> None:
+    """Raise if ``op`` is not defined on ``datatype`` (on every rank alike,
+    also where a rank has nothing to fold)."""
+    if op._function is not None:
+        return
+    dtype = datatype.dtype
+    if op._key in ("MAXLOC", "MINLOC"):
+        if dtype.names != ("value", "index"):
+            raise MPIException(
+                ERR_OP, f"{call}: MPI.{op._key} needs a (value, index) pair datatype such as MPI.DOUBLE_INT or "
+                f"MPI.TWOINT, not {datatype.Get_name()}; for Python objects use the lowercase API with "
+                "(value, index) tuples"
+            )
+        return
+    name = simdist_op(op)
+    if dtype in DTYPE_CODE:
+        check_op(name, dtype, rank, call)  # simdist's message for an op the dtype does not have
+    elif dtype.kind not in "fc" or (name not in ("sum", "prod") and not (dtype.kind == "f" and name in ("max", "min"))):
+        raise MPIException(ERR_OP, f"{call}: MPI.{op._key} is not defined on {datatype.Get_name()}")
+
+
+def fold_arrays(op: Op, parts: list[np.ndarray], datatype, call: str, rank: int) -> np.ndarray:
+    """The rank-order fold of 1-D arrays ``parts`` (one per rank) with ``op``."""
+    validate(op, datatype, call, rank)
+    out = np.array(parts[0], copy=True)
+    if len(parts) == 1:
+        return out
+    if op._function is not None:  # user op: inoutbuf = inbuf op inoutbuf
+        for part in parts[1:]:
+            acc = np.array(part, copy=True)
+            op._function(memoryview(out.view(np.uint8)), memoryview(acc.view(np.uint8)), datatype)
+            out = acc
+        return out
+    if op._key in ("MAXLOC", "MINLOC"):
+        return _fold_loc(op._key, parts, out)
+    name = simdist_op(op)
+    if out.dtype in DTYPE_CODE:
+        return fold(name, parts, out)
+    ufunc = _UFUNCS[name]
+    with np.errstate(all="ignore"):
+        for part in parts[1:]:
+            ufunc(out, part, out=out)
+    return out
+
+
+def _fold_loc(key, parts, out):
+    better = np.greater if key == "MAXLOC" else np.less
+    for part in parts[1:]:
+        u, i, v, j = out["value"], out["index"], part["value"], part["index"]
+        take = better(v, u) | ((v == u) & (j < i))
+        out[take] = part[take]
+    return out

@@ -1,0 +1,451 @@
+"""Point-to-point messages of the mpi4py stand-in: the protocol, MPI's
+matching, and the progress engine.
+
+Transport
+---------
+Every MPI message of every communicator of a rank travels over one
+SimComm, the world's, with one SimComm tag (``TRANSPORT_TAG``), as
+*records*: each record is one ``SimComm`` message, a uint8 array that starts
+with 8 int64 header words. Messages to the rank itself never touch the
+SimComm; their records go to a local queue. The SimComm only carries bytes
+in order, per ordered pair of ranks; MPI's matching (communicator, source or
+ANY_SOURCE, tag or ANY_TAG, in posting and arrival order) is done here, on
+the envelopes the engine has received::
+
+    EAGER  kind, ctx, source, tag, nbytes, flags | payload   a whole message (up to the eager limit)
+    RTS    kind, ctx, source, tag, nbytes, flags, id       a larger message is ready to go
+    CTS    kind, id                                        its receiver matched it: send it
+    DATA   kind, id, offset | payload                      a piece of it
+    ACK    kind, consumed                                  flow control (below)
+
+``ctx`` is the communicator's SimComm context (the same on all its ranks),
+``source`` the sender's rank in that communicator, ``id`` numbers the
+sender's large messages. A message up to the eager limit (64 KiB, less on
+large worlds) goes at once, and its send completes at once, as under MPI.
+A larger one, or any synchronous send (Ssend), is a rendezvous: the sender
+sends RTS; the receiver, once a receive matches the envelope, answers CTS
+and the sender streams DATA records, each at most a quarter of the budget
+below, which the receiver copies into the receive buffer. The send
+completes when its last piece is handed to the SimComm. Unsafe programs
+(both ranks Send a large message, then Recv) therefore hang here as under
+MPI, and are reported as hangs.
+
+Never waiting in a send
+-----------------------
+``SimComm.send`` waits when a record does not fit in the ring's free space,
+until the receiver takes enough bytes. Waiting there could deadlock a
+correct MPI program (two ranks that each Isend 16 MB to the other, then
+Recv, then Wait; or a rank that Isends and enters a Barrier its peer is
+already in). So the engine never waits in a send: it writes a record only
+through ``SimComm._try_send``, only when its credit allows, and otherwise
+queues the record (in order, per destination) for a later attempt.
+
+Credit: of each ring of ``R`` bytes, the sender may have at most
+``B = R - 4096`` bytes of records (their full ring size: 48 bytes of
+SimComm header, payload padded to 8) that the receiver has not acknowledged.
+The receiver counts the bytes it takes from each sender and sends an ACK
+(with the running total) whenever it has taken ``B / 4`` since its last
+ACK. ACKs take no credit. Why this never waits and never stalls:
+
+* a ring holds at most ``B`` bytes of records plus the ACKs not yet read;
+  a sender sends new records only after reading ACKs (reading takes all
+  ACKs in order), and ``B`` bytes produce at most 4 ACKs, so the ACKs in a
+  ring never exceed 4 x 64 bytes, well within the 4096 reserved: every
+  ``_try_send`` succeeds (a failure only queues the record);
+* a sender short of credit has more than ``3B / 4`` bytes unacknowledged
+  (no record exceeds ``B / 4``); once its receiver has taken them, it has
+  taken at least ``B / 4`` bytes since its last ACK, so it sends one: a
+  queued record always gets its credit back, and the sender is woken by the
+  ACK's arrival.
+
+Progress
+--------
+The engine runs only inside calls of the stand-in: ``progress()`` takes
+every record that has arrived (matching envelopes, storing pieces,
+noting ACKs) and writes the queued records that have credit. Blocking calls
+(Recv, Wait*, Probe, Send of a large message, ...) run it once, then loop:
+test their condition and, while it does not hold, wait in
+``SimComm._probe`` for the next record from any rank, take it and write
+what it gave credit for. Everything that can make a condition true
+arrives as a record (a message, a CTS, an ACK that lets a queued piece go),
+so that wait is never missed, and it is the wait the simulator's hang watch
+sees ("waiting in probe ... from any rank"): a deadlock ends at the timeout
+with the report, and a peer that failed unwinds it. Collectives run
+``progress()`` before they start. Nonblocking calls (Isend, Irecv) post
+their operation and write what has credit, and take nothing.
+
+Deliberate differences from an MPI library
+------------------------------------------
+* Point-to-point messages do not move while a rank sits in a collective:
+  a Wait for a large send whose receiver is in a Barrier (and not in a
+  point-to-point call) waits for the receiver to leave it. MPI libraries
+  progress messages inside collectives; a program that relies on that
+  hangs here, deterministically, and is reported.
+* Which message ANY_SOURCE matches when several are ready depends on
+  timing, as under MPI.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+
+from simdist._errors import CollectiveMismatch
+
+from ._errors import ERR_TRUNCATE, Exception as MPIException
+
+#: The SimComm tag every record of the stand-in travels with.
+TRANSPORT_TAG = 0x4D5049
+ANY_SOURCE, ANY_TAG, PROC_NULL = -1, -1, -2
+
+HEADER = 64  # bytes: 8 int64 words
+EAGER_MAX = 64 << 10
+RESERVE = 4096  # ring bytes kept for ACKs
+EAGER, RTS, CTS, DATA, ACK = 1, 2, 3, 4, 5
+PICKLED = 1  # flags: the payload is a pickle (lowercase API)
+
+
+def ring_size(nbytes: int) -> int:
+    """Bytes a record of ``nbytes`` takes in a SimComm ring (a 1-D uint8
+    array: 40 + 8 bytes of header, the payload padded to 8)."""
+    return 48 + ((nbytes + 7) & ~7)
+
+
+def _record(kind: int, *words: int, payload: np.ndarray | None = None) -> np.ndarray:
+    n = 0 if payload is None else payload.size
+    rec = np.empty(HEADER + n, np.uint8)
+    head = rec[:HEADER].view(np.int64)
+    head[0] = kind
+    head[1:1 + len(words)] = words
+    head[1 + len(words):] = 0
+    if n:
+        rec[HEADER:] = payload
+    return rec
+
+
+class Envelope:
+    """A message that arrived and is not yet matched: EAGER (``payload``
+    set) or RTS (``msg_id`` set, the data still at the sender)."""
+
+    __slots__ = ("ctx", "source", "tag", "nbytes", "flags", "world", "payload", "msg_id")
+
+    def __init__(self, ctx, source, tag, nbytes, flags, world, payload, msg_id):
+        self.ctx, self.source, self.tag, self.nbytes = ctx, source, tag, nbytes
+        self.flags, self.world, self.payload, self.msg_id = flags, world, payload, msg_id
+
+
+class SendOp:
+    """A send in progress. ``done`` once the data is handed over."""
+
+    __slots__ = ("done", "dest", "data", "offset", "msg_id", "pending", "error", "desc")
+
+    def __init__(self, dest: int, desc):
+        self.done = False
+        self.dest = dest
+        self.data = None
+        self.offset = 0
+        self.msg_id = 0
+        self.pending = None  # a DATA record built but not yet sent (no credit)
+        self.error = None
+        self.desc = desc
+
+    pickled = False
+
+
+class RecvOp:
+    """A receive in progress. ``sink`` is the uint8 view of the receive
+    buffer (None: a pickle, kept in ``data``); ``status`` is (source, tag,
+    nbytes) once matched."""
+
+    __slots__ = ("done", "ctx", "source", "tag", "sink", "pickled", "status", "data", "buf", "received",
+                 "error", "cancelled", "desc")
+
+    def __init__(self, ctx, source, tag, sink, desc):
+        self.done = False
+        self.ctx, self.source, self.tag = ctx, source, tag
+        self.sink = sink
+        self.pickled = sink is None
+        self.status = None
+        self.data = None
+        self.buf = None
+        self.received = 0
+        self.error = None
+        self.cancelled = False
+        self.desc = desc
+
+    def matches(self, env: Envelope) -> bool:
+        return (env.ctx == self.ctx and (self.source == ANY_SOURCE or self.source == env.source)
+                and (self.tag == ANY_TAG or self.tag == env.tag))
+
+    def _finish(self, data: np.ndarray, in_place: bool = False) -> None:
+        """Store a complete message (``in_place``: it is already in the sink)."""
+        if self.sink is None:
+            self.data = data
+        elif not in_place:
+            n = data.size
+            if n > self.sink.size:
+                n = self.sink.size
+                self.error = MPIException(
+                    ERR_TRUNCATE, f"a message of {data.size} bytes for a receive buffer of {self.sink.size} bytes"
+                )
+            self.sink[:n] = data[:n]
+        self.done = True
+
+
+def _matches(env: Envelope, ctx: int, source: int, tag: int) -> bool:
+    return env.ctx == ctx and (source == ANY_SOURCE or source == env.source) and (tag == ANY_TAG or tag == env.tag)
+
+
+class Engine:
+    """The p2p state of one rank for one run, over the world SimComm."""
+
+    def __init__(self, world):
+        self._world = world
+        self._me = world.rank
+        size = world.size
+        ring = world._arena.layout.ring_bytes
+        self._budget = budget = ring - RESERVE
+        self._piece = budget // 4 - 48 - HEADER - 8  # payload of the largest record
+        self.eager_limit = min(EAGER_MAX, self._piece)
+        self._sent = [0] * size  # ring bytes of records sent to each rank
+        self._acked = [0] * size  # ... of which each rank has acknowledged
+        self._taken = [0] * size  # ring bytes taken from each rank
+        self._ack_sent = [0] * size  # ... as last acknowledged to it
+        self._outq = [collections.deque() for _ in range(size)]  # records (and pieces) waiting for credit
+        self._busy: set[int] = set()  # ranks with a non-empty queue
+        self._acks_due: set[int] = set()  # ranks owed an ACK that did not fit
+        self._local: collections.deque = collections.deque()  # records to this rank itself
+        self._unexpected: list[Envelope] = []
+        self._posted: list[RecvOp] = []
+        self._awaiting_cts: dict[int, SendOp] = {}
+        self._incoming: dict[tuple[int, int], RecvOp] = {}
+        self._next_id = 0
+
+    def close(self) -> None:
+        """Forget the SimComm and every message (the run is over)."""
+        self._world = None
+        self._outq = []
+        self._busy.clear()
+        self._local.clear()
+        self._unexpected.clear()
+        self._posted.clear()
+        self._awaiting_cts.clear()
+        self._incoming.clear()
+
+    # -- posting --------------------------------------------------------------------
+    def send(self, dest: int, ctx: int, source: int, tag: int, data: np.ndarray, flags: int, sync: bool,
+             desc=None) -> SendOp:
+        """Start sending ``data`` (uint8) to world rank ``dest``; never waits."""
+        op = SendOp(dest, desc)
+        n = data.size
+        if n <= self.eager_limit and not sync:
+            self._post(dest, _record(EAGER, ctx, source, tag, n, flags, payload=data))
+            op.done = True
+            return op
+        self._next_id += 1
+        op.msg_id = self._next_id
+        op.data = data
+        self._awaiting_cts[op.msg_id] = op
+        self._post(dest, _record(RTS, ctx, source, tag, n, flags, op.msg_id))
+        return op
+
+    def recv(self, ctx: int, source: int, tag: int, sink: np.ndarray | None, desc=None) -> RecvOp:
+        """Post a receive; it matches the earliest arrived envelope that fits."""
+        op = RecvOp(ctx, source, tag, sink, desc)
+        for i, env in enumerate(self._unexpected):
+            if op.matches(env):
+                del self._unexpected[i]
+                self._match(env, op)
+                return op
+        self._posted.append(op)
+        return op
+
+    def recv_matched(self, env: Envelope, sink: np.ndarray | None, desc=None) -> RecvOp:
+        """Receive the envelope a matched probe took (Mprobe)."""
+        op = RecvOp(env.ctx, env.source, env.tag, sink, desc)
+        self._match(env, op)
+        return op
+
+    def cancel(self, op: RecvOp) -> bool:
+        """Cancel a receive not yet matched; False if it was."""
+        try:
+            self._posted.remove(op)
+        except ValueError:
+            return False
+        op.cancelled = True
+        op.done = True
+        return True
+
+    def find(self, ctx: int, source: int, tag: int, take: bool = False) -> Envelope | None:
+        """The earliest arrived envelope a receive would match (removed if ``take``)."""
+        for i, env in enumerate(self._unexpected):
+            if _matches(env, ctx, source, tag):
+                if take:
+                    del self._unexpected[i]
+                return env
+        return None
+
+    # -- waiting ----------------------------------------------------------------------
+    def wait_until(self, condition, what: str):
+        """Progress until ``condition()`` is truthy; return its value.
+
+        ``what`` names the MPI call, for the message when every peer has
+        returned without sending what it waits for."""
+        world = self._world
+        self.progress()
+        while True:
+            value = condition()
+            if value:
+                return value
+            try:
+                source = world._probe(None, TRANSPORT_TAG, block=True)[0]
+            except CollectiveMismatch as exc:
+                raise CollectiveMismatch(f"{what}: {exc}", exc.calls) from None
+            self._handle(source, world.recv(source, TRANSPORT_TAG))
+            self._settle()
+
+    def flush(self) -> None:
+        """Before the rank ends (MPI_Finalize): hand over every queued record
+        and every payload whose receiver has matched it. Messages that no
+        rank will ever receive are dropped when all peers have returned."""
+        try:
+            self.wait_until(lambda: not self._busy and not self._acks_due and not self._local, "MPI_Finalize")
+        except CollectiveMismatch:
+            pass
+
+    # -- progress -----------------------------------------------------------------------
+    def progress(self) -> None:
+        """Take every record that has arrived; send what has credit. Never waits."""
+        world, handle = self._world, self._handle
+        while True:
+            hit = world._probe(None, TRANSPORT_TAG, block=False)
+            if hit is None:
+                break
+            handle(hit[0], world.recv(hit[0], TRANSPORT_TAG))
+        self._settle()
+
+    def _settle(self) -> None:
+        """Handle the records to this rank itself and send what has credit
+        (which may make more records to itself), taking nothing new."""
+        local = self._local
+        while True:
+            while local:
+                self._handle(self._me, local.popleft())
+            if self._busy or self._acks_due:
+                self._flush()
+            if not local:
+                return
+
+    def _post(self, dest: int, rec: np.ndarray) -> None:
+        if dest == self._me:
+            self._local.append(rec)
+        elif self._outq[dest] or not self._try(dest, rec):
+            self._outq[dest].append(rec)
+            self._busy.add(dest)
+
+    def _try(self, dest: int, rec: np.ndarray) -> bool:
+        size = ring_size(rec.size)
+        if self._sent[dest] - self._acked[dest] + size > self._budget:
+            return False
+        if not self._world._try_send(rec, dest, TRANSPORT_TAG):
+            return False
+        self._sent[dest] += size
+        return True
+
+    def _flush(self) -> None:
+        for src in list(self._acks_due):
+            if self._world._try_send(_record(ACK, self._taken[src]), src, TRANSPORT_TAG):
+                self._ack_sent[src] = self._taken[src]
+                self._acks_due.discard(src)
+        for dest in list(self._busy):
+            queue = self._outq[dest]
+            while queue:
+                item = queue[0]
+                if isinstance(item, SendOp):
+                    if not self._push(item):
+                        break
+                elif not self._try(dest, item):
+                    break
+                queue.popleft()
+            if not queue:
+                self._busy.discard(dest)
+
+    def _push(self, op: SendOp) -> bool:
+        """Send the pieces of a matched large message while credit lasts;
+        True once all are sent."""
+        data, n = op.data, op.data.size
+        while op.offset < n:
+            rec = op.pending
+            if rec is None:
+                k = min(self._piece, n - op.offset)
+                rec = op.pending = _record(DATA, op.msg_id, op.offset, payload=data[op.offset:op.offset + k])
+            if not self._try(op.dest, rec):
+                return False
+            op.offset += rec.size - HEADER
+            op.pending = None
+        op.data = None
+        op.done = True
+        return True
+
+    # -- arrivals -------------------------------------------------------------------------
+    def _handle(self, src: int, rec: np.ndarray) -> None:
+        head = rec[:HEADER].view(np.int64)
+        kind = int(head[0])
+        if kind == ACK:
+            self._acked[src] = max(self._acked[src], int(head[1]))
+            return
+        if src != self._me:
+            self._take(src, rec.size)
+        if kind == EAGER or kind == RTS:
+            ctx, source, tag, nbytes, flags, msg_id = (int(v) for v in head[1:7])
+            payload = rec[HEADER:] if kind == EAGER else None
+            self._arrive(Envelope(ctx, source, tag, nbytes, flags, src, payload, msg_id))
+        elif kind == CTS:
+            op = self._awaiting_cts.pop(int(head[1]))
+            if op.dest == self._me:  # to itself: the whole payload at once
+                self._local.append(_record(DATA, op.msg_id, 0, payload=op.data))
+                op.data = None
+                op.done = True
+            else:
+                self._outq[op.dest].append(op)
+                self._busy.add(op.dest)
+        elif kind == DATA:
+            key = (src, int(head[1]))
+            op = self._incoming[key]
+            offset = int(head[2])
+            piece = rec[HEADER:]
+            op.buf[offset:offset + piece.size] = piece
+            op.received += piece.size
+            if op.received >= op.buf.size:
+                del self._incoming[key]
+                op._finish(op.buf, in_place=op.sink is not None and op.buf.size <= op.sink.size)
+        else:  # pragma: no cover - a record this engine never writes
+            raise RuntimeError(f"mpi4py stand-in: unknown record kind {kind} from rank {src}")
+
+    def _take(self, src: int, nbytes: int) -> None:
+        self._taken[src] += ring_size(nbytes)
+        if self._taken[src] - self._ack_sent[src] >= self._budget // 4:
+            if self._world._try_send(_record(ACK, self._taken[src]), src, TRANSPORT_TAG):
+                self._ack_sent[src] = self._taken[src]
+            else:
+                self._acks_due.add(src)
+
+    def _arrive(self, env: Envelope) -> None:
+        for i, op in enumerate(self._posted):
+            if op.matches(env):
+                del self._posted[i]
+                self._match(env, op)
+                return
+        self._unexpected.append(env)
+
+    def _match(self, env: Envelope, op: RecvOp) -> None:
+        op.status = (env.source, env.tag, env.nbytes)
+        op.pickled = bool(env.flags & 1)
+        if env.payload is not None:
+            op._finish(env.payload)
+            return
+        fits = op.sink is not None and env.nbytes <= op.sink.size
+        op.buf = op.sink[:env.nbytes] if fits else np.empty(env.nbytes, np.uint8)
+        self._incoming[(env.world, env.msg_id)] = op
+        self._post(env.world, _record(CTS, env.msg_id))

@@ -1,0 +1,472 @@
+"""Status, Request (and persistent Prequest) and Message of the stand-in.
+
+A Request wraps one operation of the progress engine (``_p2p``). Waiting
+runs the engine until the operation is done; then the request becomes
+inactive and compares equal to ``MPI.REQUEST_NULL``, as in mpi4py. The
+uppercase methods (``Wait``, ``Waitall``, ...) return what MPI returns; the
+lowercase ones (``wait``, ``waitall``, ...) return the received objects of
+``irecv`` (None for sends and buffer receives).
+"""
+
+from __future__ import annotations
+
+from ._datatypes import TYPES
+from ._errors import ERR_REQUEST, SUCCESS, Exception as MPIException
+from ._p2p import ANY_SOURCE, ANY_TAG, PROC_NULL, RecvOp, SendOp
+from ._pickle import pickle
+
+UNDEFINED = -32766
+
+
+class Status:
+    """The source, tag, size and error of a received message."""
+
+    def __init__(self, status: "Status | None" = None):
+        self.source, self.tag, self.error, self._nbytes, self.cancelled = ANY_SOURCE, ANY_TAG, SUCCESS, 0, False
+        if status is not None:
+            self.source, self.tag, self.error = status.source, status.tag, status.error
+            self._nbytes, self.cancelled = status._nbytes, status.cancelled
+
+    def _set(self, source: int, tag: int, nbytes: int, cancelled: bool = False) -> None:
+        self.source, self.tag, self._nbytes, self.error, self.cancelled = source, tag, nbytes, SUCCESS, cancelled
+
+    def __eq__(self, other):
+        if not isinstance(other, Status):
+            return NotImplemented
+        return self.__getstate__() == other.__getstate__()
+
+    def __getstate__(self):
+        return {"source": self.source, "tag": self.tag, "error": self.error, "count": self._nbytes,
+                "cancelled": self.cancelled}
+
+    def __setstate__(self, state):
+        self.source, self.tag, self.error = state["source"], state["tag"], state["error"]
+        self._nbytes, self.cancelled = state["count"], state["cancelled"]
+
+    def __repr__(self):
+        return f"<mpi4py.MPI.Status source={self.source} tag={self.tag} count={self._nbytes} (simdist)>"
+
+    def Get_source(self) -> int:
+        return self.source
+
+    def Set_source(self, source: int) -> None:
+        self.source = int(source)
+
+    def Get_tag(self) -> int:
+        return self.tag
+
+    def Set_tag(self, tag: int) -> None:
+        self.tag = int(tag)
+
+    def Get_error(self) -> int:
+        return self.error
+
+    def Set_error(self, error: int) -> None:
+        self.error = int(error)
+
+    def Get_count(self, datatype=TYPES["BYTE"]) -> int:
+        """Whole elements of ``datatype`` received (MPI.UNDEFINED if the
+        bytes are not a whole number of them)."""
+        size = datatype.Get_size()
+        if size == 0:
+            return 0 if self._nbytes == 0 else UNDEFINED
+        return self._nbytes // size if self._nbytes % size == 0 else UNDEFINED
+
+    def Get_elements(self, datatype) -> int:
+        return self.Get_count(datatype)
+
+    def Set_elements(self, datatype, count: int) -> None:
+        self._nbytes = int(count) * datatype.Get_size()
+
+    def Is_cancelled(self) -> bool:
+        return self.cancelled
+
+    def Set_cancelled(self, flag: bool) -> None:
+        self.cancelled = bool(flag)
+
+    count = property(Get_count)
+
+
+class _Done:
+    """An operation that completed when it was posted (PROC_NULL)."""
+
+    done = True
+    error = None
+    cancelled = False
+    pickled = True
+    sink = None
+    data = None
+    status = (PROC_NULL, ANY_TAG, 0)
+
+
+DONE = _Done()
+
+
+def _desc(op) -> str:
+    return f"Wait for {op.desc}" if getattr(op, "desc", None) else "Wait"
+
+
+class Request:
+    """A nonblocking operation (``Isend``, ``Irecv``, ``isend``, ``irecv``, ...)."""
+
+    def __init__(self, request: "Request | None" = None):
+        self._op = None
+        self._engine = None
+        if request is not None:
+            self._op, self._engine = request._op, request._engine
+
+    @classmethod
+    def _of(cls, engine, op) -> "Request":
+        req = cls()
+        req._engine, req._op = engine, op
+        return req
+
+    def __eq__(self, other):
+        if not isinstance(other, Request):
+            return NotImplemented
+        return self._op is other._op
+
+    def __ne__(self, other):
+        result = self.__eq__(other)
+        return result if result is NotImplemented else not result
+
+    def __hash__(self):
+        return id(self._op)
+
+    def __bool__(self):
+        return self._op is not None
+
+    def __repr__(self):
+        return f"<mpi4py.MPI.{type(self).__name__} {'null' if self._op is None else 'active'} (simdist)>"
+
+    # -- completion -----------------------------------------------------------------
+    def _done(self) -> bool:
+        return self._op is None or self._op.done
+
+    def _complete(self, status: Status | None):
+        """Finish a done operation: fill ``status``, deactivate, raise its
+        error; return the received object (lowercase API) or None."""
+        op = self._op
+        if op is None:
+            if status is not None:
+                status._set(ANY_SOURCE, ANY_TAG, 0)
+            return None
+        self._deactivate()
+        if op.error is not None:
+            if status is not None:
+                status.error = op.error.ierr
+            raise op.error
+        if isinstance(op, SendOp):
+            if status is not None:
+                status.error = SUCCESS
+            return None
+        if op.cancelled:
+            if status is not None:
+                status._set(ANY_SOURCE, ANY_TAG, 0, cancelled=True)
+            return None
+        if status is not None:
+            status._set(*op.status)
+        if op.sink is None and op.data is not None:
+            return pickle.loads(memoryview(op.data))
+        return None
+
+    def _deactivate(self) -> None:
+        self._op = None
+
+    def _wait(self, status):
+        if self._op is not None and not self._op.done:
+            self._engine.wait_until(lambda: self._op.done, _desc(self._op))
+        return self._complete(status)
+
+    def _test(self, status):
+        if self._op is not None and not self._op.done:
+            self._engine.progress()
+        if not self._done():
+            return False, None
+        return True, self._complete(status)
+
+    def Wait(self, status: Status | None = None) -> bool:
+        self._wait(status)
+        return True
+
+    def Test(self, status: Status | None = None) -> bool:
+        return self._test(status)[0]
+
+    def wait(self, status: Status | None = None):
+        return self._wait(status)
+
+    def test(self, status: Status | None = None):
+        return self._test(status)
+
+    def Get_status(self, status: Status | None = None) -> bool:
+        if self._op is not None and not self._op.done:
+            self._engine.progress()
+        done = self._done()
+        if done and status is not None and isinstance(self._op, (RecvOp, _Done)) and not self._op.cancelled:
+            status._set(*self._op.status)
+        return done
+
+    get_status = Get_status
+
+    def Cancel(self) -> None:
+        """Cancel a receive that no message has matched yet (a send cannot
+        be cancelled here: the cancel fails and the send completes normally,
+        which MPI allows)."""
+        if isinstance(self._op, RecvOp) and not self._op.done:
+            self._engine.cancel(self._op)
+
+    cancel = Cancel
+
+    def Free(self) -> None:
+        self._deactivate()
+
+    free = Free
+
+    # -- many requests --------------------------------------------------------------
+    @staticmethod
+    def _engine_of(requests):
+        for req in requests:
+            if req._op is not None:
+                return req._engine
+        return None
+
+    @classmethod
+    def _waitall(cls, requests, statuses):
+        requests = list(requests)
+        engine = cls._engine_of(requests)
+        if engine is not None and not all(req._done() for req in requests):
+            engine.wait_until(lambda: all(req._done() for req in requests), "Waitall")
+        return cls._complete_all(requests, statuses)
+
+    @staticmethod
+    def _complete_all(requests, statuses):
+        results, error = [], None
+        for i, req in enumerate(requests):
+            status = None
+            if statuses is not None:
+                while len(statuses) <= i:
+                    statuses.append(Status())
+                status = statuses[i]
+            try:
+                results.append(req._complete(status))
+            except MPIException as exc:
+                error = error or exc
+                results.append(None)
+        if error is not None:
+            raise error
+        return results
+
+    @classmethod
+    def _waitany(cls, requests, status):
+        requests = list(requests)
+        active = [i for i, req in enumerate(requests) if req._op is not None]
+        if not active:
+            if status is not None:
+                status._set(ANY_SOURCE, ANY_TAG, 0)
+            return UNDEFINED, None
+        engine = requests[active[0]]._engine
+
+        def first_done():
+            return next((i + 1 for i in active if requests[i]._op.done), 0)
+
+        index = first_done() or engine.wait_until(first_done, "Waitany")
+        index -= 1
+        return index, requests[index]._complete(status)
+
+    @classmethod
+    def _testany(cls, requests, status):
+        requests = list(requests)
+        active = [i for i, req in enumerate(requests) if req._op is not None]
+        if not active:
+            if status is not None:
+                status._set(ANY_SOURCE, ANY_TAG, 0)
+            return UNDEFINED, True, None
+        requests[active[0]]._engine.progress()
+        for i in active:
+            if requests[i]._op.done:
+                return i, True, requests[i]._complete(status)
+        return UNDEFINED, False, None
+
+    @classmethod
+    def _some(cls, requests, statuses, block):
+        requests = list(requests)
+        active = [i for i, req in enumerate(requests) if req._op is not None]
+        if not active:
+            return None, None
+        engine = requests[active[0]]._engine
+        if block:
+            engine.wait_until(lambda: any(requests[i]._op.done for i in active), "Waitsome")
+        else:
+            engine.progress()
+        indices = [i for i in active if requests[i]._op.done]
+        objs = []
+        for k, i in enumerate(indices):
+            status = None
+            if statuses is not None:
+                while len(statuses) <= k:
+                    statuses.append(Status())
+                status = statuses[k]
+            objs.append(requests[i]._complete(status))
+        return indices, objs
+
+    @classmethod
+    def Waitall(cls, requests, statuses=None) -> bool:
+        cls._waitall(requests, statuses)
+        return True
+
+    @classmethod
+    def waitall(cls, requests, statuses=None) -> list:
+        return cls._waitall(requests, statuses)
+
+    @classmethod
+    def Testall(cls, requests, statuses=None) -> bool:
+        return cls.testall(requests, statuses)[0]
+
+    @classmethod
+    def testall(cls, requests, statuses=None):
+        requests = list(requests)
+        engine = cls._engine_of(requests)
+        if engine is not None:
+            engine.progress()
+        if not all(req._done() for req in requests):
+            return False, None
+        return True, cls._complete_all(requests, statuses)
+
+    @classmethod
+    def Waitany(cls, requests, status=None) -> int:
+        return cls._waitany(requests, status)[0]
+
+    @classmethod
+    def waitany(cls, requests, status=None):
+        return cls._waitany(requests, status)
+
+    @classmethod
+    def Testany(cls, requests, status=None):
+        index, flag, _ = cls._testany(requests, status)
+        return index, flag
+
+    @classmethod
+    def testany(cls, requests, status=None):
+        return cls._testany(requests, status)
+
+    @classmethod
+    def Waitsome(cls, requests, statuses=None):
+        return cls._some(requests, statuses, True)[0]
+
+    @classmethod
+    def waitsome(cls, requests, statuses=None):
+        return cls._some(requests, statuses, True)
+
+    @classmethod
+    def Testsome(cls, requests, statuses=None):
+        return cls._some(requests, statuses, False)[0]
+
+    @classmethod
+    def testsome(cls, requests, statuses=None):
+        return cls._some(requests, statuses, False)
+
+    def __getattr__(self, name):
+        from ._names import unsupported_attribute
+
+        raise unsupported_attribute("Request", name)
+
+
+REQUEST_NULL = Request()
+
+
+class Prequest(Request):
+    """A persistent request (``Send_init``, ``Recv_init``): ``Start()`` runs
+    the operation again; completing it leaves the request inactive, not null."""
+
+    def __init__(self, request=None, *, _start=None):
+        super().__init__(request)
+        self._start = _start if request is None else getattr(request, "_start", None)
+        self._active = False
+
+    def __bool__(self):
+        return self._start is not None
+
+    def _deactivate(self) -> None:
+        self._op = None
+        self._active = False
+
+    def Start(self) -> None:
+        if self._start is None:
+            raise MPIException(ERR_REQUEST, "Start on a null persistent request")
+        if self._op is not None:
+            raise MPIException(ERR_REQUEST, "Start on a persistent request that is still active")
+        self._engine, self._op = self._start()
+        self._active = True
+
+    @classmethod
+    def Startall(cls, requests) -> None:
+        for req in requests:
+            req.Start()
+
+    def Free(self) -> None:
+        self._op, self._start = None, None
+
+    free = Free
+
+
+class Message:
+    """A message taken by a matched probe (``Mprobe``/``mprobe``); receive
+    it with ``Recv``/``recv`` (or ``Irecv``/``irecv``)."""
+
+    def __init__(self, message: "Message | None" = None, *, _engine=None, _env=None, _noproc=False):
+        self._engine, self._env, self._noproc = _engine, _env, _noproc
+        if message is not None:
+            self._engine, self._env, self._noproc = message._engine, message._env, message._noproc
+
+    def __bool__(self):
+        return self._env is not None or self._noproc
+
+    def __eq__(self, other):
+        if not isinstance(other, Message):
+            return NotImplemented
+        return self._env is other._env and self._noproc == other._noproc
+
+    def __hash__(self):
+        return id(self._env)
+
+    def _take(self, sink):
+        if self._noproc:
+            return DONE
+        if self._env is None:
+            raise MPIException(ERR_REQUEST, "receive of MPI.MESSAGE_NULL (a matched message is received once)")
+        env, self._env = self._env, None
+        return self._engine.recv_matched(env, sink, "Mrecv")
+
+    def _irecv(self, buf):
+        from ._buffers import parse
+
+        sink = None if buf is None else parse(buf, writable=True, what="buf").raw
+        engine = self._engine
+        return Request._of(engine, self._take(sink))
+
+    def Recv(self, buf, status: Status | None = None) -> None:
+        self._irecv(buf).Wait(status)
+
+    def Irecv(self, buf) -> Request:
+        return self._irecv(buf)
+
+    def recv(self, status: Status | None = None):
+        return self._irecv(None).wait(status)
+
+    def irecv(self) -> Request:
+        return self._irecv(None)
+
+    @classmethod
+    def Probe(cls, comm, source=ANY_SOURCE, tag=ANY_TAG, status=None) -> "Message":
+        return comm.Mprobe(source, tag, status)
+
+    @classmethod
+    def Iprobe(cls, comm, source=ANY_SOURCE, tag=ANY_TAG, status=None) -> "Message | None":
+        return comm.Improbe(source, tag, status)
+
+    probe = Probe
+    iprobe = Iprobe
+
+
+MESSAGE_NULL = Message()
+MESSAGE_NO_PROC = Message(_noproc=True)
