@@ -9,7 +9,6 @@ call's results are judged by :func:`simdist.reference.check`, group by group.
 
 from __future__ import annotations
 
-import numpy as np
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test

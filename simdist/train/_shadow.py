@@ -29,10 +29,6 @@ from .. import graph as g
 __all__ = ["Shadow"]
 
 
-def _max(arrays) -> float:
-    return max((float(np.max(np.abs(a), initial=0.0)) for a in arrays), default=0.0)
-
-
 def _ratio(diff: np.ndarray, tol: np.ndarray, a: np.ndarray, b: np.ndarray) -> float:
     """The largest ``|a - b| / tol``; equal values (NaN with NaN) count 0, NaN against a number inf."""
     same = (a == b) | (np.isnan(a) & np.isnan(b))
