@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 
+from ._bench_cli import add_parser as add_bench, run as run_bench
 from ._check_cli import add_parser as add_check, run as run_check
 from ._script import run_script
 from ._train_cli import add_parser as add_train, run as run_train
@@ -115,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("args", nargs=argparse.REMAINDER, help="the script and its arguments")
     add_check(sub)
     add_train(sub)
+    add_bench(sub)
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["run"]:
         own, program = _split_run(argv)
@@ -124,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "train":
         return run_train(args)
+    if args.command == "bench":
+        return run_bench(args)
     if args.command == "run":
         return _run(parser, args)
     if args.command == "check":
