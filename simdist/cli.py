@@ -15,6 +15,7 @@ import numpy as np
 
 from ._bench_cli import add_parser as add_bench, run as run_bench
 from ._check_cli import add_parser as add_check, run as run_check
+from ._scale import add_parser as add_scale, run as run_scale
 from ._script import run_script
 from ._train_cli import add_parser as add_train, run as run_train
 from ._world import World
@@ -117,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     add_check(sub)
     add_train(sub)
     add_bench(sub)
+    add_scale(sub)
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["run"]:
         own, program = _split_run(argv)
@@ -128,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_train(args)
     if args.command == "bench":
         return run_bench(args)
+    if args.command == "scale":
+        return run_scale(args)
     if args.command == "run":
         return _run(parser, args)
     if args.command == "check":
