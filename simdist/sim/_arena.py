@@ -181,6 +181,16 @@ class Layout:
         return self.slots + rank * self.slot_bytes
 
 
+
+def _sleep(addr, expected: int, ts) -> None:
+    """Sleep on a futex word while it holds ``expected`` (its low 32 bits), for at most ``ts``."""
+    if _SYS_FUTEX is not None:
+        if expected >= 1 << 31:
+            expected -= 1 << 32
+        _syscall(_SYS_FUTEX, addr, _FUTEX_WAIT, ctypes.c_int(expected), ctypes.byref(ts), None, 0)
+    else:  # pragma: no cover - no futex on this platform
+        os.sched_yield()
+
 class Arena:
     """A mapping of the world's shared memory, in the driver or in a worker.
 
@@ -374,12 +384,7 @@ class Arena:
                     if q[w] >= t:
                         return i
                 self._check_writers(pairs, writers)
-                if _SYS_FUTEX is not None:
-                    if expected >= 1 << 31:
-                        expected -= 1 << 32
-                    _syscall(_SYS_FUTEX, addr, _FUTEX_WAIT, ctypes.c_int(expected), ctypes.byref(ts), None, 0)
-                else:  # pragma: no cover - no futex on this platform
-                    os.sched_yield()
+                _sleep(addr, expected, ts)
                 q[sleeping] = 0
         finally:
             q[sleeping] = 0
@@ -439,12 +444,7 @@ class Arena:
                 if q[word] >= target:
                     return
                 self._check_peer(word, target, writer)
-                if _SYS_FUTEX is not None:
-                    if expected >= 1 << 31:
-                        expected -= 1 << 32
-                    _syscall(_SYS_FUTEX, addr, _FUTEX_WAIT, ctypes.c_int(expected), ctypes.byref(ts), None, 0)
-                else:  # pragma: no cover - no futex on this platform
-                    os.sched_yield()
+                _sleep(addr, expected, ts)
                 q[sleeping] = 0
                 if q[word] >= target:
                     return
