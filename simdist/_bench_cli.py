@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import re
 import statistics
@@ -59,6 +58,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from . import _json_report as json_report
 from . import World
 from .bench import _human, iterations, machine, mpi_env, mpiexec_command
 
@@ -443,16 +443,6 @@ def options(args: argparse.Namespace) -> dict:
             "mpiexec": args.mpiexec, "mpi_args": args.mpi_args, "mpi_timeout": args.mpi_timeout}
 
 
-def _jsonable(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return value
-
-
 def run(args: argparse.Namespace, case=make_case) -> int:
     """Run ``simdist bench`` with parsed ``args``; return the exit status."""
     try:
@@ -467,18 +457,14 @@ def run(args: argparse.Namespace, case=make_case) -> int:
         print("simdist bench: interrupted", file=sys.stderr)
         return 130
     report["options"] = {k: v for k, v in opts.items()}
-    data = json.dumps(_jsonable(report), indent=2, allow_nan=False)
-    if args.json == "-":
-        print(data)
-    else:
+    if args.json != "-":
         m = report["machine"]
         print(f"# simdist bench  {m['date']}  {m['cpus_usable']} CPUs ({m['cpu_model']})  Python {m['python']}  "
               f"numpy {m['numpy']}  mpi4py {m['mpi4py']}  {m['mpiexec']}  load {m['loadavg_start'][0]:.1f}"
               f"->{m['loadavg_end'][0]:.1f}; S as nccl-tests; #wrong: every warm-up result and the last timed one")
         print(format_table(report["results"]))
-        if args.json:
-            with open(args.json, "w") as fh:
-                fh.write(data + "\n")
+    if args.json:
+        json_report.write(report, args.json)
     status = 0
     for err in report["errors"]:
         print(f"simdist bench: error: {err}", file=sys.stderr)

@@ -21,7 +21,6 @@ Which communicator is checked:
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -29,6 +28,7 @@ import time
 
 from ._check import COLLECTIVES, sweep
 from ._check_properties import format_properties, run_properties
+from . import _json_report as json_report
 from ._errors import InvalidArgument, SimdistError
 
 __all__ = ["add_parser", "run"]
@@ -166,17 +166,6 @@ def format_table(report: dict) -> str:
     return "\n".join(out)
 
 
-def _jsonable(value):
-    """``inf``/``nan`` as strings (as :meth:`simdist.reference.Verdict.to_dict`), so the JSON is strict."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_jsonable(v) for v in value]
-    return value
-
-
 def run(args: argparse.Namespace) -> int:
     """Run ``simdist check`` with parsed ``args``; return the exit status."""
     try:
@@ -211,14 +200,10 @@ def run(args: argparse.Namespace) -> int:
                                               timeout=args.timeout, seed=args.seed,
                                               examples=10 if args.quick else 25)
         report["ok"] = report["ok"] and report["properties"]["ok"]
-    data = json.dumps(_jsonable(report), indent=2, allow_nan=False)
-    if args.json == "-":
-        print(data)
-    else:
+    if args.json != "-":
         print(format_table(report))
         if "properties" in report:
             print(format_properties(report["properties"]))
-        if args.json:
-            with open(args.json, "w") as fh:
-                fh.write(data + "\n")
+    if args.json:
+        json_report.write(report, args.json)
     return 0 if report["ok"] else 1

@@ -41,7 +41,6 @@ import argparse
 import contextlib
 import datetime
 import importlib.util
-import json
 import math
 import os
 import platform
@@ -50,7 +49,7 @@ import time
 
 import numpy as np
 
-from ._check_cli import _jsonable
+from . import _json_report as json_report
 from ._errors import InvalidValue
 from ._world import World
 
@@ -499,12 +498,7 @@ def run(args) -> int:
     if text:
         print(format_report(report))
     if args.json:
-        data = json.dumps(_jsonable(report), indent=2, allow_nan=False)
-        if args.json == "-":
-            print(data)
-        else:
-            with open(args.json, "w") as fh:
-                fh.write(data + "\n")
+        json_report.write(report, args.json)
     if args.plot:
         plot(report, args.plot)
         if text:

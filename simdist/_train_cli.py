@@ -9,10 +9,9 @@ instead of the text).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
-from ._check_cli import _jsonable
+from . import _json_report as json_report
 from ._errors import InvalidArgument
 from .train import BUGS, PARALLEL, TrainConfig, train
 
@@ -71,12 +70,7 @@ def run(args) -> int:
     if text:
         _print(report)
     if args.json:
-        data = json.dumps(_jsonable(report), indent=2, allow_nan=False)
-        if args.json == "-":
-            print(data)
-        else:
-            with open(args.json, "w") as fh:
-                fh.write(data + "\n")
+        json_report.write(report, args.json)
     return 0 if all(report["verification"].values()) else 1
 
 

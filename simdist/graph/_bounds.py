@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _node as n
+from ._executor import schedule
 from ._node import Node
 
 __all__ = ["magnitude", "summands", "gamma"]
@@ -40,29 +41,6 @@ def gamma(k: int, dtype) -> float:
     return k * u / (1 - k * u) if k * u < 1 else float("inf")
 
 
-def _data_order(node: Node) -> list[Node]:
-    """``node`` and every node its value is computed from, inputs first.
-
-    Unlike :func:`schedule`, ``after`` dependencies do not count: they order
-    the run (backprop puts the whole forward pass before its gradients) but
-    no sum of theirs reaches the value.
-    """
-    order: list[Node] = []
-    done: set[int] = set()
-    stack = [(node, False)]
-    while stack:
-        x, expanded = stack.pop()
-        if id(x) in done:
-            continue
-        if expanded:
-            done.add(id(x))
-            order.append(x)
-            continue
-        stack.append((x, True))
-        stack.extend((i, False) for i in reversed(x.inputs) if id(i) not in done)
-    return order
-
-
 def magnitude(node: Node, size: int = 1) -> Node:
     """A node computing the ``sum(|terms|)`` magnitude of ``node`` (see above).
 
@@ -70,7 +48,9 @@ def magnitude(node: Node, size: int = 1) -> Node:
     to undo a ``mean``.
     """
     memo: dict[int, Node] = {}
-    for x in _data_order(node):
+    # Input edges only: ``after`` dependencies order a run (backprop puts the
+    # whole forward pass before its gradients) but put no term into the value.
+    for x in schedule([node], after=False):
         memo[id(x)] = _magnitude(x, [memo[id(i)] for i in x.inputs], size)
     return memo[id(node)]
 
@@ -121,7 +101,7 @@ _ROUNDING = frozenset(("add", "subtract", "multiply", "divide", "exp", "log", "c
 def summands(node: Node, size: int = 1) -> int:
     """``K``: the terms of every sum ``node``'s value goes through (see above)."""
     total = 0
-    for x in _data_order(node):
+    for x in schedule([node], after=False):
         if x.op == "dot":
             total += x.inputs[0].shape[-1]
         elif x.op == "sum":

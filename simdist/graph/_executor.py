@@ -27,8 +27,12 @@ from ._node import Node
 __all__ = ["Executor", "evaluate", "schedule"]
 
 
-def schedule(outputs: Sequence[Node]) -> list[Node]:
-    """Every node the outputs need, each after everything it needs."""
+def schedule(outputs: Sequence[Node], after: bool = True) -> list[Node]:
+    """Every node the outputs need, each after everything it needs.
+
+    ``after=False`` follows input edges only: the nodes a value is computed
+    from, without those that merely run before it.
+    """
     order: list[Node] = []
     done: set[int] = set()
     for out in outputs:
@@ -44,7 +48,7 @@ def schedule(outputs: Sequence[Node]) -> list[Node]:
             stack.append((node, True))
             # Pushed in reverse so that they are visited in order: ``after``
             # first (sends before the receives that may wait for a peer).
-            for dep in reversed(node.after + node.inputs):
+            for dep in reversed(node.after + node.inputs if after else node.inputs):
                 if id(dep) not in done:
                     stack.append((dep, False))
     return order

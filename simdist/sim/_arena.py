@@ -367,28 +367,10 @@ class Arena:
             for i, (w, t) in enumerate(pairs):
                 if q[w] >= t:
                     return i
-        me = self.rank
-        lay = self.layout
-        sleeping = lay.status_word(me, S_SLEEPING)
-        bell = lay.status_word(me, S_BELL)
-        if on is not None:
-            q[lay.status_word(me, S_WAITING_FOR)] = on + 1
-        ts = _Timespec(0, 50_000_000)
-        addr = ctypes.c_void_p(self._bell_addr[me])
-        try:
-            while True:
-                expected = q[bell] & 0xFFFFFFFF
-                q[sleeping] = 1
-                fence()
-                for i, (w, t) in enumerate(pairs):
-                    if q[w] >= t:
-                        return i
-                self._check_writers(pairs, writers)
-                _sleep(addr, expected, ts)
-                q[sleeping] = 0
-        finally:
-            q[sleeping] = 0
-            q[lay.status_word(me, S_WAITING_FOR)] = 0
+        def ready():
+            return next((i for i, (w, t) in enumerate(pairs) if q[w] >= t), None)
+
+        return self._sleep_until(ready, lambda: self._check_writers(pairs, writers), on)
 
     def check_abort(self) -> None:
         """Raise ``Aborted`` if the run is being aborted."""
@@ -429,11 +411,26 @@ class Arena:
             os.sched_yield()
             if q[word] >= target:
                 return
+        self._sleep_until(lambda: True if q[word] >= target else None,
+                          lambda: self._check_peer(word, target, writer), writer)
+
+    def _sleep_until(self, ready, check, on: int | None):
+        """The sleeping phase of a wait: return ``ready()`` once it is not None.
+
+        Announce the sleep (``S_SLEEPING``, which writers read to decide
+        whether to ring this rank's bell), then test ``ready`` again: a store
+        made before the announcement is seen here, one made after it rings
+        the bell, so the futex wait cannot miss it. ``check()`` raises when
+        the wait can never end (an abort, a failed or returned writer).
+        ``on`` is the rank reported as waited on (None: no single rank).
+        """
+        q = self.q
         me = self.rank
         lay = self.layout
         sleeping = lay.status_word(me, S_SLEEPING)
         bell = lay.status_word(me, S_BELL)
-        q[lay.status_word(me, S_WAITING_FOR)] = writer + 1
+        if on is not None:
+            q[lay.status_word(me, S_WAITING_FOR)] = on + 1
         ts = _Timespec(0, 50_000_000)
         addr = ctypes.c_void_p(self._bell_addr[me])
         try:
@@ -441,13 +438,12 @@ class Arena:
                 expected = q[bell] & 0xFFFFFFFF
                 q[sleeping] = 1
                 fence()
-                if q[word] >= target:
-                    return
-                self._check_peer(word, target, writer)
+                got = ready()
+                if got is not None:
+                    return got
+                check()
                 _sleep(addr, expected, ts)
                 q[sleeping] = 0
-                if q[word] >= target:
-                    return
         finally:
             q[sleeping] = 0
             q[lay.status_word(me, S_WAITING_FOR)] = 0
