@@ -24,7 +24,8 @@ from .._errors import InvalidValue, SimdistError
 from .._orders import in_order
 from .._reduction import fold, fold_new, fold_ufunc
 from . import _signature as sig
-from ._arena import CALL, S_CTX, S_PROGRESS, S_SLEEPING, S_STATE, USER, fence
+from ._arena import CALL, S_CTX, S_PROGRESS, S_SLEEPING, S_STATE, USER
+from ._arena import _acquire as _fence_in, _release as _fence_out  # fence(), spelled out
 from ._p2p import Mailboxes
 from ._report import comm_name
 
@@ -93,6 +94,8 @@ class SimComm(Communicator):
         self._peer_done = [w + 1 for w in self._peer_arrive]
         self._my_arrive = lay.arrive_word(me, ctx)
         self._my_sig = lay.sig_offset(me, ctx)
+        self._seq_word = self._my_sig // 8 + 1
+        self._sig_views: dict = {}
         self._peer_sig = [lay.sig_offset(m, ctx) for m in self._peers]
         self._slot_off = [lay.slot_offset(m) for m in members]
         self._slot_bytes = lay.slot_bytes
@@ -116,6 +119,8 @@ class SimComm(Communicator):
         return self._size
 
     # -- phases ---------------------------------------------------------------
+    # The hot path of every call: small calls spend most of their time here,
+    # so the phase steps are written out rather than layered.
     def _begin(self, name: str, kind: int, x, op: int = 0, root: int = -1) -> int:
         """Enter a call: wait for our last phase's readers, then write the
         signature. Returns the signature's length in bytes."""
@@ -131,14 +136,22 @@ class SimComm(Communicator):
     def _enter(self, static: tuple) -> None:
         """Write the signature ``static`` (all but the sequence number) and
         mark this rank as in a call."""
-        self._release()
-        self._seq += 1
-        q = self._arena.q
+        arena = self._arena
+        q = arena.q
+        pending = arena.pending_release
+        if pending is not None:  # the readers of our last phase must be done
+            arena.pending_release = None
+            words, target, _ = pending
+            for w in words:
+                if q[w] < target:
+                    arena.wait_words(*pending)
+                    break
+        self._seq = seq = self._seq + 1
         if static == self._last_static:  # only the sequence number changes
-            q[self._my_sig // 8 + 1] = self._seq
+            q[self._seq_word] = seq
         else:
             packer = sig.packer(max(static[4], 0))
-            packer.pack_into(self._arena.mm, self._my_sig, static[0], self._seq, *static[1:])
+            packer.pack_into(arena.mm, self._my_sig, static[0], seq, *static[1:])
             self._last_static = static
             self._last_sig_bytes = packer.size
         q[self._ctx_word] = self._ctx
@@ -156,26 +169,47 @@ class SimComm(Communicator):
             arena.pending_release = None
             arena.wait_words(*pending)
 
-    def _arrive(self) -> None:
-        self._epoch += 1
+    def _publish(self, word: int, value: int) -> None:
+        """Store ``value`` at ``word``, then wake the members asleep (after a
+        fence: see the arena's Dekker argument)."""
         arena = self._arena
-        arena.publish(self._my_arrive, self._epoch, self._peers)
-        arena.wait_words(self._peer_arrive, self._epoch, self._peers)
+        q = arena.q
+        q[word] = value
+        _fence_in()
+        _fence_out()
+        for flag, member in self._peer_sleeping:
+            if q[flag]:
+                arena.wake(member)
+
+    def _arrive(self) -> None:
+        self._epoch = epoch = self._epoch + 1
+        self._publish(self._my_arrive, epoch)
+        q = self._arena.q
+        for w in self._peer_arrive:
+            if q[w] < epoch:
+                self._arena.wait_words(self._peer_arrive, epoch, self._peers)
+                break
 
     def _done(self) -> None:
-        arena = self._arena
-        arena.publish(self._my_arrive + 1, self._epoch, self._peers)
-        arena.pending_release = (self._peer_done, self._epoch, self._peers)
+        self._publish(self._my_arrive + 1, self._epoch)
+        self._arena.pending_release = (self._peer_done, self._epoch, self._peers)
 
     def _check(self, nbytes: int) -> None:
         """Compare our signature with every peer's (after the first arrival)."""
-        buf = self._arena.buf
-        mine = buf[self._my_sig : self._my_sig + nbytes]
-        for off in self._peer_sig:
-            if buf[off : off + nbytes] != mine:
+        views = self._sig_views.get(nbytes)
+        if views is None:
+            buf = self._arena.buf
+            views = self._sig_views[nbytes] = (
+                buf[self._my_sig : self._my_sig + nbytes],
+                [buf[off : off + nbytes] for off in self._peer_sig],
+            )
+        mine, theirs = views
+        for other in theirs:
+            if other != mine:
                 break
         else:
             return
+        buf = self._arena.buf
         rows = {m: sig.read(buf, self._arena.layout.sig_offset(m, self._ctx)) for m in self._members}
         try:
             sig.check_match(self._name, {self._members.index(m): row for m, row in rows.items()})
@@ -220,7 +254,7 @@ class SimComm(Communicator):
         return self._reduction(_ALLREDUCE, "allreduce", x, op, -1)
 
     # A small allreduce of an already seen (dtype, shape, op) skips checks
-    # and lookups: the same phases as _fold_everywhere, inlined.
+    # and lookups: the phases of _fold_everywhere, with everything precomputed.
     def _small_plan(self, x, op):
         ufunc = fold_ufunc(op, x.dtype)
         if ufunc is None or len(self._plans) > 64:
@@ -228,42 +262,22 @@ class SimComm(Communicator):
         views = [v.reshape(x.shape) for v in self._flat_views(x.dtype, x.size)]
         static = (_ALLREDUCE, OP_CODE[op], -1, DTYPE_CODE[x.dtype], x.ndim, *x.shape)
         divisor = self._size if op == "mean" else None
-        end = self._my_sig + sig.packer(x.ndim).size
-        buf = self._arena.buf
-        mine = buf[self._my_sig : end]
-        theirs = [buf[off : off + end - self._my_sig] for off in self._peer_sig]
-        plan = (static, views, ufunc, divisor, mine, theirs)
+        plan = (static, views, ufunc, divisor, sig.packer(x.ndim).size)
         self._plans[(x.dtype, x.shape, op)] = plan
         return plan
 
     def _small_allreduce(self, x, plan):
-        static, views, ufunc, divisor, mine, theirs = plan
-        arena = self._arena
-        q = arena.q
+        static, views, ufunc, divisor, nbytes = plan
         self._enter(static)
         try:
             np.copyto(views[self._rank], x)
-            self._epoch = epoch = self._epoch + 1
-            q[self._my_arrive] = epoch
-            fence()
-            for word, member in self._peer_sleeping:
-                if q[word]:
-                    arena.wake(member)
-            arena.wait_words(self._peer_arrive, epoch, self._peers)
-            for other in theirs:
-                if other != mine:
-                    self._check(len(mine))
+            self._arrive()
+            self._check(nbytes)
             out = fold_new(ufunc, views, divisor)
-            q[self._my_arrive + 1] = epoch  # done: as _done, inlined
-            fence()
-            for word, member in self._peer_sleeping:
-                if q[word]:
-                    arena.wake(member)
-            arena.pending_release = (self._peer_done, epoch, self._peers)
+            self._done()
             return out
         finally:
-            q[self._progress] += 1
-            q[self._state] = USER
+            self._end()
 
     def reduce(self, x, root=0, op="sum"):
         x = as_input(x, self._rank, "reduce")

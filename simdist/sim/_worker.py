@@ -17,14 +17,10 @@ from ._p2p import Mailboxes
 def _pin(rank: int, size: int) -> None:
     """Give each rank a CPU of its own when there are enough (as mpiexec
     binds ranks to cores): two spinning ranks that the scheduler put on one
-    CPU would otherwise take turns for whole time slices. A pinned rank's
-    BLAS then gets one thread: its other threads could only share that CPU
-    (a 64x1024 by 1024x1024 float32 product took 32 ms with numpy's default
-    threads in a pinned rank, 1.9 ms with one)."""
+    CPU would otherwise take turns for whole time slices."""
     cpus = sorted(os.sched_getaffinity(0))
     if size <= len(cpus):
         os.sched_setaffinity(0, {cpus[rank]})
-        one_blas_thread()
 
 
 #: OpenBLAS's thread-count setters, as numpy's and scipy's builds name them.
@@ -33,7 +29,14 @@ _BLAS_SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_th
 
 
 def one_blas_thread() -> bool:
-    """Limit every OpenBLAS loaded in this process to one thread; True if one was found."""
+    """Limit every OpenBLAS loaded in this process to one thread; True if one was found.
+
+    The thread count is stored directly where OpenBLAS exports it
+    (``blas_cpu_number``): its setter, called after a fork, first re-creates
+    the thread pool, whose idle thread then spins for about 0.1 s on this
+    rank's CPU (measured: 4 ms stalls of a 2-rank barrier loop for the
+    first 130 ms of a world). With one thread OpenBLAS never starts the pool.
+    """
     try:
         with open("/proc/self/maps") as fh:
             paths = {line.split()[-1] for line in fh if "openblas" in line.lower() and ".so" in line}
@@ -45,6 +48,12 @@ def one_blas_thread() -> bool:
             lib = ctypes.CDLL(path)
         except OSError:
             continue
+        try:
+            ctypes.c_int.in_dll(lib, "blas_cpu_number").value = 1
+            found = True
+            continue
+        except ValueError:  # not exported by this build: use the setter
+            pass
         for name in _BLAS_SETTERS:
             setter = getattr(lib, name, None)
             if setter is not None:
@@ -62,6 +71,11 @@ def main(rank: int, layout_args: dict, shared_fd, conn, lifeline, inherited_writ
     channel = Channel(conn)
     arena = Arena(Layout(**layout_args), shared_fd.fd, rank)
     _pin(rank, arena.size)
+    # A rank's BLAS gets one thread: a pinned rank's other threads could only
+    # share its CPU, and unpinned ranks already outnumber the CPUs (a 64x1024
+    # by 1024x1024 float32 product took 32 ms with numpy's default threads in
+    # a pinned rank, 1.3 ms with one; at N=4 on 2 CPUs, 8 to 28 ms and 1.6 to 3.7 ms).
+    one_blas_thread()
     forward_logs(channel)
     channel.send(("ready", os.getpid()))
     while True:
