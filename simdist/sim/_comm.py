@@ -242,7 +242,7 @@ class SimComm(Communicator):
     # -- reductions -----------------------------------------------------------
     def allreduce(self, x, op="sum"):
         if type(x) is np.ndarray and type(op) is str:
-            plan = self._plans.get((x.dtype, x.shape, op))
+            plan = self._plans.get((_ALLREDUCE, x.dtype, x.shape, op))
             if plan is not None:
                 return self._small_allreduce(x, plan)
         x = as_input(x, self._rank, "allreduce")
@@ -263,7 +263,7 @@ class SimComm(Communicator):
         static = (_ALLREDUCE, OP_CODE[op], -1, DTYPE_CODE[x.dtype], x.ndim, *x.shape)
         divisor = self._size if op == "mean" else None
         plan = (static, views, ufunc, divisor, sig.packer(x.ndim).size)
-        self._plans[(x.dtype, x.shape, op)] = plan
+        self._plans[(_ALLREDUCE, x.dtype, x.shape, op)] = plan
         return plan
 
     def _small_allreduce(self, x, plan):
@@ -381,10 +381,18 @@ class SimComm(Communicator):
 
     # -- data movement ----------------------------------------------------------
     def broadcast(self, x, root=0):
+        if type(x) is np.ndarray and type(root) is int:
+            plan = self._plans.get((_BROADCAST, x.dtype, x.shape, root))
+            if plan is not None:
+                return self._small_broadcast(x, plan)
         root = check_rank_arg(root, self._size, self._rank, "broadcast", "root")
         is_root = self._rank == root
         if x is not None or is_root:
             x = as_input(x, self._rank, "broadcast")
+        if x is not None and x.nbytes <= self._slot_bytes and not self._freed:
+            plan = self._copy_plan(_BROADCAST, x, root)
+            if plan is not None:
+                return self._small_broadcast(x, plan)
         nbytes = self._begin("broadcast", _BROADCAST, x, 0, root)
         try:
             me = self._rank
@@ -423,8 +431,62 @@ class SimComm(Communicator):
             self._end()
 
     def allgather(self, x):
+        if type(x) is np.ndarray:
+            plan = self._plans.get((_ALLGATHER, x.dtype, x.shape, -1))
+            if plan is not None:
+                return self._small_allgather(x, plan)
         x = as_input(x, self._rank, "allgather")
+        if x.nbytes <= self._slot_bytes and not self._freed:
+            plan = self._copy_plan(_ALLGATHER, x, -1)
+            if plan is not None:
+                return self._small_allgather(x, plan)
         return self._gather("allgather", _ALLGATHER, x, -1)
+
+    # A broadcast or allgather that fits in a slot, of an already seen
+    # (dtype, shape, root), is one phase with everything precomputed. When
+    # the members' slots are evenly spaced (always on the world), one
+    # strided view reads them all in one copy.
+    def _copy_plan(self, kind, x, root):
+        if len(self._plans) > 64:
+            return None
+        static = (kind, 0, root, DTYPE_CODE[x.dtype], x.ndim, *x.shape)
+        views = [v.reshape(x.shape) for v in self._flat_views(x.dtype, x.size)]
+        offsets = self._slot_off
+        stride = offsets[1] - offsets[0] if self._size > 1 else self._slot_bytes
+        if stride > 0 and all(b - a == stride for a, b in zip(offsets, offsets[1:])):
+            every = np.ndarray((self._size, *x.shape), x.dtype, self._arena.mm, offsets[0],
+                               (stride, *views[0].strides))
+        else:
+            every = None
+        plan = self._plans[(kind, x.dtype, x.shape, root)] = (static, views, every, root, sig.packer(x.ndim).size)
+        return plan
+
+    def _small_broadcast(self, x, plan):
+        static, views, _, root, nbytes = plan
+        self._enter(static)
+        try:
+            if self._rank == root:
+                np.copyto(views[root], x)
+            self._arrive()
+            self._check(nbytes)
+            out = views[root].copy()
+            self._done()
+            return out
+        finally:
+            self._end()
+
+    def _small_allgather(self, x, plan):
+        static, views, every, _, nbytes = plan
+        self._enter(static)
+        try:
+            np.copyto(views[self._rank], x)
+            self._arrive()
+            self._check(nbytes)
+            out = every.copy() if every is not None else np.stack(views)
+            self._done()
+            return out
+        finally:
+            self._end()
 
     def gather(self, x, root=0):
         x = as_input(x, self._rank, "gather")

@@ -1,0 +1,103 @@
+"""The simulator's one-phase paths for small calls seen before (allreduce,
+broadcast, allgather): they must give what the general path gives, on the
+world and on sub-communicators whose slots are evenly spaced, unevenly
+spaced or in descending order, and still detect mismatched calls."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import simdist
+from reference import left_fold, on_rank, values
+
+# Sub-communicators of a 4-rank world, as world ranks in sub-rank order:
+# slots evenly spaced (0, 2), unevenly ([1, 2, 0]), descending ([3, 1]).
+GROUPS = {"world": [0, 1, 2, 3], "even": [0, 2], "uneven": [1, 2, 0], "descending": [3, 1]}
+REPEATS = 3  # the first call builds the plan, the later ones use it
+
+
+@pytest.fixture(scope="module")
+def world4():
+    with simdist.World(4, timeout=30) as world:
+        yield world
+
+
+def _sub(comm, group):
+    members = GROUPS[group]
+    if comm.rank not in members:
+        comm.split(None)
+        return None
+    return comm.split(0, key=members.index(comm.rank))
+
+
+@on_rank
+def _repeat_small_calls(comm, group, shape, dtype):
+    sub = _sub(comm, group)
+    if sub is None:
+        return None
+    out = []
+    for i in range(REPEATS):
+        x = values(dtype, shape, 60 + i, comm.rank)
+        summed = sub.allreduce(x)
+        gathered = sub.allgather(x)
+        root = i % sub.size
+        sent = sub.broadcast(x if sub.rank == root or i % 2 else None, root=root)
+        for result in (summed, gathered, sent):
+            assert result.flags.owndata and result.flags.c_contiguous
+        out.append((summed.copy(), gathered.copy(), sent.copy()))
+        summed[...] = 0  # a caller's change to a result must not reach a later call
+        gathered[...] = 0
+        sent[...] = 0
+    return out
+
+
+@pytest.mark.parametrize("group", list(GROUPS))
+@pytest.mark.parametrize("shape,dtype", [((3,), "float32"), ((2, 3), "int64"), ((), "float64")], ids=str)
+def test_repeated_small_calls_match_the_reference_on_every_layout(world4, group, shape, dtype):
+    results = world4.run(_repeat_small_calls, group, shape, dtype)
+    members = GROUPS[group]
+    for sub_rank, world_rank in enumerate(members):
+        for i, (summed, gathered, sent) in enumerate(results[world_rank]):
+            xs = [values(dtype, shape, 60 + i, m) for m in members]
+            where = f"{group} sub-rank {sub_rank}, call {i}"
+            assert summed.tobytes() == left_fold("sum", xs).tobytes(), where
+            assert gathered.shape == (len(members), *shape) and gathered.tobytes() == np.stack(xs).tobytes(), where
+            assert sent.shape == shape and sent.tobytes() == xs[i % len(members)].tobytes(), where
+
+
+def _mismatch_after_plans(comm, kind):
+    x = np.ones(4, np.float32)
+    call = {"allreduce": comm.allreduce, "allgather": comm.allgather, "broadcast": comm.broadcast}[kind]
+    for _ in range(REPEATS):
+        call(x)
+    call(x if comm.rank != 2 else np.ones(5, np.float32))
+
+
+@pytest.mark.parametrize("kind", ["allreduce", "allgather", "broadcast"])
+def test_a_mismatch_after_the_plan_is_built_raises_on_every_rank(world4, kind):
+    with pytest.raises(simdist.CollectiveMismatch) as info:
+        world4.run(_mismatch_after_plans, kind)
+    assert "rank 2" in str(info.value) and "(5,)" in str(info.value)
+
+
+def _use_after_free(comm):
+    sub = comm.split(0)
+    x = np.ones(2, np.float32)
+    for _ in range(REPEATS):
+        sub.broadcast(x)
+        sub.allgather(x)
+        sub.allreduce(x)
+    sub.free()
+    errors = []
+    for call in (sub.broadcast, sub.allgather, sub.allreduce):
+        try:
+            call(x)
+        except simdist.SimdistError as exc:
+            errors.append(str(exc))
+    return errors
+
+
+def test_calls_on_a_freed_communicator_raise_even_after_plans(world4):
+    for errors in world4.run(_use_after_free):
+        assert len(errors) == 3 and all("freed" in e for e in errors), errors
