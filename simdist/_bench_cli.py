@@ -4,12 +4,14 @@
 returns the exit status: 0 when every result was right, 1 when one was wrong
 or the MPI side failed, 2 for bad arguments. :func:`sweep` returns data; the
 table, the progress lines, the JSON and the plot are made here, at the edge.
+With ``--targets`` the run also takes the measurements that are not sweeps
+and judges the performance targets (:mod:`simdist._targets`).
 
-How one cell (backend, collective, N, size) is measured, OSU-style as in
-:mod:`simdist.bench` (and with its iteration counts): warm-up calls, a
-barrier, a timed loop, a barrier. Each rank reports its mean time per call;
-the cell keeps the mean over ranks (``time_us``, the figure the bandwidths
-use, as nccl-tests averages over ranks) and the minimum and maximum.
+How one cell (backend, collective, N, size) is measured, OSU-style: warm-up
+calls, a barrier, a timed loop, a barrier (:func:`iterations` gives the
+counts). Each rank reports its mean time per call; the cell keeps the mean
+over ranks (``time_us``, the figure the bandwidths use, as nccl-tests
+averages over ranks) and the minimum and maximum.
 
 Sizes follow nccl-tests (doc/PERFORMANCE.md): ``bytes`` is S, the size of the
 operation, and ``algbw = S / time``, ``busbw = algbw * factor``:
@@ -46,8 +48,10 @@ reads.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
+import platform
 import re
 import statistics
 import subprocess
@@ -60,7 +64,6 @@ import numpy as np
 
 from . import _json_report as json_report
 from . import World
-from .bench import _human, iterations, machine, mpi_env, mpiexec_command
 
 __all__ = ["add_parser", "run"]
 
@@ -69,6 +72,7 @@ DEFAULT_COLLECTIVES = ("allreduce", "broadcast", "allgather", "reduce_scatter", 
 DTYPES = ("float32", "float64", "int32", "int64")
 _BLOCKED = ("allgather", "reduce_scatter", "alltoall")  # S is n blocks of each rank's part
 ROOT = 0
+LARGE = 1 << 20  # messages of at least this many bytes use the "large" iteration counts
 
 
 # -- sizes and bandwidths (pure) -------------------------------------------------------
@@ -90,6 +94,20 @@ def sizes(min_bytes: int, max_bytes: int) -> list[int]:
         out.append(b)
         b *= 2
     return out
+
+
+def human_bytes(nbytes: int) -> str:
+    """``8 B``, ``1 KiB``, ``64 MiB``; a size that is no whole number of KiB stays in bytes."""
+    for unit, shift in (("MiB", 20), ("KiB", 10)):
+        if nbytes >= 1 << shift and nbytes % (1 << shift) == 0:
+            return f"{nbytes >> shift} {unit}"
+    return f"{nbytes} B"
+
+
+def iterations(nbytes: int, opts: dict) -> tuple[int, int]:
+    """(warm-up, timed) call counts for a message of ``nbytes``."""
+    large = nbytes >= LARGE
+    return opts["large_warmup" if large else "warmup"], opts["large_iters" if large else "iters"]
 
 
 def bus_factor(collective: str, n: int) -> float:
@@ -186,6 +204,23 @@ def sim_body(comm, collective: str, count: int, dtype: str, warmup: int, iters: 
 
 
 # -- the MPI side ---------------------------------------------------------------------------
+def mpiexec_command(n: int, opts: dict) -> list[str]:
+    """``mpiexec -n n``, with ``--oversubscribe`` where Open MPI needs it, and ``opts["mpi_args"]``."""
+    from .mpi._driver import flavor  # Open MPI alone needs (and accepts) --oversubscribe
+
+    cmd = [opts["mpiexec"], "-n", str(n)]
+    crowded = n > len(os.sched_getaffinity(0)) and flavor(opts["mpiexec"]) == "openmpi"
+    return cmd + (["--oversubscribe"] if crowded else []) + opts["mpi_args"]
+
+
+def mpi_env() -> dict:
+    """This process's environment, with Open MPI's consent to run as root when it is root."""
+    env = dict(os.environ)
+    if os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return env
+
+
 def mpi_body(comm, MPI, collective: str, count: int, dtype: str, warmup: int, iters: int) -> tuple[float, int]:
     """One rank's measurement with mpi4py's buffer API: (mean µs, wrong)."""
     n, rank = comm.Get_size(), comm.Get_rank()
@@ -243,6 +278,29 @@ def _cell_sizes(collective: str, requested: list[int], n: int, itemsize: int) ->
 
 
 # -- the sweep -------------------------------------------------------------------------------
+def _first_line(cmd: list[str]) -> str | None:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.splitlines()[0]
+    except (OSError, IndexError, subprocess.SubprocessError):
+        return None
+
+
+def machine(opts: dict) -> dict:
+    """Where and with what the run happens: date, CPUs, versions, the mpiexec, the commit, the load."""
+    try:
+        import mpi4py
+    except ImportError:
+        mpi4py = None
+    with open("/proc/cpuinfo") as fh:
+        model = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), "?")
+    commit = _first_line(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "describe", "--always", "--dirty"])
+    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "cpu_count": os.cpu_count(), "cpus_usable": len(os.sched_getaffinity(0)), "cpu_model": model,
+            "platform": platform.platform(), "python": platform.python_version(), "numpy": np.__version__,
+            "mpi4py": mpi4py and mpi4py.__version__, "mpiexec": _first_line([opts["mpiexec"], "--version"]),
+            "simdist_commit": commit, "loadavg_start": os.getloadavg()}
+
+
 def record(backend: str, collective: str, n: int, nbytes: int, dtype: str, per_rank: list) -> dict:
     """One result row from every rank's (mean µs, wrong)."""
     times = [t for t, _ in per_rank]
@@ -288,18 +346,20 @@ def mpi_sweep(n: int, opts: dict, say) -> list[dict]:
 
 
 def sweep(opts: dict, say=lambda msg: None, case=make_case) -> dict:
-    """Every backend x N x collective x size in ``opts``; a report ``{"results", "machine", "errors"}``.
+    """Every backend x N x collective x size of ``opts["plan"]`` (one step per N,
+    with its own collectives and sizes); a report ``{"results", "machine", "errors"}``.
 
     ``case`` makes each rank's input and expected result on the simulator
     (default :func:`make_case`); a test passes a wrong one to see it counted.
     """
     report = {"machine": machine(opts), "results": [], "errors": []}
-    for n in opts["ns"]:
+    for step in opts["plan"]:
+        n, mine = step["n"], {**opts, "collectives": step["collectives"], "sizes": step["sizes"]}
         if "sim" in opts["backends"]:
-            report["results"] += sim_sweep(n, opts, say, case)
+            report["results"] += sim_sweep(n, mine, say, case)
         if "mpi" in opts["backends"]:
             try:
-                report["results"] += mpi_sweep(n, opts, say)
+                report["results"] += mpi_sweep(n, mine, say)
             except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
                 report["errors"].append(f"MPI N={n}: {exc}")
     report["machine"]["loadavg_end"] = os.getloadavg()
@@ -314,11 +374,16 @@ def format_table(rows: list[dict]) -> str:
     order = {c: i for i, c in enumerate(COLLECTIVES)}
     key = lambda r: (order.get(r["collective"], 99), r["n"], r["backend"], r["bytes"])
     bw = lambda v: "-" if v is None else f"{v:.3f}"
-    lines = [(r["collective"], str(r["n"]), r["backend"], _human(r["bytes"]) if r["collective"] != "barrier" else "-",
+    lines = [(r["collective"], str(r["n"]), r["backend"], human_bytes(r["bytes"]) if r["collective"] != "barrier" else "-",
               r["dtype"] or "-", f"{r['time_us']:.2f}", f"{r['time_min_us']:.2f}", f"{r['time_max_us']:.2f}",
               bw(r["algbw_GBps"]), bw(r["busbw_GBps"]), str(r["wrong"])) for r in sorted(rows, key=key)]
+    return columns(head, lines, left=(True, False, True, False, True) + (False,) * 6)
+
+
+def columns(head: tuple, lines: list, left: tuple) -> str:
+    """``head`` and ``lines`` (tuples of strings) in aligned columns under a rule;
+    ``left[i]``: column i is left-aligned (else right-aligned)."""
     widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(head)]
-    left = (True, False, True, False, True) + (False,) * 6
     fmt = lambda cells: "  ".join(c.ljust(w) if lf else c.rjust(w) for c, w, lf in zip(cells, widths, left)).rstrip()
     return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(line) for line in lines])
 
@@ -392,8 +457,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description=("Time each collective at every power-of-two size from --min-bytes to --max-bytes, OSU-style "
                      "(warm-up, barrier, timed loop, barrier), on the simulator and on MPI (mpi4py under mpiexec). "
                      "Prints time per call (mean over ranks, min and max), algbw and busbw as nccl-tests define "
-                     "them, and #wrong from checking every warm-up result and the last timed one. Exit status 1 "
-                     "when any result was wrong or MPI failed."),
+                     "them, and #wrong from checking every warm-up result and the last timed one. With --targets, "
+                     "also measures copy bandwidth, world.run rate, start-up and a big world, and judges every "
+                     "performance target (PASS/MISS). Exit status 1 when any result was wrong or MPI failed; a "
+                     "MISS does not change it."),
         epilog="See docs/performance.md. Sizes take K, M, G (binary): 8, 1K, 64KiB, 64MiB.",
     )
     add_arguments(p)
@@ -401,12 +468,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-n", "--ns", type=_ns, default=[2, 4, 8], metavar="N,N,...", help="world sizes (default 2,4,8)")
+    from . import _targets  # it imports this module
+
+    p.add_argument("-n", "--ns", type=_ns, metavar="N,N,...", help="world sizes (default 2,4,8; with --targets 2,4,8,16)")
     p.add_argument("--backend", type=lambda s: _list("--backend", ("sim", "mpi"), s), default=["sim", "mpi"],
                    metavar="sim,mpi", help="backends (default sim,mpi)")
-    p.add_argument("--collective", type=lambda s: _list("--collective", COLLECTIVES, s),
-                   default=list(DEFAULT_COLLECTIVES), metavar="A,B,...",
-                   help=f"collectives (default {','.join(DEFAULT_COLLECTIVES)}; also reduce)")
+    p.add_argument("--collective", type=lambda s: _list("--collective", COLLECTIVES, s), metavar="A,B,...",
+                   help=f"collectives at every N (default {','.join(DEFAULT_COLLECTIVES)}; also reduce; "
+                        "with --targets the targets' choice per N)")
     p.add_argument("--dtype", choices=DTYPES, default="float32", help="element type (default float32)")
     p.add_argument("--min-bytes", type=_size_arg, default=8, metavar="SIZE", help="smallest size (default 8)")
     p.add_argument("--max-bytes", type=_size_arg, default=64 << 20, metavar="SIZE", help="largest size (default 64MiB)")
@@ -420,6 +489,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mpi-timeout", type=float, default=1800.0, help="seconds for one mpiexec sweep (default 1800)")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON ('-': to stdout, instead of the table)")
     p.add_argument("--plot", metavar="FILE.png", help="also plot latency and busbw against size (needs matplotlib)")
+    _targets.add_arguments(p)
 
 
 def options(args: argparse.Namespace) -> dict:
@@ -437,10 +507,15 @@ def options(args: argparse.Namespace) -> dict:
             if "mpi" in args.backend:
                 raise ValueError(f"--backend mpi: {exc}") from None
             args.mpiexec = "mpiexec"
-    return {"ns": args.ns, "backends": args.backend, "collectives": args.collective, "dtype": args.dtype,
-            "sizes": sizes(args.min_bytes, args.max_bytes), "warmup": args.warmup, "iters": args.iters,
-            "large_warmup": args.large_warmup, "large_iters": args.large_iters, "timeout": args.timeout,
-            "mpiexec": args.mpiexec, "mpi_args": args.mpi_args, "mpi_timeout": args.mpi_timeout}
+    from . import _targets  # it imports this module
+
+    opts = {"ns": args.ns or [2, 4, 8], "backends": args.backend, "collectives": args.collective or list(DEFAULT_COLLECTIVES),
+            "dtype": args.dtype, "sizes": sizes(args.min_bytes, args.max_bytes), "warmup": args.warmup,
+            "iters": args.iters, "large_warmup": args.large_warmup, "large_iters": args.large_iters,
+            "timeout": args.timeout, "mpiexec": args.mpiexec, "mpi_args": args.mpi_args, "mpi_timeout": args.mpi_timeout}
+    opts["plan"] = [{"n": n, "collectives": opts["collectives"], "sizes": opts["sizes"]} for n in opts["ns"]]
+    opts.update(_targets.options(args, opts))
+    return opts
 
 
 def run(args: argparse.Namespace, case=make_case) -> int:
@@ -453,6 +528,8 @@ def run(args: argparse.Namespace, case=make_case) -> int:
     say = lambda msg: print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
     try:
         report = sweep(opts, say, case)
+        if opts["targets"]:
+            _add_targets(report, opts, say)
     except KeyboardInterrupt:
         print("simdist bench: interrupted", file=sys.stderr)
         return 130
@@ -463,6 +540,13 @@ def run(args: argparse.Namespace, case=make_case) -> int:
               f"numpy {m['numpy']}  mpi4py {m['mpi4py']}  {m['mpiexec']}  load {m['loadavg_start'][0]:.1f}"
               f"->{m['loadavg_end'][0]:.1f}; S as nccl-tests; #wrong: every warm-up result and the last timed one")
         print(format_table(report["results"]))
+        if opts["targets"]:
+            from . import _targets  # it imports this module
+
+            copy = report["machine"]["copy_bandwidth"]
+            print(f"\n# targets: sim/reference of the mean time per call over ranks; copy bandwidth "
+                  f"{copy['GBps']:.2f} GB/s (numpy.copyto of {human_bytes(copy['bytes'])}, median of {copy['repeats']})")
+            print(_targets.format_targets(report["targets"]))
     if args.json:
         json_report.write(report, args.json)
     status = 0
@@ -476,10 +560,24 @@ def run(args: argparse.Namespace, case=make_case) -> int:
             print(f"simdist bench: error: {exc}", file=sys.stderr)
             status = 1
     wrong = sum(r["wrong"] for r in report["results"])
+    wrong += sum((report.get(key) or {}).get("wrong", 0) for key in ("run_rate", "big_world"))
     if wrong:
         print(f"simdist bench: {wrong} wrong result(s)", file=sys.stderr)
         status = 1
     return status
+
+
+def _add_targets(report: dict, opts: dict, say) -> None:
+    """The measurements besides the sweep, and the verdicts, into ``report``."""
+    from . import _targets  # it imports this module
+
+    measured = _targets.measure(opts, say)
+    report["errors"] += measured.pop("errors")
+    report["machine"]["copy_bandwidth"] = copy = measured.pop("copy_bandwidth")
+    report["machine"]["loadavg_end"] = os.getloadavg()
+    report.update(measured)
+    report["targets"] = _targets.verdicts(report["results"], copy, measured["run_rate"], measured["startup"],
+                                          measured["big_world"], opts["capped_at"])
 
 
 def _main(argv: list[str] | None = None) -> int:
