@@ -374,7 +374,8 @@ def format_table(rows: list[dict]) -> str:
     order = {c: i for i, c in enumerate(COLLECTIVES)}
     key = lambda r: (order.get(r["collective"], 99), r["n"], r["backend"], r["bytes"])
     bw = lambda v: "-" if v is None else f"{v:.3f}"
-    lines = [(r["collective"], str(r["n"]), r["backend"], human_bytes(r["bytes"]) if r["collective"] != "barrier" else "-",
+    size = lambda r: human_bytes(r["bytes"]) if r["collective"] != "barrier" else "-"
+    lines = [(r["collective"], str(r["n"]), r["backend"], size(r),
               r["dtype"] or "-", f"{r['time_us']:.2f}", f"{r['time_min_us']:.2f}", f"{r['time_max_us']:.2f}",
               bw(r["algbw_GBps"]), bw(r["busbw_GBps"]), str(r["wrong"])) for r in sorted(rows, key=key)]
     return columns(head, lines, left=(True, False, True, False, True) + (False,) * 6)
@@ -470,7 +471,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from . import _targets  # it imports this module
 
-    p.add_argument("-n", "--ns", type=_ns, metavar="N,N,...", help="world sizes (default 2,4,8; with --targets 2,4,8,16)")
+    p.add_argument("-n", "--ns", type=_ns, metavar="N,N,...",
+                   help="world sizes (default 2,4,8; with --targets 2,4,8,16)")
     p.add_argument("--backend", type=lambda s: _list("--backend", ("sim", "mpi"), s), default=["sim", "mpi"],
                    metavar="sim,mpi", help="backends (default sim,mpi)")
     p.add_argument("--collective", type=lambda s: _list("--collective", COLLECTIVES, s), metavar="A,B,...",
@@ -509,10 +511,11 @@ def options(args: argparse.Namespace) -> dict:
             args.mpiexec = "mpiexec"
     from . import _targets  # it imports this module
 
-    opts = {"ns": args.ns or [2, 4, 8], "backends": args.backend, "collectives": args.collective or list(DEFAULT_COLLECTIVES),
-            "dtype": args.dtype, "sizes": sizes(args.min_bytes, args.max_bytes), "warmup": args.warmup,
-            "iters": args.iters, "large_warmup": args.large_warmup, "large_iters": args.large_iters,
-            "timeout": args.timeout, "mpiexec": args.mpiexec, "mpi_args": args.mpi_args, "mpi_timeout": args.mpi_timeout}
+    opts = {"ns": args.ns or [2, 4, 8], "backends": args.backend,
+            "collectives": args.collective or list(DEFAULT_COLLECTIVES), "dtype": args.dtype,
+            "sizes": sizes(args.min_bytes, args.max_bytes), "warmup": args.warmup, "iters": args.iters,
+            "large_warmup": args.large_warmup, "large_iters": args.large_iters, "timeout": args.timeout,
+            "mpiexec": args.mpiexec, "mpi_args": args.mpi_args, "mpi_timeout": args.mpi_timeout}
     opts["plan"] = [{"n": n, "collectives": opts["collectives"], "sizes": opts["sizes"]} for n in opts["ns"]]
     opts.update(_targets.options(args, opts))
     return opts
@@ -525,11 +528,13 @@ def run(args: argparse.Namespace, case=make_case) -> int:
     except ValueError as exc:
         print(f"simdist bench: error: {exc}", file=sys.stderr)
         return 2
+    from . import _targets  # it imports this module
+
     say = lambda msg: print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
     try:
         report = sweep(opts, say, case)
         if opts["targets"]:
-            _add_targets(report, opts, say)
+            _targets.add_to(report, opts, say)
     except KeyboardInterrupt:
         print("simdist bench: interrupted", file=sys.stderr)
         return 130
@@ -541,11 +546,9 @@ def run(args: argparse.Namespace, case=make_case) -> int:
               f"->{m['loadavg_end'][0]:.1f}; S as nccl-tests; #wrong: every warm-up result and the last timed one")
         print(format_table(report["results"]))
         if opts["targets"]:
-            from . import _targets  # it imports this module
-
             copy = report["machine"]["copy_bandwidth"]
-            print(f"\n# targets: sim/reference of the mean time per call over ranks; copy bandwidth "
-                  f"{copy['GBps']:.2f} GB/s (numpy.copyto of {human_bytes(copy['bytes'])}, median of {copy['repeats']})")
+            print(f"\n# targets: sim/reference of the mean time per call over ranks; copy bandwidth {copy['GBps']:.2f} "
+                  f"GB/s (numpy.copyto of {human_bytes(copy['bytes'])}, median of {copy['repeats']})")
             print(_targets.format_targets(report["targets"]))
     if args.json:
         json_report.write(report, args.json)
@@ -565,19 +568,6 @@ def run(args: argparse.Namespace, case=make_case) -> int:
         print(f"simdist bench: {wrong} wrong result(s)", file=sys.stderr)
         status = 1
     return status
-
-
-def _add_targets(report: dict, opts: dict, say) -> None:
-    """The measurements besides the sweep, and the verdicts, into ``report``."""
-    from . import _targets  # it imports this module
-
-    measured = _targets.measure(opts, say)
-    report["errors"] += measured.pop("errors")
-    report["machine"]["copy_bandwidth"] = copy = measured.pop("copy_bandwidth")
-    report["machine"]["loadavg_end"] = os.getloadavg()
-    report.update(measured)
-    report["targets"] = _targets.verdicts(report["results"], copy, measured["run_rate"], measured["startup"],
-                                          measured["big_world"], opts["capped_at"])
 
 
 def _main(argv: list[str] | None = None) -> int:

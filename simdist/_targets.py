@@ -46,7 +46,7 @@ from ._bench_cli import (
     DEFAULT_COLLECTIVES, columns, human_bytes, layout, mpi_env, mpiexec_command, parse_bytes, sim_body,
 )
 
-__all__ = ["add_arguments", "options", "measure", "verdicts", "format_targets"]
+__all__ = ["add_arguments", "options", "measure", "add_to", "verdicts", "format_targets"]
 
 TARGET_NS = (2, 4, 8, 16)
 PAIR_NS = (2, 4)  # allreduce and barrier against Open MPI
@@ -247,6 +247,18 @@ def measure(opts: dict, say) -> dict:
     return out
 
 
+def add_to(report: dict, opts: dict, say) -> None:
+    """Add to the sweep's ``report`` the measurements of :func:`measure` (the copy
+    bandwidth under ``machine``, its errors to ``errors``) and the ``targets``."""
+    measured = measure(opts, say)
+    report["errors"] += measured.pop("errors")
+    report["machine"]["copy_bandwidth"] = copy = measured.pop("copy_bandwidth")
+    report["machine"]["loadavg_end"] = os.getloadavg()
+    report.update(measured)
+    report["targets"] = verdicts(report["results"], copy, measured["run_rate"], measured["startup"],
+                                 measured["big_world"], opts["capped_at"])
+
+
 # -- the verdicts (pure) ---------------------------------------------------------------------
 def _target(name: str, verdict: str, limit: str, detail: str, value=None, reference=None, unit=None,
             ratio=None, cell=None) -> dict:
@@ -369,7 +381,8 @@ def verdicts(rows: list[dict], copy: dict | None = None, rate: dict | None = Non
 def _figure(value, unit) -> str:
     if value is None:
         return "-"
-    return {"us": f"{value:.2f} us", "GB/s": f"{value:.2f} GB/s", "runs/s": f"{value:.0f}/s"}.get(unit, f"{value:.3f} s")
+    formats = {"us": f"{value:.2f} us", "GB/s": f"{value:.2f} GB/s", "runs/s": f"{value:.0f}/s"}
+    return formats.get(unit, f"{value:.3f} s")
 
 
 def format_targets(items: list[dict]) -> str:
