@@ -101,3 +101,37 @@ def _use_after_free(comm):
 def test_calls_on_a_freed_communicator_raise_even_after_plans(world4):
     for errors in world4.run(_use_after_free):
         assert len(errors) == 3 and all("freed" in e for e in errors), errors
+
+
+def _reuse_contexts(comm, rounds):
+    """Sub-communicators of changing members, each freed after a burst of
+    small calls, so that later ones start on contexts the earlier ones used."""
+    out = []
+    for r in range(rounds):
+        members = [(r + k) % comm.size for k in range(2 + r % (comm.size - 1))]
+        sub = comm.split(0 if comm.rank in members else None, key=(comm.rank - r) % comm.size)
+        if sub is not None:
+            for i in range(5):
+                x = np.full(3, comm.rank * 10 + i, np.int64)
+                out.append((sub.allreduce(x).tolist(), sub.allgather(x)[:, 0].tolist(),
+                            sub.broadcast(x if sub.rank == i % sub.size else None, root=i % sub.size).tolist()))
+                sub.barrier()
+            sub.free()
+        comm.barrier()
+    return out
+
+
+def test_contexts_reused_after_free_by_other_members_carry_the_right_values(world4):
+    rounds = 12
+    results = world4.run(_reuse_contexts, rounds)
+    for rank, got in enumerate(results):
+        want = []
+        for r in range(rounds):
+            members = [(r + k) % 4 for k in range(2 + r % 3)]
+            if rank not in members:
+                continue
+            order = sorted(members, key=lambda m: (m - r) % 4)
+            for i in range(5):
+                values = [m * 10 + i for m in order]
+                want.append(([sum(values)] * 3, values, [values[i % len(order)]] * 3))
+        assert got == want, f"rank {rank}"

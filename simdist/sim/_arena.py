@@ -15,8 +15,10 @@ Layout (all offsets in bytes, every region 64-byte aligned)::
     header    4096            magic, size, abort word
     status    size x 128      per world rank: state, progress, current call,
                               sleeping flag, futex word (bell), p2p call info
-    contexts  size x C x 640  per world rank and communicator context:
-                              arrive epoch, done epoch, call signature
+    contexts  size x C x 2112 per world rank and communicator context:
+                              arrive epoch, done epoch (one line), then two
+                              banks of 1024: call signature (576) and the
+                              payload of a small one-phase call (448)
     p2p index size x size x 64  per ordered pair: head (sender), tail (receiver)
     p2p rings size x size x R   per ordered pair: a byte ring of messages
     slots     size x SLOT     per world rank: its collective buffer
@@ -43,12 +45,23 @@ A collective is a sequence of phases. In a phase each member writes its data
 epoch; a reader waits until every member's ``arrive`` reaches the phase's
 epoch, then reads. On x86-64 (total store order) stores become visible in
 program order and loads are not reordered with older loads, so a reader that
-sees the epoch sees the data written before it. After its reads a member
-stores ``done``; a writer waits (lazily, just before it next writes its slot
-or signature) until every reader of its last phase is done. Epochs only grow
-within a run; a sub-communicator starts at an epoch above every stale value
-of its members' entries (see ``SimComm.split``), so no stale word satisfies a
-wait.
+sees the epoch sees the data written before it. After reading a
+member's *slot* it stores ``done``; a writer waits (lazily, just before it
+next writes its slot) until every reader of its last slot phase is done.
+
+Signatures and the payloads of small one-phase calls need no ``done``: they
+alternate between the entry's two banks by the parity of the phase's epoch.
+Every phase waits for every member's arrival, and a member arrives at epoch
+e + 1 only after its reads of phase e; so when a rank writes bank b for
+phase e + 2, every reader of bank b from phase e is past those reads. A
+communicator's members are the same in every phase, which is why the banks
+live in the per-context entries and not in the slots, which every context
+of a rank shares. ``free`` waits until every member is done with the
+context, so a later communicator on it starts with no readers behind.
+
+Epochs only grow within a run; a sub-communicator starts at an epoch above
+every stale value of its members' entries (see ``SimComm.split``), so no
+stale word satisfies a wait.
 
 Waiting spins briefly, then yields, then sleeps on the waiter's own futex
 word after raising its ``sleeping`` flag. A publisher wakes every member whose
@@ -86,9 +99,10 @@ MAGIC = 0x5349_4D44_4953_5431  # "SIMDIST1"
 LINE = 64
 HEADER = 4096
 STATUS = 128
-ENTRY = 640
-SIG_OFFSET = 64  # within a context entry
-SIG_WORDS = (ENTRY - SIG_OFFSET) // 8
+SIG_BYTES = 576  # kind, seq, op, root, dtype, ndim and up to 66 dimensions
+INLINE_BYTES = 448  # the payload a one-phase call carries in its bank
+BANK = SIG_BYTES + INLINE_BYTES
+ENTRY = LINE + 2 * BANK  # the arrive/done line, then two banks
 
 # header words (int64 index)
 H_MAGIC, H_SIZE, H_ABORT = 0, 1, 2
@@ -97,6 +111,7 @@ H_MAGIC, H_SIZE, H_ABORT = 0, 1, 2
 S_STATE, S_PROGRESS, S_CTX, S_SLEEPING, S_WAITING_FOR = 0, 1, 2, 3, 4  # WAITING_FOR: rank + 1, 0 if none
 S_P2P_KIND, S_P2P_PEER, S_P2P_TAG, S_P2P_NBYTES, S_P2P_SEQ = 5, 6, 7, 9, 10
 S_BELL = 8  # int64 word whose low 32 bits are the futex word
+S_BANK = 11  # the bank holding the signature of the current call
 
 # rank states
 IDLE, USER, CALL, RETURNED, FAILED = 0, 1, 2, 3, 4
@@ -167,8 +182,11 @@ class Layout:
     def arrive_word(self, rank: int, ctx: int) -> int:
         return (self.ctx + (rank * self.contexts + ctx) * ENTRY) // 8
 
-    def sig_offset(self, rank: int, ctx: int) -> int:
-        return self.ctx + (rank * self.contexts + ctx) * ENTRY + SIG_OFFSET
+    def sig_offset(self, rank: int, ctx: int, bank: int) -> int:
+        return self.ctx + (rank * self.contexts + ctx) * ENTRY + LINE + bank * BANK
+
+    def inline_offset(self, rank: int, ctx: int, bank: int) -> int:
+        return self.sig_offset(rank, ctx, bank) + SIG_BYTES
 
     def pair_word(self, src: int, dst: int) -> int:
         """Word index of the (src -> dst) ring's head; the tail follows it."""

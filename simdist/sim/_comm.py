@@ -24,7 +24,7 @@ from .._errors import InvalidValue, SimdistError
 from .._orders import in_order
 from .._reduction import fold, fold_new, fold_ufunc
 from . import _signature as sig
-from ._arena import CALL, S_CTX, S_PROGRESS, S_SLEEPING, S_STATE, USER
+from ._arena import CALL, INLINE_BYTES, S_BANK, S_CTX, S_PROGRESS, S_SLEEPING, S_STATE, USER
 from ._arena import _acquire as _fence_in, _release as _fence_out  # fence(), spelled out
 from ._p2p import Mailboxes
 from ._report import comm_name
@@ -37,6 +37,7 @@ _ALLREDUCE, _REDUCE, _BROADCAST = _K["allreduce"], _K["reduce"], _K["broadcast"]
 _ALLGATHER, _GATHER, _SCATTER = _K["allgather"], _K["gather"], _K["scatter"]
 _REDUCE_SCATTER, _ALLTOALL, _BARRIER = _K["reduce_scatter"], _K["alltoall"], _K["barrier"]
 _SPLIT, _FREE = _K["split"], _K["free"]
+_BARRIER_CALL = (_BARRIER, 0, -1, 0, -1)  # its signature (see _enter)
 
 
 class SimComm(Communicator):
@@ -93,19 +94,24 @@ class SimComm(Communicator):
         self._peer_arrive = [lay.arrive_word(m, ctx) for m in self._peers]
         self._peer_done = [w + 1 for w in self._peer_arrive]
         self._my_arrive = lay.arrive_word(me, ctx)
-        self._my_sig = lay.sig_offset(me, ctx)
-        self._seq_word = self._my_sig // 8 + 1
+        # Signatures alternate between two banks by the parity of the
+        # call's first epoch (see _arena): index [bank] below.
+        self._bank = 0
+        self._my_sig = [lay.sig_offset(me, ctx, bank) for bank in (0, 1)]
+        self._seq_word = [off // 8 + 1 for off in self._my_sig]
+        self._peer_sig = [[lay.sig_offset(m, ctx, bank) for m in self._peers] for bank in (0, 1)]
+        self._inline_off = [[lay.inline_offset(m, ctx, bank) for m in members] for bank in (0, 1)]
         self._sig_views: dict = {}
-        self._peer_sig = [lay.sig_offset(m, ctx) for m in self._peers]
         self._slot_off = [lay.slot_offset(m) for m in members]
         self._slot_bytes = lay.slot_bytes
         self._state = lay.status_word(me, S_STATE)
         self._ctx_word = lay.status_word(me, S_CTX)
+        self._bank_word = lay.status_word(me, S_BANK)
         self._progress = lay.status_word(me, S_PROGRESS)
         self._views: dict = {}
         self._plans: dict = {}
-        self._last_static = None
-        self._last_sig_bytes = 0
+        self._last_static = [None, None]
+        self._sig_bytes = [0, 0]
         self._peer_sleeping = [(lay.status_word(m, S_SLEEPING), m) for m in self._peers]
         self._name = comm_name(ctx)
         self._order = order
@@ -122,8 +128,8 @@ class SimComm(Communicator):
     # The hot path of every call: small calls spend most of their time here,
     # so the phase steps are written out rather than layered.
     def _begin(self, name: str, kind: int, x, op: int = 0, root: int = -1) -> int:
-        """Enter a call: wait for our last phase's readers, then write the
-        signature. Returns the signature's length in bytes."""
+        """Enter a call that uses the slots (see ``_enter``). Returns the
+        signature's length in bytes."""
         if self._freed:
             raise SimdistError(f"rank {self._rank}: {name} on a communicator that was freed")
         if x is None:
@@ -131,29 +137,34 @@ class SimComm(Communicator):
         else:
             static = (kind, op, root, DTYPE_CODE[x.dtype], x.ndim, *x.shape)
         self._enter(static)
-        return self._last_sig_bytes
+        return self._sig_bytes[self._bank]
 
-    def _enter(self, static: tuple) -> None:
-        """Write the signature ``static`` (all but the sequence number) and
-        mark this rank as in a call."""
+    def _enter(self, static: tuple, slot: bool = True) -> None:
+        """Write the signature ``static`` (all but the sequence number) in
+        the bank of the call's first epoch and mark this rank as in a call.
+        A call that writes its slot (``slot``) first waits until the readers
+        of our last slot phase are done."""
         arena = self._arena
         q = arena.q
-        pending = arena.pending_release
-        if pending is not None:  # the readers of our last phase must be done
-            arena.pending_release = None
-            words, target, _ = pending
-            for w in words:
-                if q[w] < target:
-                    arena.wait_words(*pending)
-                    break
+        if slot:
+            pending = arena.pending_release
+            if pending is not None:
+                arena.pending_release = None
+                words, target, _ = pending
+                for w in words:
+                    if q[w] < target:
+                        arena.wait_words(*pending)
+                        break
+        self._bank = bank = (self._epoch + 1) & 1
         self._seq = seq = self._seq + 1
-        if static == self._last_static:  # only the sequence number changes
-            q[self._seq_word] = seq
+        if static == self._last_static[bank]:  # only the sequence number changes
+            q[self._seq_word[bank]] = seq
         else:
             packer = sig.packer(max(static[4], 0))
-            packer.pack_into(arena.mm, self._my_sig, static[0], seq, *static[1:])
-            self._last_static = static
-            self._last_sig_bytes = packer.size
+            packer.pack_into(arena.mm, self._my_sig[bank], static[0], seq, *static[1:])
+            self._last_static[bank] = static
+            self._sig_bytes[bank] = packer.size
+        q[self._bank_word] = bank
         q[self._ctx_word] = self._ctx
         q[self._state] = CALL
 
@@ -191,17 +202,20 @@ class SimComm(Communicator):
                 break
 
     def _done(self) -> None:
+        """After reading the members' slots: let them write their slots again."""
         self._publish(self._my_arrive + 1, self._epoch)
         self._arena.pending_release = (self._peer_done, self._epoch, self._peers)
 
     def _check(self, nbytes: int) -> None:
         """Compare our signature with every peer's (after the first arrival)."""
-        views = self._sig_views.get(nbytes)
+        bank = self._bank
+        views = self._sig_views.get((nbytes, bank))
         if views is None:
             buf = self._arena.buf
-            views = self._sig_views[nbytes] = (
-                buf[self._my_sig : self._my_sig + nbytes],
-                [buf[off : off + nbytes] for off in self._peer_sig],
+            mine = self._my_sig[bank]
+            views = self._sig_views[nbytes, bank] = (
+                buf[mine : mine + nbytes],
+                [buf[off : off + nbytes] for off in self._peer_sig[bank]],
             )
         mine, theirs = views
         for other in theirs:
@@ -209,16 +223,28 @@ class SimComm(Communicator):
                 break
         else:
             return
-        buf = self._arena.buf
-        rows = {m: sig.read(buf, self._arena.layout.sig_offset(m, self._ctx)) for m in self._members}
+        buf, lay = self._arena.buf, self._arena.layout
+        rows = {m: sig.read(buf, lay.sig_offset(m, self._ctx, bank)) for m in self._members}
         try:
             sig.check_match(self._name, {self._members.index(m): row for m, row in rows.items()})
         except BaseException:
-            self._done()  # every member detects it and abandons the call
+            # Every member detects it and abandons the call; release any
+            # member that would wait for us to be done with its slot.
+            self._publish(self._my_arrive + 1, self._epoch)
             raise
 
     def _root_row(self, root: int) -> tuple[int, ...]:
-        return sig.read(self._arena.buf, self._arena.layout.sig_offset(self._members[root], self._ctx))
+        lay = self._arena.layout
+        return sig.read(self._arena.buf, lay.sig_offset(self._members[root], self._ctx, self._bank))
+
+    def _stacked(self, offsets: list[int], dtype: np.dtype, shape: tuple) -> np.ndarray | None:
+        """One strided view of an array at each of ``offsets`` (one per
+        member, in rank order), or None unless they are evenly spaced."""
+        stride = offsets[1] - offsets[0] if len(offsets) > 1 else 1
+        if stride <= 0 or any(b - a != stride for a, b in zip(offsets, offsets[1:])):
+            return None
+        item = np.empty(shape, dtype)
+        return np.ndarray((len(offsets), *shape), dtype, self._arena.mm, offsets[0], (stride, *item.strides))
 
     def _flat_views(self, dtype: np.dtype, count: int, offset: int = 0) -> list[np.ndarray]:
         """Per-member views of ``count`` elements at ``offset`` bytes into each slot."""
@@ -247,34 +273,25 @@ class SimComm(Communicator):
                 return self._small_allreduce(x, plan)
         x = as_input(x, self._rank, "allreduce")
         check_op(op, x.dtype, self._rank, "allreduce")
-        if x.nbytes <= min(SMALL_REDUCTION, self._slot_bytes) and not self._freed and self._order == "fold":
-            plan = self._small_plan(x, op)
-            if plan is not None:
-                return self._small_allreduce(x, plan)
+        ufunc = fold_ufunc(op, x.dtype)
+        if (ufunc is not None and x.nbytes <= min(SMALL_REDUCTION, self._slot_bytes) and not self._freed
+                and self._order == "fold"):
+            divisor = self._size if op == "mean" else None
+            plan = self._plan((_ALLREDUCE, x.dtype, x.shape, op), x, OP_CODE[op], -1, ufunc, divisor)
+            return self._small_allreduce(x, plan)
         return self._reduction(_ALLREDUCE, "allreduce", x, op, -1)
 
-    # A small allreduce of an already seen (dtype, shape, op) skips checks
-    # and lookups: the phases of _fold_everywhere, with everything precomputed.
-    def _small_plan(self, x, op):
-        ufunc = fold_ufunc(op, x.dtype)
-        if ufunc is None or len(self._plans) > 64:
-            return None
-        views = [v.reshape(x.shape) for v in self._flat_views(x.dtype, x.size)]
-        static = (_ALLREDUCE, OP_CODE[op], -1, DTYPE_CODE[x.dtype], x.ndim, *x.shape)
-        divisor = self._size if op == "mean" else None
-        plan = (static, views, ufunc, divisor, sig.packer(x.ndim).size)
-        self._plans[(_ALLREDUCE, x.dtype, x.shape, op)] = plan
-        return plan
-
     def _small_allreduce(self, x, plan):
-        static, views, ufunc, divisor, nbytes = plan
-        self._enter(static)
+        static, banks, _, nbytes, inline, ufunc, divisor = plan
+        self._enter(static, slot=not inline)
         try:
+            views = banks[self._bank]
             np.copyto(views[self._rank], x)
             self._arrive()
             self._check(nbytes)
             out = fold_new(ufunc, views, divisor)
-            self._done()
+            if not inline:
+                self._done()
             return out
         finally:
             self._end()
@@ -390,9 +407,8 @@ class SimComm(Communicator):
         if x is not None or is_root:
             x = as_input(x, self._rank, "broadcast")
         if x is not None and x.nbytes <= self._slot_bytes and not self._freed:
-            plan = self._copy_plan(_BROADCAST, x, root)
-            if plan is not None:
-                return self._small_broadcast(x, plan)
+            return self._small_broadcast(x, self._plan((_BROADCAST, x.dtype, x.shape, root), x, 0, root))
+        # A non-root passing None, or a message larger than a slot.
         nbytes = self._begin("broadcast", _BROADCAST, x, 0, root)
         try:
             me = self._rank
@@ -416,6 +432,10 @@ class SimComm(Communicator):
                         row = self._root_row(root)
                         dtype, shape = DTYPES[row[4] - 1], tuple(row[6 : 6 + row[5]])
                         out = np.empty(shape, dtype)
+                        if out.nbytes <= INLINE_BYTES:  # in the root's bank (see _plan): no done
+                            off = self._inline_off[self._bank][root]
+                            out[...] = np.ndarray(shape, dtype, self._arena.mm, off)
+                            return out
                         out_flat = out.reshape(-1)
                         n, cap = out_flat.size, self._chunk(dtype)
                     else:
@@ -437,53 +457,57 @@ class SimComm(Communicator):
                 return self._small_allgather(x, plan)
         x = as_input(x, self._rank, "allgather")
         if x.nbytes <= self._slot_bytes and not self._freed:
-            plan = self._copy_plan(_ALLGATHER, x, -1)
-            if plan is not None:
-                return self._small_allgather(x, plan)
+            return self._small_allgather(x, self._plan((_ALLGATHER, x.dtype, x.shape, -1), x, 0, -1))
         return self._gather("allgather", _ALLGATHER, x, -1)
 
-    # A broadcast or allgather that fits in a slot, of an already seen
-    # (dtype, shape, root), is one phase with everything precomputed. When
-    # the members' slots are evenly spaced (always on the world), one
-    # strided view reads them all in one copy.
-    def _copy_plan(self, kind, x, root):
-        if len(self._plans) > 64:
-            return None
-        static = (kind, 0, root, DTYPE_CODE[x.dtype], x.ndim, *x.shape)
-        views = [v.reshape(x.shape) for v in self._flat_views(x.dtype, x.size)]
-        offsets = self._slot_off
-        stride = offsets[1] - offsets[0] if self._size > 1 else self._slot_bytes
-        if stride > 0 and all(b - a == stride for a, b in zip(offsets, offsets[1:])):
-            every = np.ndarray((self._size, *x.shape), x.dtype, self._arena.mm, offsets[0],
-                               (stride, *views[0].strides))
-        else:
-            every = None
-        plan = self._plans[(kind, x.dtype, x.shape, root)] = (static, views, every, root, sig.packer(x.ndim).size)
+    # -- small one-phase calls ------------------------------------------------
+    # An allreduce (up to SMALL_REDUCTION), broadcast or allgather whose
+    # message fits in a slot is one phase; once its (dtype, shape, op or
+    # root) has been seen, its checks and lookups are skipped. A message of
+    # at most INLINE_BYTES travels in the context's banks, which need no
+    # ``done`` (see _arena); a larger one in the slots. Every rank decides
+    # where from the dtype and shape alone, so all ranks agree.
+    def _plan(self, key, x, op, root, ufunc=None, divisor=None):
+        if len(self._plans) >= 64:
+            self._plans.clear()
+        static = (key[0], op, root, DTYPE_CODE[x.dtype], x.ndim, *x.shape)
+        inline = x.nbytes <= INLINE_BYTES
+        offsets = self._inline_off if inline else [self._slot_off, self._slot_off]
+        mm = self._arena.mm
+        banks = tuple([np.ndarray(x.shape, x.dtype, mm, off) for off in offs] for offs in offsets)
+        every = tuple(self._stacked(offs, x.dtype, x.shape) for offs in offsets)
+        plan = self._plans[key] = (static, banks, every, sig.packer(x.ndim).size, inline, ufunc, divisor)
         return plan
 
     def _small_broadcast(self, x, plan):
-        static, views, _, root, nbytes = plan
-        self._enter(static)
+        static, banks, _, nbytes, inline, _, _ = plan
+        self._enter(static, slot=not inline)
         try:
+            views = banks[self._bank]
+            root = static[2]
             if self._rank == root:
                 np.copyto(views[root], x)
             self._arrive()
             self._check(nbytes)
             out = views[root].copy()
-            self._done()
+            if not inline:
+                self._done()
             return out
         finally:
             self._end()
 
     def _small_allgather(self, x, plan):
-        static, views, every, _, nbytes = plan
-        self._enter(static)
+        static, banks, every, nbytes, inline, _, _ = plan
+        self._enter(static, slot=not inline)
         try:
+            views = banks[self._bank]
             np.copyto(views[self._rank], x)
             self._arrive()
             self._check(nbytes)
-            out = every.copy() if every is not None else np.stack(views)
-            self._done()
+            stacked = every[self._bank]
+            out = stacked.copy() if stacked is not None else np.stack(views)
+            if not inline:
+                self._done()
             return out
         finally:
             self._end()
@@ -601,11 +625,12 @@ class SimComm(Communicator):
             self._done()
 
     def barrier(self):
-        nbytes = self._begin("barrier", _BARRIER, None)
+        if self._freed:
+            raise SimdistError(f"rank {self._rank}: barrier on a communicator that was freed")
+        self._enter(_BARRIER_CALL, slot=False)
         try:
             self._arrive()
-            self._check(nbytes)
-            self._done()
+            self._check(self._sig_bytes[self._bank])
         finally:
             self._end()
 
@@ -703,6 +728,9 @@ class SimComm(Communicator):
             self._arrive()
             self._check(nbytes)
             self._done()
+            # No member may still read this context when another communicator
+            # starts on it: its banks alternate by that communicator's epochs.
+            self._release()
         finally:
             self._end()
         self._freed = True
