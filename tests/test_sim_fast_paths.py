@@ -10,6 +10,7 @@ import pytest
 
 import simdist
 from reference import left_fold, on_rank, values
+from simdist._reduction import fold_rows, fold_ufunc, fold_with, ops_for
 
 # Sub-communicators of a 4-rank world, as world ranks in sub-rank order:
 # slots evenly spaced (0, 2), unevenly ([1, 2, 0]), descending ([3, 1]).
@@ -135,3 +136,40 @@ def test_contexts_reused_after_free_by_other_members_carry_the_right_values(worl
                 values = [m * 10 + i for m in order]
                 want.append(([sum(values)] * 3, values, [values[i % len(order)]] * 3))
         assert got == want, f"rank {rank}"
+
+
+# -- many ranks: the fold of small messages in one numpy call ----------------
+DTYPES = ("bool", "int8", "uint16", "int64", "float16", "float32", "float64", "complex64", "complex128")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fold_rows_gives_the_bits_of_the_fold(dtype):
+    for op in ops_for(np.dtype(dtype)):
+        ufunc = fold_ufunc(op, np.dtype(dtype))
+        if ufunc is None:
+            continue
+        for n in (1, 2, 6, 9, 17):
+            for shape in ((), (1,), (7,), (3, 5)):
+                xs = [values(dtype, shape, 70, r) for r in range(n)]
+                divisor = n if op == "mean" else None
+                want = fold_with(ufunc, xs, np.empty(shape, dtype), divisor)
+                got = fold_rows(ufunc, np.stack(xs), divisor)
+                assert got.dtype == want.dtype and got.shape == want.shape, (op, n, shape)
+                assert got.tobytes() == want.tobytes(), (op, n, shape)
+
+
+@on_rank
+def _every_op_small(comm, dtype, shape):
+    return [comm.allreduce(values(dtype, shape, 71, comm.rank), op) for op in ops_for(np.dtype(dtype))]
+
+
+@pytest.mark.parametrize("dtype", ["int16", "float32", "complex128", "bool"])
+def test_small_allreduce_on_seven_ranks_equals_the_left_fold(dtype):
+    """Seven ranks take the one-call fold for small messages."""
+    with simdist.World(7, timeout=60) as world:
+        for shape in ((), (5,), (2, 3)):
+            results = world.run(_every_op_small, dtype, shape)
+            xs = [values(dtype, shape, 71, r) for r in range(7)]
+            for got in results:
+                for op, total in zip(ops_for(np.dtype(dtype)), got):
+                    assert total.tobytes() == left_fold(op, xs).tobytes(), (op, shape)

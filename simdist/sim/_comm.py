@@ -22,7 +22,7 @@ from .._checks import DTYPE_CODE, DTYPES, OP_CODE, as_input, check_blocks, check
 from .._communicator import Communicator
 from .._errors import InvalidValue, SimdistError
 from .._orders import in_order
-from .._reduction import fold, fold_new, fold_ufunc
+from .._reduction import fold, fold_new, fold_rows, fold_ufunc
 from . import _signature as sig
 from ._arena import CALL, INLINE_BYTES, S_BANK, S_CTX, S_PROGRESS, S_SLEEPING, S_STATE, USER
 from ._arena import _acquire as _fence_in, _release as _fence_out  # fence(), spelled out
@@ -31,6 +31,8 @@ from ._report import comm_name
 
 #: Reductions of at most this many bytes are folded by every rank on its own.
 SMALL_REDUCTION = 64 << 10
+#: From this many ranks on, a small fold is one numpy call (fold_rows).
+FOLD_ROWS_FROM = 6
 
 _K = sig.KIND_CODE
 _ALLREDUCE, _REDUCE, _BROADCAST = _K["allreduce"], _K["reduce"], _K["broadcast"]
@@ -282,14 +284,18 @@ class SimComm(Communicator):
         return self._reduction(_ALLREDUCE, "allreduce", x, op, -1)
 
     def _small_allreduce(self, x, plan):
-        static, banks, _, nbytes, inline, ufunc, divisor = plan
+        static, banks, every, nbytes, inline, ufunc, divisor = plan
         self._enter(static, slot=not inline)
         try:
             views = banks[self._bank]
             np.copyto(views[self._rank], x)
             self._arrive()
             self._check(nbytes)
-            out = fold_new(ufunc, views, divisor)
+            rows = every[self._bank]
+            if rows is not None and self._size >= FOLD_ROWS_FROM and inline:
+                out = fold_rows(ufunc, rows, divisor)
+            else:
+                out = fold_new(ufunc, views, divisor)
             if not inline:
                 self._done()
             return out
