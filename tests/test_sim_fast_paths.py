@@ -1,5 +1,5 @@
 """The simulator's one-phase paths for small calls seen before (allreduce,
-broadcast, allgather): they must give what the general path gives, on the
+broadcast, allgather, reduce_scatter, alltoall): they must give what the general path gives, on the
 world and on sub-communicators whose slots are evenly spaced, unevenly
 spaced or in descending order, and still detect mismatched calls."""
 
@@ -44,12 +44,15 @@ def _repeat_small_calls(comm, group, shape, dtype):
         gathered = sub.allgather(x)
         root = i % sub.size
         sent = sub.broadcast(x if sub.rank == root or i % 2 else None, root=root)
-        for result in (summed, gathered, sent):
+        blocks = np.stack([values(dtype, shape, 80 + i * 10 + j, comm.rank) for j in range(sub.size)])
+        scattered = sub.reduce_scatter(blocks)
+        exchanged = sub.alltoall(blocks)
+        results = (summed, gathered, sent, scattered, exchanged)
+        for result in results:
             assert result.flags.owndata and result.flags.c_contiguous
-        out.append((summed.copy(), gathered.copy(), sent.copy()))
-        summed[...] = 0  # a caller's change to a result must not reach a later call
-        gathered[...] = 0
-        sent[...] = 0
+        out.append(tuple(r.copy() for r in results))
+        for result in results:
+            result[...] = 0  # a caller's change to a result must not reach a later call
     return out
 
 
@@ -59,27 +62,34 @@ def test_repeated_small_calls_match_the_reference_on_every_layout(world4, group,
     results = world4.run(_repeat_small_calls, group, shape, dtype)
     members = GROUPS[group]
     for sub_rank, world_rank in enumerate(members):
-        for i, (summed, gathered, sent) in enumerate(results[world_rank]):
+        for i, (summed, gathered, sent, scattered, exchanged) in enumerate(results[world_rank]):
             xs = [values(dtype, shape, 60 + i, m) for m in members]
             where = f"{group} sub-rank {sub_rank}, call {i}"
             assert summed.tobytes() == left_fold("sum", xs).tobytes(), where
             assert gathered.shape == (len(members), *shape) and gathered.tobytes() == np.stack(xs).tobytes(), where
             assert sent.shape == shape and sent.tobytes() == xs[i % len(members)].tobytes(), where
+            # block j of member m is values(..., 80 + 10 i + j, m)
+            mine = [values(dtype, shape, 80 + i * 10 + sub_rank, m) for m in members]
+            assert scattered.shape == shape and scattered.tobytes() == left_fold("sum", mine).tobytes(), where
+            assert exchanged.shape == (len(members), *shape) and exchanged.tobytes() == np.stack(mine).tobytes(), where
 
 
 def _mismatch_after_plans(comm, kind):
     x = np.ones(4, np.float32)
-    call = {"allreduce": comm.allreduce, "allgather": comm.allgather, "broadcast": comm.broadcast}[kind]
+    if kind in ("reduce_scatter", "alltoall"):
+        x = np.ones((comm.size, 4), np.float32)
+    call = getattr(comm, kind)
     for _ in range(REPEATS):
         call(x)
-    call(x if comm.rank != 2 else np.ones(5, np.float32))
+    call(x if comm.rank != 2 else np.ones((*x.shape[:-1], 5), np.float32))
 
 
-@pytest.mark.parametrize("kind", ["allreduce", "allgather", "broadcast"])
+@pytest.mark.parametrize("kind", ["allreduce", "allgather", "broadcast", "reduce_scatter", "alltoall"])
 def test_a_mismatch_after_the_plan_is_built_raises_on_every_rank(world4, kind):
     with pytest.raises(simdist.CollectiveMismatch) as info:
         world4.run(_mismatch_after_plans, kind)
-    assert "rank 2" in str(info.value) and "(5,)" in str(info.value)
+    wrong = "(4, 5)" if kind in ("reduce_scatter", "alltoall") else "(5,)"
+    assert "rank 2" in str(info.value) and f"float32 {wrong}" in str(info.value)
 
 
 def _use_after_free(comm):
@@ -160,16 +170,20 @@ def test_fold_rows_gives_the_bits_of_the_fold(dtype):
 
 @on_rank
 def _every_op_small(comm, dtype, shape):
-    return [comm.allreduce(values(dtype, shape, 71, comm.rank), op) for op in ops_for(np.dtype(dtype))]
+    blocks = np.stack([values(dtype, shape, 72 + j, comm.rank) for j in range(comm.size)])
+    return [(comm.allreduce(values(dtype, shape, 71, comm.rank), op), comm.reduce_scatter(blocks, op))
+            for op in ops_for(np.dtype(dtype))]
 
 
 @pytest.mark.parametrize("dtype", ["int16", "float32", "complex128", "bool"])
-def test_small_allreduce_on_seven_ranks_equals_the_left_fold(dtype):
+def test_small_allreduce_and_reduce_scatter_on_seven_ranks_equal_the_left_fold(dtype):
     """Seven ranks take the one-call fold for small messages."""
     with simdist.World(7, timeout=60) as world:
         for shape in ((), (5,), (2, 3)):
             results = world.run(_every_op_small, dtype, shape)
             xs = [values(dtype, shape, 71, r) for r in range(7)]
-            for got in results:
-                for op, total in zip(ops_for(np.dtype(dtype)), got):
+            for rank, got in enumerate(results):
+                mine = [values(dtype, shape, 72 + rank, r) for r in range(7)]
+                for op, (total, scattered) in zip(ops_for(np.dtype(dtype)), got):
                     assert total.tobytes() == left_fold(op, xs).tobytes(), (op, shape)
+                    assert scattered.tobytes() == left_fold(op, mine).tobytes(), (op, shape, rank)

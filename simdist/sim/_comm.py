@@ -384,9 +384,18 @@ class SimComm(Communicator):
             self._done()
 
     def reduce_scatter(self, x, op="sum"):
+        if type(x) is np.ndarray and type(op) is str:
+            plan = self._plans.get((_REDUCE_SCATTER, x.dtype, x.shape, op))
+            if plan is not None:
+                return self._small_reduce_scatter(x, plan)
         x = as_input(x, self._rank, "reduce_scatter")
         check_blocks(x, self._size, self._rank, "reduce_scatter")
         check_op(op, x.dtype, self._rank, "reduce_scatter")
+        ufunc = fold_ufunc(op, x.dtype)
+        if ufunc is not None and x.nbytes <= INLINE_BYTES and not self._freed and self._order == "fold":
+            divisor = self._size if op == "mean" else None
+            plan = self._plan((_REDUCE_SCATTER, x.dtype, x.shape, op), x, OP_CODE[op], -1, ufunc, divisor)
+            return self._small_reduce_scatter(x, plan)
         nbytes = self._begin("reduce_scatter", _REDUCE_SCATTER, x, OP_CODE[op])
         try:
             me, size = self._rank, self._size
@@ -468,8 +477,9 @@ class SimComm(Communicator):
 
     # -- small one-phase calls ------------------------------------------------
     # An allreduce (up to SMALL_REDUCTION), broadcast or allgather whose
-    # message fits in a slot is one phase; once its (dtype, shape, op or
-    # root) has been seen, its checks and lookups are skipped. A message of
+    # message fits in a slot, and a reduce_scatter or alltoall that fits in a
+    # bank, is one phase; once its (dtype, shape, op or root) has been seen,
+    # its checks and lookups are skipped. A message of
     # at most INLINE_BYTES travels in the context's banks, which need no
     # ``done`` (see _arena); a larger one in the slots. Every rank decides
     # where from the dtype and shape alone, so all ranks agree.
@@ -515,6 +525,36 @@ class SimComm(Communicator):
             if not inline:
                 self._done()
             return out
+        finally:
+            self._end()
+
+    # reduce_scatter and alltoall take this path only for payloads that fit
+    # in the banks: rank r reads block r of every member's bank.
+    def _small_reduce_scatter(self, x, plan):
+        static, banks, every, nbytes, _, ufunc, divisor = plan
+        self._enter(static, slot=False)
+        try:
+            views, me = banks[self._bank], self._rank
+            np.copyto(views[me], x)
+            self._arrive()
+            self._check(nbytes)
+            rows = every[self._bank]
+            if rows is not None and self._size >= FOLD_ROWS_FROM:
+                return fold_rows(ufunc, rows[:, me], divisor)
+            return fold_new(ufunc, [v[me, ...] for v in views], divisor)
+        finally:
+            self._end()
+
+    def _small_alltoall(self, x, plan):
+        static, banks, every, nbytes, *_ = plan
+        self._enter(static, slot=False)
+        try:
+            views, me = banks[self._bank], self._rank
+            np.copyto(views[me], x)
+            self._arrive()
+            self._check(nbytes)
+            rows = every[self._bank]
+            return rows[:, me].copy() if rows is not None else np.stack([v[me] for v in views])
         finally:
             self._end()
 
@@ -591,8 +631,14 @@ class SimComm(Communicator):
             self._end()
 
     def alltoall(self, x):
+        if type(x) is np.ndarray:
+            plan = self._plans.get((_ALLTOALL, x.dtype, x.shape, -1))
+            if plan is not None:
+                return self._small_alltoall(x, plan)
         x = as_input(x, self._rank, "alltoall")
         check_blocks(x, self._size, self._rank, "alltoall")
+        if x.nbytes <= INLINE_BYTES and not self._freed:
+            return self._small_alltoall(x, self._plan((_ALLTOALL, x.dtype, x.shape, -1), x, 0, -1))
         nbytes = self._begin("alltoall", _ALLTOALL, x)
         try:
             me, size = self._rank, self._size
