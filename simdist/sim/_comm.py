@@ -530,15 +530,27 @@ class SimComm(Communicator):
 
     # reduce_scatter and alltoall take this path only for payloads that fit
     # in the banks: rank r reads block r of every member's bank.
-    def _small_reduce_scatter(self, x, plan):
-        static, banks, every, nbytes, _, ufunc, divisor = plan
+    def _bank_exchange(self, x, plan):
+        """Enter, publish ``x`` in this rank's bank, arrive and compare
+        signatures; return the members' views and their stacked view (or
+        None). The caller reads, then calls ``_end``."""
+        static, banks, every, nbytes = plan[:4]
         self._enter(static, slot=False)
         try:
-            views, me = banks[self._bank], self._rank
-            np.copyto(views[me], x)
+            views = banks[self._bank]
+            np.copyto(views[self._rank], x)
             self._arrive()
             self._check(nbytes)
-            rows = every[self._bank]
+        except BaseException:
+            self._end()
+            raise
+        return views, every[self._bank]
+
+    def _small_reduce_scatter(self, x, plan):
+        ufunc, divisor = plan[5:]
+        views, rows = self._bank_exchange(x, plan)
+        try:
+            me = self._rank
             if rows is not None and self._size >= FOLD_ROWS_FROM:
                 return fold_rows(ufunc, rows[:, me], divisor)
             return fold_new(ufunc, [v[me, ...] for v in views], divisor)
@@ -546,14 +558,9 @@ class SimComm(Communicator):
             self._end()
 
     def _small_alltoall(self, x, plan):
-        static, banks, every, nbytes, *_ = plan
-        self._enter(static, slot=False)
+        views, rows = self._bank_exchange(x, plan)
         try:
-            views, me = banks[self._bank], self._rank
-            np.copyto(views[me], x)
-            self._arrive()
-            self._check(nbytes)
-            rows = every[self._bank]
+            me = self._rank
             return rows[:, me].copy() if rows is not None else np.stack([v[me] for v in views])
         finally:
             self._end()
