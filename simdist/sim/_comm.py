@@ -129,16 +129,17 @@ class SimComm(Communicator):
     # -- phases ---------------------------------------------------------------
     # The hot path of every call: small calls spend most of their time here,
     # so the phase steps are written out rather than layered.
-    def _begin(self, name: str, kind: int, x, op: int = 0, root: int = -1) -> int:
-        """Enter a call that uses the slots (see ``_enter``). Returns the
-        signature's length in bytes."""
+    def _begin(self, name: str, kind: int, x, op: int = 0, root: int = -1, slot: bool = True) -> int:
+        """Enter a call that reads the slots, and writes this rank's unless
+        ``slot`` is False (see ``_enter``). Returns the signature's length
+        in bytes."""
         if self._freed:
             raise SimdistError(f"rank {self._rank}: {name} on a communicator that was freed")
         if x is None:
             static = (kind, op, root, 0, -1)
         else:
             static = (kind, op, root, DTYPE_CODE[x.dtype], x.ndim, *x.shape)
-        self._enter(static)
+        self._enter(static, slot)
         return self._sig_bytes[self._bank]
 
     def _enter(self, static: tuple, slot: bool = True) -> None:
@@ -423,8 +424,9 @@ class SimComm(Communicator):
             x = as_input(x, self._rank, "broadcast")
         if x is not None and x.nbytes <= self._slot_bytes and not self._freed:
             return self._small_broadcast(x, self._plan((_BROADCAST, x.dtype, x.shape, root), x, 0, root))
-        # A non-root passing None, or a message larger than a slot.
-        nbytes = self._begin("broadcast", _BROADCAST, x, 0, root)
+        # A non-root passing None, or a message larger than a slot. Only the
+        # root writes its slot.
+        nbytes = self._begin("broadcast", _BROADCAST, x, 0, root, slot=is_root)
         try:
             me = self._rank
             if is_root:
@@ -605,7 +607,7 @@ class SimComm(Communicator):
             x = as_input(x, self._rank, "scatter")
             if is_root:
                 check_blocks(x, self._size, self._rank, "scatter")
-        nbytes = self._begin("scatter", _SCATTER, x, 0, root)
+        nbytes = self._begin("scatter", _SCATTER, x, 0, root, slot=is_root)  # only the root writes
         try:
             me, size = self._rank, self._size
             blocks = np.ascontiguousarray(x).reshape(size, -1) if is_root else None
