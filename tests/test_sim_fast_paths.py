@@ -187,3 +187,28 @@ def test_small_allreduce_and_reduce_scatter_on_seven_ranks_equal_the_left_fold(d
                 for op, (total, scattered) in zip(ops_for(np.dtype(dtype)), got):
                     assert total.tobytes() == left_fold(op, xs).tobytes(), (op, shape)
                     assert scattered.tobytes() == left_fold(op, mine).tobytes(), (op, shape, rank)
+
+
+def _around_the_bank(comm, inner):
+    """Every one-phase call with messages just inside and just outside a bank."""
+    out = []
+    for i in range(REPEATS):
+        x = values("float32", (inner * comm.size,), 90 + i, comm.rank)
+        blocks = x.reshape(comm.size, inner)
+        out.append((comm.allreduce(x), comm.allgather(x), comm.broadcast(x if comm.rank == 1 else None, root=1),
+                    comm.reduce_scatter(blocks), comm.alltoall(blocks)))
+    return out
+
+
+@pytest.mark.parametrize("inner", [220, 221])  # 4 x 220 float32 = 3520 bytes: a bank's payload up to 16 ranks
+def test_messages_at_the_edge_of_a_bank_match_the_reference(world4, inner):
+    results = world4.run(_around_the_bank, inner)
+    for rank, got in enumerate(results):
+        for i, (summed, gathered, sent, scattered, exchanged) in enumerate(got):
+            xs = [values("float32", (inner * 4,), 90 + i, r) for r in range(4)]
+            blocks = [x.reshape(4, inner) for x in xs]
+            assert summed.tobytes() == left_fold("sum", xs).tobytes()
+            assert gathered.tobytes() == np.stack(xs).tobytes()
+            assert sent.tobytes() == xs[1].tobytes()
+            assert scattered.tobytes() == left_fold("sum", [b[rank] for b in blocks]).tobytes()
+            assert exchanged.tobytes() == np.stack([b[rank] for b in blocks]).tobytes()

@@ -15,10 +15,11 @@ Layout (all offsets in bytes, every region 64-byte aligned)::
     header    4096            magic, size, abort word
     status    size x 128      per world rank: state, progress, current call,
                               sleeping flag, futex word (bell), p2p call info
-    contexts  size x C x 2112 per world rank and communicator context:
+    contexts  size x C x E    per world rank and communicator context:
                               arrive epoch, done epoch (one line), then two
-                              banks of 1024: call signature (576) and the
-                              payload of a small one-phase call (448)
+                              banks: call signature (576) and the payload of
+                              a small one-phase call (3520 up to 16 ranks,
+                              448 beyond); E = 64 + 2 x bank
     p2p index size x size x 64  per ordered pair: head (sender), tail (receiver)
     p2p rings size x size x R   per ordered pair: a byte ring of messages
     slots     size x SLOT     per world rank: its collective buffer
@@ -100,9 +101,6 @@ LINE = 64
 HEADER = 4096
 STATUS = 128
 SIG_BYTES = 576  # kind, seq, op, root, dtype, ndim and up to 66 dimensions
-INLINE_BYTES = 448  # the payload a one-phase call carries in its bank
-BANK = SIG_BYTES + INLINE_BYTES
-ENTRY = LINE + 2 * BANK  # the arrive/done line, then two banks
 
 # header words (int64 index)
 H_MAGIC, H_SIZE, H_ABORT = 0, 1, 2
@@ -168,9 +166,15 @@ class Layout:
             ring_bytes = max(8 << 10, min(1 << 20, (64 << 20) // (size * size)))
         self.slot_bytes = _align(slot_bytes, 4096)
         self.ring_bytes = _align(ring_bytes, 4096)
+        # The payload a one-phase call carries in a bank: 3520 bytes up to 16
+        # ranks (a 4 KiB bank), 448 beyond (1 KiB), so that the contexts of
+        # 256 ranks take 37 MiB, not 130.
+        self.inline_bytes = 3520 if size <= 16 else 448
+        self.bank = SIG_BYTES + self.inline_bytes
+        self.entry = LINE + 2 * self.bank  # the arrive/done line, then two banks
         self.status = HEADER
         self.ctx = _align(self.status + size * STATUS, 4096)
-        self.p2p_index = _align(self.ctx + size * contexts * ENTRY, 4096)
+        self.p2p_index = _align(self.ctx + size * contexts * self.entry, 4096)
         self.rings = _align(self.p2p_index + size * size * LINE, 4096)
         self.slots = _align(self.rings + size * size * self.ring_bytes, 4096)
         self.total = self.slots + size * self.slot_bytes
@@ -180,10 +184,10 @@ class Layout:
         return (self.status + rank * STATUS) // 8 + word
 
     def arrive_word(self, rank: int, ctx: int) -> int:
-        return (self.ctx + (rank * self.contexts + ctx) * ENTRY) // 8
+        return (self.ctx + (rank * self.contexts + ctx) * self.entry) // 8
 
     def sig_offset(self, rank: int, ctx: int, bank: int) -> int:
-        return self.ctx + (rank * self.contexts + ctx) * ENTRY + LINE + bank * BANK
+        return self.ctx + (rank * self.contexts + ctx) * self.entry + LINE + bank * self.bank
 
     def inline_offset(self, rank: int, ctx: int, bank: int) -> int:
         return self.sig_offset(rank, ctx, bank) + SIG_BYTES
@@ -293,7 +297,7 @@ class Arena:
     def arrive_epochs(self, rank: int) -> np.ndarray:
         """``rank``'s arrive epoch in every context (a view)."""
         lay = self.layout
-        entries = self.array(lay.arrive_word(rank, 0) * 8, np.int64, (lay.contexts, ENTRY // 8))
+        entries = self.array(lay.arrive_word(rank, 0) * 8, np.int64, (lay.contexts, lay.entry // 8))
         return entries[:, 0]
 
     # -- publishing and waking ------------------------------------------------

@@ -24,7 +24,7 @@ from .._errors import InvalidValue, SimdistError
 from .._orders import in_order
 from .._reduction import fold, fold_new, fold_rows, fold_ufunc
 from . import _signature as sig
-from ._arena import CALL, INLINE_BYTES, S_BANK, S_CTX, S_PROGRESS, S_SLEEPING, S_STATE, USER
+from ._arena import CALL, S_BANK, S_CTX, S_PROGRESS, S_SLEEPING, S_STATE, USER
 from ._arena import _acquire as _fence_in, _release as _fence_out  # fence(), spelled out
 from ._p2p import Mailboxes
 from ._report import comm_name
@@ -109,6 +109,7 @@ class SimComm(Communicator):
         self._state = lay.status_word(me, S_STATE)
         self._ctx_word = lay.status_word(me, S_CTX)
         self._bank_word = lay.status_word(me, S_BANK)
+        self._inline_bytes = lay.inline_bytes
         self._progress = lay.status_word(me, S_PROGRESS)
         self._views: dict = {}
         self._plans: dict = {}
@@ -393,7 +394,7 @@ class SimComm(Communicator):
         check_blocks(x, self._size, self._rank, "reduce_scatter")
         check_op(op, x.dtype, self._rank, "reduce_scatter")
         ufunc = fold_ufunc(op, x.dtype)
-        if ufunc is not None and x.nbytes <= INLINE_BYTES and not self._freed and self._order == "fold":
+        if ufunc is not None and x.nbytes <= self._inline_bytes and not self._freed and self._order == "fold":
             divisor = self._size if op == "mean" else None
             plan = self._plan((_REDUCE_SCATTER, x.dtype, x.shape, op), x, OP_CODE[op], -1, ufunc, divisor)
             return self._small_reduce_scatter(x, plan)
@@ -449,7 +450,7 @@ class SimComm(Communicator):
                         row = self._root_row(root)
                         dtype, shape = DTYPES[row[4] - 1], tuple(row[6 : 6 + row[5]])
                         out = np.empty(shape, dtype)
-                        if out.nbytes <= INLINE_BYTES:  # in the root's bank (see _plan): no done
+                        if out.nbytes <= self._inline_bytes:  # in the root's bank (see _plan): no done
                             off = self._inline_off[self._bank][root]
                             out[...] = np.ndarray(shape, dtype, self._arena.mm, off)
                             return out
@@ -481,15 +482,15 @@ class SimComm(Communicator):
     # An allreduce (up to SMALL_REDUCTION), broadcast or allgather whose
     # message fits in a slot, and a reduce_scatter or alltoall that fits in a
     # bank, is one phase; once its (dtype, shape, op or root) has been seen,
-    # its checks and lookups are skipped. A message of
-    # at most INLINE_BYTES travels in the context's banks, which need no
-    # ``done`` (see _arena); a larger one in the slots. Every rank decides
-    # where from the dtype and shape alone, so all ranks agree.
+    # its checks and lookups are skipped. A message of at most the layout's
+    # inline_bytes travels in the context's banks, which need no ``done``
+    # (see _arena); a larger one in the slots. Every rank decides where from
+    # the dtype and shape alone, so all ranks agree.
     def _plan(self, key, x, op, root, ufunc=None, divisor=None):
         if len(self._plans) >= 64:
             self._plans.clear()
         static = (key[0], op, root, DTYPE_CODE[x.dtype], x.ndim, *x.shape)
-        inline = x.nbytes <= INLINE_BYTES
+        inline = x.nbytes <= self._inline_bytes
         offsets = self._inline_off if inline else [self._slot_off, self._slot_off]
         mm = self._arena.mm
         banks = tuple([np.ndarray(x.shape, x.dtype, mm, off) for off in offs] for offs in offsets)
@@ -646,7 +647,7 @@ class SimComm(Communicator):
                 return self._small_alltoall(x, plan)
         x = as_input(x, self._rank, "alltoall")
         check_blocks(x, self._size, self._rank, "alltoall")
-        if x.nbytes <= INLINE_BYTES and not self._freed:
+        if x.nbytes <= self._inline_bytes and not self._freed:
             return self._small_alltoall(x, self._plan((_ALLTOALL, x.dtype, x.shape, -1), x, 0, -1))
         nbytes = self._begin("alltoall", _ALLTOALL, x)
         try:
