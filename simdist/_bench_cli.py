@@ -221,6 +221,20 @@ def mpi_env() -> dict:
     return env
 
 
+def run_mpiexec(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd)`` with :func:`mpi_env` and a session directory
+    of its own as TMPDIR, removed afterwards (see ``session_tmpdir``)."""
+    import shutil
+
+    from .mpi._driver import session_tmpdir
+
+    tmpdir = session_tmpdir()
+    try:
+        return subprocess.run(cmd, env=dict(mpi_env(), TMPDIR=tmpdir), **kwargs)
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
 def mpi_body(comm, MPI, collective: str, count: int, dtype: str, warmup: int, iters: int) -> tuple[float, int]:
     """One rank's measurement with mpi4py's buffer API: (mean µs, wrong)."""
     n, rank = comm.Get_size(), comm.Get_rank()
@@ -335,7 +349,7 @@ def mpi_sweep(n: int, opts: dict, say) -> list[dict]:
         spec = {k: opts[k] for k in ("collectives", "sizes", "dtype", "warmup", "iters", "large_warmup", "large_iters")}
         spec["out"] = os.path.join(tmp, "out.json")
         cmd += [sys.executable, "-m", "simdist._bench_cli", "--mpi-worker", json.dumps(spec)]
-        proc = subprocess.run(cmd, env=mpi_env(), capture_output=True, text=True, timeout=opts["mpi_timeout"])
+        proc = run_mpiexec(cmd, capture_output=True, text=True, timeout=opts["mpi_timeout"])
         if proc.returncode != 0 or not os.path.exists(spec["out"]):
             raise RuntimeError(f"{' '.join(cmd[:6])} ... failed ({proc.returncode}): {proc.stderr[-2000:]}")
         with open(spec["out"]) as fh:

@@ -43,7 +43,7 @@ import numpy as np
 
 from . import World
 from ._bench_cli import (
-    DEFAULT_COLLECTIVES, columns, human_bytes, layout, mpi_env, mpiexec_command, parse_bytes, sim_body,
+    DEFAULT_COLLECTIVES, columns, human_bytes, layout, mpiexec_command, parse_bytes, run_mpiexec, sim_body,
 )
 
 __all__ = ["add_arguments", "options", "measure", "add_to", "verdicts", "format_targets"]
@@ -178,7 +178,7 @@ def mpiexec_startup(n: int, repeats: int, opts: dict) -> dict:
     seconds = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        subprocess.run(cmd, env=mpi_env(), check=True, capture_output=True, timeout=opts["mpi_timeout"])
+        run_mpiexec(cmd, check=True, capture_output=True, timeout=opts["mpi_timeout"])
         seconds.append(time.perf_counter() - t0)
     return {"mpi_s": statistics.median(seconds), "mpi_all_s": seconds, "mpi_command": " ".join(cmd)}
 

@@ -44,6 +44,7 @@ import os
 import pathlib
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -52,6 +53,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from conftest import descendants, dev_shm, mpiexec_or_skip
+from simdist.mpi._driver import session_tmpdir
 
 pytestmark = pytest.mark.slow  # about 40 mpiexec jobs of 1-3 s each
 
@@ -179,6 +181,7 @@ def run_both(size: int, mpiexec_target: list[str], simdist_target: list[str], cw
     """Run under mpiexec and under simdist run, side by side (what the programs
     print does not depend on timing, and this overlaps mpiexec's start-up)."""
     command, env = mpiexec_command(size, mpiexec_target)
+    env["TMPDIR"] = tmpdir = session_tmpdir()  # no stale session files of a killed job in the way
     shm_before = dev_shm()
     procs = [start(command, env=env, cwd=cwd)]
     try:
@@ -189,6 +192,8 @@ def run_both(size: int, mpiexec_target: list[str], simdist_target: list[str], cw
             kill(proc)
         remove_orphaned_segments(dev_shm() - shm_before)
         raise
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
 
 
 def remove_orphaned_segments(names: set[str]) -> None:

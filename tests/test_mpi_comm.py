@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -592,7 +593,10 @@ def _launch(n: int, out_dir) -> tuple[dict[int, dict], str]:
         version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=60)
         _IS_OPEN_MPI.append("Open MPI" in version.stdout + version.stderr)
     extra = ["--oversubscribe"] if _IS_OPEN_MPI[0] else []  # more ranks than cores
-    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    from simdist.mpi._driver import session_tmpdir
+
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "TMPDIR": session_tmpdir()}  # no stale session files of a killed job in the way
     cmd = [mpiexec, *extra, "-n", str(n), sys.executable, "-m", "mpi4py", os.path.abspath(__file__), str(out_dir)]
     with open(os.path.join(out_dir, "output.txt"), "w+") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
@@ -602,6 +606,8 @@ def _launch(n: int, out_dir) -> tuple[dict[int, dict], str]:
         except BaseException:
             _stop(proc)
             raise
+        finally:
+            shutil.rmtree(env["TMPDIR"], ignore_errors=True)
         log.seek(0)
         output = f"$ {' '.join(cmd)}\n(exit status {proc.returncode})\n{log.read()}"
     reports = {}

@@ -9,10 +9,12 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -195,18 +197,27 @@ STUCK_DRIVER = textwrap.dedent("""
 """)
 
 
-def start_stuck_driver(tmp_path):
+@pytest.fixture
+def driver_tmpdir():
+    """The stuck driver's TMPDIR: a killed driver cannot remove its MPI job's
+    session directory, so the test removes the directory that holds it."""
+    path = tempfile.mkdtemp(prefix="simdist-test-")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def start_stuck_driver(tmp_path, tmpdir):
     """The STUCK_DRIVER process (with Ctrl-C's default action) and its pids."""
     script = tmp_path / "driver.py"
     script.write_text(STUCK_DRIVER)
     restore_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
     driver = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, cwd=tmp_path,
-                              preexec_fn=restore_sigint)
+                              env=dict(os.environ, TMPDIR=tmpdir), preexec_fn=restore_sigint)
     return driver, [int(p) for p in driver.stdout.readline().split()]
 
 
-def test_mpi_ranks_and_mpiexec_die_with_a_killed_driver(tmp_path):
-    driver, pids = start_stuck_driver(tmp_path)
+def test_mpi_ranks_and_mpiexec_die_with_a_killed_driver(tmp_path, driver_tmpdir):
+    driver, pids = start_stuck_driver(tmp_path, driver_tmpdir)
     try:
         assert len(pids) == 3 and all(alive(p) for p in pids)
         time.sleep(0.5)
@@ -222,8 +233,8 @@ def test_mpi_ranks_and_mpiexec_die_with_a_killed_driver(tmp_path):
             driver.wait()
 
 
-def test_ctrl_c_in_the_driver_leaves_no_mpi_process(tmp_path):
-    driver, pids = start_stuck_driver(tmp_path)
+def test_ctrl_c_in_the_driver_leaves_no_mpi_process(tmp_path, driver_tmpdir):
+    driver, pids = start_stuck_driver(tmp_path, driver_tmpdir)
     try:
         time.sleep(0.5)
         driver.send_signal(signal.SIGINT)
@@ -293,3 +304,56 @@ def test_simulator_in_a_named_order_equals_open_mpi_pinned_to_that_algorithm(mon
     canonical = simdist.run(program, 5)
     assert all(a.tobytes() == in_order[0].tobytes() for a in on_mpi + in_order)
     assert canonical[0].tobytes() != in_order[0].tobytes()
+
+
+def _stale_session_dir(mpiexec: str, where: str) -> str:
+    """The session directory a killed Open MPI launcher leaves behind: start
+    a job with TMPDIR=``where``, SIGKILL it, return what it left."""
+    env = dict(os.environ, TMPDIR=where, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    job = subprocess.Popen([mpiexec, "-n", "1", sys.executable, "-c", "import time; time.sleep(60)"], env=env,
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not any(name.startswith("ompi.") for name in os.listdir(where)):
+            assert time.monotonic() < deadline, "the launcher made no session directory"
+            time.sleep(0.05)
+        time.sleep(1.0)  # let it write its files
+    finally:
+        tree = descendants(job.pid)
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+        wait_gone(tree, within=10)
+    return os.path.join(where, next(n for n in os.listdir(where) if n.startswith("ompi.")))
+
+
+def test_stale_session_directories_of_killed_jobs_do_not_stop_a_world():
+    """A launcher killed with SIGKILL leaves $TMPDIR/ompi.<its pid>; a later
+    launcher that gets the same pid fails ("The PMIx server's listener thread
+    failed to start", exit 213) unless its session files live elsewhere. Plant
+    such a directory under the next few hundred pids in the default temporary
+    directory: the world's job, with a session directory of its own, starts."""
+    mpiexec = mpiexec_or_skip()
+    if simdist.mpi._driver.flavor(mpiexec) != "openmpi":
+        pytest.skip("the session directories are Open MPI's")
+    own = tempfile.mkdtemp(prefix="simdist-test-")
+    planted = []
+    try:
+        template = _stale_session_dir(mpiexec, own)
+        old_pid = template.rsplit(".", 1)[1]
+        base = os.getpid()
+        for pid in range(base + 1, base + 600):
+            target = os.path.join(tempfile.gettempdir(), f"ompi.{pid}")
+            if os.path.exists(target):
+                continue
+            shutil.copytree(template, target, symlinks=True)
+            planted.append(target)
+            for name in os.listdir(target):
+                if old_pid in name:
+                    os.rename(os.path.join(target, name), os.path.join(target, name.replace(old_pid, str(pid))))
+        with simdist.World(2, backend="mpi", timeout=TIMEOUT) as world:
+            assert world.run(lambda comm: comm.rank) == [0, 1]
+    finally:
+        for path in planted:
+            shutil.rmtree(path, ignore_errors=True)
+        shutil.rmtree(own, ignore_errors=True)

@@ -69,6 +69,22 @@ def flavor(mpiexec: str) -> str:
     return "unknown"
 
 
+def session_tmpdir() -> str:
+    """A new directory for one MPI job's session files: the job runs with it
+    as ``TMPDIR``, and the caller removes it when the job has ended.
+
+    Open MPI's launcher keeps its session files in ``$TMPDIR/ompi.<its pid>``
+    and removes them when it exits normally; a launcher that is killed (a
+    hung job stopped with SIGKILL) leaves them. A later launcher whose
+    process id is reused then cannot start ("The PMIx server's listener
+    thread failed to start", exit status 213). A directory per job, removed
+    by us, leaves nothing for a later job to trip over.
+    """
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="simdist-mpi-")
+
+
 def _own_group_dying_with_us() -> None:  # runs in the child before exec
     os.setsid()
     libc = ctypes.CDLL(None, use_errno=True)
@@ -131,6 +147,7 @@ class MpiDriver(Driver):
         self._conns: list[Connection | None] = [None] * size
         self._pids: list[int | None] = [None] * size
         self._segments: set[str] = set()  # the job's files in /dev/shm, removed after it ends
+        self._tmpdir: str | None = None  # the job's TMPDIR (see session_tmpdir), removed after it ends
         self._closed = False
         try:
             self._launch()
@@ -153,7 +170,7 @@ class MpiDriver(Driver):
         return cmd + [sys.executable, "-m", "simdist.mpi._worker", f"127.0.0.1:{port}"]
 
     def _environment(self) -> dict[str, str]:
-        env = dict(os.environ, SIMDIST_AUTHKEY=self._key.hex())
+        env = dict(os.environ, SIMDIST_AUTHKEY=self._key.hex(), TMPDIR=self._tmpdir)
         if self.check_calls:
             env["SIMDIST_CHECK_CALLS"] = "1"
         if self.flavor == "openmpi" and os.geteuid() == 0:
@@ -165,6 +182,7 @@ class MpiDriver(Driver):
     def _launch(self) -> None:
         self._conns = [None] * self.size
         self._pids = [None] * self.size
+        self._tmpdir = session_tmpdir()
         try:
             self._job = subprocess.Popen(
                 self.command(), env=self._environment(), stdin=subprocess.DEVNULL, preexec_fn=_own_group_dying_with_us
@@ -266,6 +284,9 @@ class MpiDriver(Driver):
             except OSError:
                 pass
         self._segments.clear()
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None
 
     # -- a run --------------------------------------------------------------------
     def prepare(self) -> None:
