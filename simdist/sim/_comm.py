@@ -286,15 +286,10 @@ class SimComm(Communicator):
         return self._reduction(_ALLREDUCE, "allreduce", x, op, -1)
 
     def _small_allreduce(self, x, plan):
-        static, banks, every, nbytes, inline, ufunc, divisor = plan
-        self._enter(static, slot=not inline)
+        inline, ufunc, divisor = plan[4:]
+        views, rows = self._exchange(x, plan)
         try:
-            views = banks[self._bank]
-            np.copyto(views[self._rank], x)
-            self._arrive()
-            self._check(nbytes)
-            rows = every[self._bank]
-            if rows is not None and self._size >= FOLD_ROWS_FROM and inline:
+            if rows is not None and inline and self._size >= FOLD_ROWS_FROM:
                 out = fold_rows(ufunc, rows, divisor)
             else:
                 out = fold_new(ufunc, views, divisor)
@@ -516,29 +511,22 @@ class SimComm(Communicator):
             self._end()
 
     def _small_allgather(self, x, plan):
-        static, banks, every, nbytes, inline, _, _ = plan
-        self._enter(static, slot=not inline)
+        views, rows = self._exchange(x, plan)
         try:
-            views = banks[self._bank]
-            np.copyto(views[self._rank], x)
-            self._arrive()
-            self._check(nbytes)
-            stacked = every[self._bank]
-            out = stacked.copy() if stacked is not None else np.stack(views)
-            if not inline:
+            out = rows.copy() if rows is not None else np.stack(views)
+            if not plan[4]:  # read from the slots
                 self._done()
             return out
         finally:
             self._end()
 
-    # reduce_scatter and alltoall take this path only for payloads that fit
-    # in the banks: rank r reads block r of every member's bank.
-    def _bank_exchange(self, x, plan):
-        """Enter, publish ``x`` in this rank's bank, arrive and compare
-        signatures; return the members' views and their stacked view (or
-        None). The caller reads, then calls ``_end``."""
-        static, banks, every, nbytes = plan[:4]
-        self._enter(static, slot=False)
+    def _exchange(self, x, plan):
+        """Enter, publish ``x`` in this rank's bank or slot (as the plan
+        says), arrive and compare signatures; return the members' views and
+        their stacked view (or None). The caller reads, stores ``done`` if
+        it read slots, then calls ``_end``."""
+        static, banks, every, nbytes, inline = plan[:5]
+        self._enter(static, slot=not inline)
         try:
             views = banks[self._bank]
             np.copyto(views[self._rank], x)
@@ -549,9 +537,11 @@ class SimComm(Communicator):
             raise
         return views, every[self._bank]
 
+    # reduce_scatter and alltoall take this path only for payloads that fit
+    # in the banks: rank r reads block r of every member's bank.
     def _small_reduce_scatter(self, x, plan):
         ufunc, divisor = plan[5:]
-        views, rows = self._bank_exchange(x, plan)
+        views, rows = self._exchange(x, plan)
         try:
             me = self._rank
             if rows is not None and self._size >= FOLD_ROWS_FROM:
@@ -561,7 +551,7 @@ class SimComm(Communicator):
             self._end()
 
     def _small_alltoall(self, x, plan):
-        views, rows = self._bank_exchange(x, plan)
+        views, rows = self._exchange(x, plan)
         try:
             me = self._rank
             return rows[:, me].copy() if rows is not None else np.stack([v[me] for v in views])
