@@ -205,32 +205,22 @@ def sim_body(comm, collective: str, count: int, dtype: str, warmup: int, iters: 
 
 # -- the MPI side ---------------------------------------------------------------------------
 def mpiexec_command(n: int, opts: dict) -> list[str]:
-    """``mpiexec -n n``, with ``--oversubscribe`` where Open MPI needs it, and ``opts["mpi_args"]``."""
-    from .mpi._driver import flavor  # Open MPI alone needs (and accepts) --oversubscribe
+    """``mpiexec -n n`` as simdist's MPI backend starts it, and ``opts["mpi_args"]``."""
+    from .mpi._driver import launch_command
 
-    cmd = [opts["mpiexec"], "-n", str(n)]
-    crowded = n > len(os.sched_getaffinity(0)) and flavor(opts["mpiexec"]) == "openmpi"
-    return cmd + (["--oversubscribe"] if crowded else []) + opts["mpi_args"]
-
-
-def mpi_env() -> dict:
-    """This process's environment, with Open MPI's consent to run as root when it is root."""
-    env = dict(os.environ)
-    if os.geteuid() == 0:
-        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    return env
+    return launch_command(opts["mpiexec"], n) + opts["mpi_args"]
 
 
 def run_mpiexec(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
-    """``subprocess.run(cmd)`` with :func:`mpi_env` and a session directory
-    of its own as TMPDIR, removed afterwards (see ``session_tmpdir``)."""
+    """``subprocess.run(cmd)`` in the environment simdist's MPI backend gives
+    its jobs, with a session directory of its own, removed afterwards."""
     import shutil
 
-    from .mpi._driver import session_tmpdir
+    from .mpi._driver import launch_environment, session_tmpdir
 
     tmpdir = session_tmpdir()
     try:
-        return subprocess.run(cmd, env=dict(mpi_env(), TMPDIR=tmpdir), **kwargs)
+        return subprocess.run(cmd, env=launch_environment(cmd[0], tmpdir), **kwargs)
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
 

@@ -155,21 +155,13 @@ def kill(proc: subprocess.Popen) -> None:
         proc.communicate()
 
 
-def mpiexec_command(size: int, target: list[str]) -> tuple[list[str], dict]:
+def mpiexec_command(size: int, target: list[str], tmpdir: str) -> tuple[list[str], dict]:
     """``mpiexec -n SIZE python TARGET``, with the flags and environment
-    simdist's MPI backend starts its jobs with; and that environment."""
-    from simdist.mpi._driver import flavor
+    simdist's MPI backend starts its jobs with (TMPDIR: ``tmpdir``); and that environment."""
+    from simdist.mpi._driver import launch_command, launch_environment
 
     mpiexec = mpiexec_or_skip()
-    kind = flavor(mpiexec)
-    command = [mpiexec, "-n", str(size)]
-    if kind == "openmpi" and size > len(os.sched_getaffinity(0)):
-        command.append("--oversubscribe")
-    env = dict(os.environ)
-    if kind == "openmpi" and os.geteuid() == 0:
-        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    return [*command, sys.executable, *target], env
+    return [*launch_command(mpiexec, size), sys.executable, *target], launch_environment(mpiexec, tmpdir)
 
 
 def simdist_command(size: int, target: list[str]) -> list[str]:
@@ -180,11 +172,13 @@ def simdist_command(size: int, target: list[str]) -> list[str]:
 def run_both(size: int, mpiexec_target: list[str], simdist_target: list[str], cwd: pathlib.Path) -> tuple[Ran, Ran]:
     """Run under mpiexec and under simdist run, side by side (what the programs
     print does not depend on timing, and this overlaps mpiexec's start-up)."""
-    command, env = mpiexec_command(size, mpiexec_target)
-    env["TMPDIR"] = tmpdir = session_tmpdir()  # no stale session files of a killed job in the way
+    mpiexec_or_skip()
+    tmpdir = session_tmpdir()  # no stale session files of a killed job in the way
+    command, env = mpiexec_command(size, mpiexec_target, tmpdir)
     shm_before = dev_shm()
-    procs = [start(command, env=env, cwd=cwd)]
+    procs = []
     try:
+        procs.append(start(command, env=env, cwd=cwd))
         procs.append(start(simdist_command(size, simdist_target), cwd=cwd))
         return finish(procs[0]), finish(procs[1])
     except BaseException:  # a timeout, or Ctrl-C: leave nothing behind

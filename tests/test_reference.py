@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from simdist import InvalidType, InvalidValue
 from simdist import _orders, _reduction
 from simdist.reference import ORDERS, Verdict, check, gamma, reduction, unit_roundoff
 from conftest import mpiexec_or_skip
-from simdist.mpi._driver import flavor, session_tmpdir
+from simdist.mpi._driver import flavor, launch_environment, session_tmpdir
 
 FLOATS = ("float16", "float32", "float64", "complex64", "complex128")
 
@@ -556,14 +555,14 @@ def test_open_mpi_pinned_to_an_algorithm_matches_the_named_order(tmp_path, algor
         pytest.skip("the algorithm numbers and MCA settings are Open MPI's")
     script, out = tmp_path / "allreduce.py", tmp_path / "result.npz"
     script.write_text(MPI_SCRIPT)
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_coll_tuned_use_dynamic_rules="1", OMPI_MCA_coll_tuned_allreduce_algorithm=str(algorithm))
+    tmpdir = session_tmpdir()  # no stale session files of a killed job in the way
+    env = dict(launch_environment(mpiexec, tmpdir), OMPI_MCA_coll_tuned_use_dynamic_rules="1",
+               OMPI_MCA_coll_tuned_allreduce_algorithm=str(algorithm))
     cmd = [mpiexec, "-n", str(n), "--oversubscribe", sys.executable, str(script), "float32", str(count), "17", str(out)]
-    env["TMPDIR"] = session_tmpdir()  # no stale session files of a killed job in the way
     try:
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     finally:
-        shutil.rmtree(env["TMPDIR"], ignore_errors=True)
+        shutil.rmtree(tmpdir, ignore_errors=True)
     assert done.returncode == 0, done.stderr[-2000:]
     data = np.load(out)
     inputs, outputs = list(data["inputs"]), list(data["outputs"])

@@ -16,6 +16,7 @@ you?", asked every quarter second.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import os
 import pickle
@@ -56,8 +57,9 @@ def find_mpiexec() -> str:
     return found
 
 
+@functools.lru_cache(maxsize=None)
 def flavor(mpiexec: str) -> str:
-    """``openmpi``, ``mpich`` or ``unknown``, from ``mpiexec --version``."""
+    """``openmpi``, ``mpich`` or ``unknown``, from ``mpiexec --version`` (asked once per path)."""
     try:
         out = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
@@ -83,6 +85,25 @@ def session_tmpdir() -> str:
     import tempfile
 
     return tempfile.mkdtemp(prefix="simdist-mpi-")
+
+
+def launch_command(mpiexec: str, size: int) -> list[str]:
+    """``mpiexec -n SIZE``, with ``--oversubscribe`` where Open MPI needs it
+    (more ranks than usable CPUs; MPICH neither needs nor accepts it)."""
+    cmd = [mpiexec, "-n", str(size)]
+    if size > len(os.sched_getaffinity(0)) and flavor(mpiexec) == "openmpi":
+        cmd.append("--oversubscribe")
+    return cmd
+
+
+def launch_environment(mpiexec: str, tmpdir: str) -> dict[str, str]:
+    """This process's environment for an MPI job: its own ``TMPDIR`` (see
+    :func:`session_tmpdir`) and, as root, Open MPI's consent to run."""
+    env = dict(os.environ, TMPDIR=tmpdir)
+    if os.geteuid() == 0 and flavor(mpiexec) == "openmpi":
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    return env
 
 
 def _own_group_dying_with_us() -> None:  # runs in the child before exec
@@ -164,18 +185,12 @@ class MpiDriver(Driver):
 
     def command(self) -> list[str]:
         port = self._listener.getsockname()[1]
-        cmd = [self.mpiexec, "-n", str(self.size)]
-        if self.flavor == "openmpi" and self.size > len(os.sched_getaffinity(0)):
-            cmd.append("--oversubscribe")
-        return cmd + [sys.executable, "-m", "simdist.mpi._worker", f"127.0.0.1:{port}"]
+        return launch_command(self.mpiexec, self.size) + [sys.executable, "-m", "simdist.mpi._worker", f"127.0.0.1:{port}"]
 
     def _environment(self) -> dict[str, str]:
-        env = dict(os.environ, SIMDIST_AUTHKEY=self._key.hex(), TMPDIR=self._tmpdir)
+        env = dict(launch_environment(self.mpiexec, self._tmpdir), SIMDIST_AUTHKEY=self._key.hex())
         if self.check_calls:
             env["SIMDIST_CHECK_CALLS"] = "1"
-        if self.flavor == "openmpi" and os.geteuid() == 0:
-            env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-            env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         return env
 
     # -- the job ------------------------------------------------------------------
