@@ -212,3 +212,45 @@ def test_messages_at_the_edge_of_a_bank_match_the_reference(world4, inner):
             assert sent.tobytes() == xs[1].tobytes()
             assert scattered.tobytes() == left_fold("sum", [b[rank] for b in blocks]).tobytes()
             assert exchanged.tobytes() == np.stack([b[rank] for b in blocks]).tobytes()
+
+
+def _none_from_non_roots_then(comm, kind, last):
+    """Calls where the non-roots pass None (the root-only check caches its
+    views), the root's array changing shape, then the call ``last`` names."""
+    call = getattr(comm, kind)
+    lead = 1 if kind == "broadcast" else comm.size  # scatter: one block per rank
+    got = []
+    for rows in (2, 3, 3, 2):
+        x = np.arange(lead * rows * 2, dtype=np.float32).reshape(-1, 2)[: lead * rows]
+        if kind == "scatter":
+            x = x.reshape(lead, rows, 2)
+        got.append(call(x if comm.rank == 0 else None, root=0).tolist())
+    x = np.ones((lead, 2), np.float32)
+    try:
+        if last == "shape":   # rank 2 passes an array of another shape than the root's
+            call(x if comm.rank == 0 else np.ones((lead, 3), np.float32) if comm.rank == 2 else None, root=0)
+        elif last == "root":  # rank 3 names another root
+            call(x if comm.rank == 0 else None, root=1 if comm.rank == 3 else 0)
+        else:                 # rank 1 passes the root's shape: that matches
+            got.append(call(x if comm.rank in (0, 1) else None, root=0).tolist())
+    except simdist.CollectiveMismatch as exc:
+        return str(exc)
+    return got
+
+
+@pytest.mark.parametrize("kind", ["broadcast", "scatter"])
+def test_none_from_non_roots_matches_and_a_mismatch_still_raises_on_every_rank(world4, kind):
+    results = world4.run(_none_from_non_roots_then, kind, "same")
+    for rank, got in enumerate(results):
+        if kind == "broadcast":
+            assert got[1] == np.arange(6, dtype=np.float32).reshape(3, 2).tolist(), rank
+            assert got[4] == [[1.0, 1.0]], rank
+        else:
+            assert got[1] == np.arange(24, dtype=np.float32).reshape(4, 3, 2)[rank].tolist(), rank
+            assert got[4] == [1.0, 1.0], rank
+    shape = world4.run(_none_from_non_roots_then, kind, "shape")
+    root = world4.run(_none_from_non_roots_then, kind, "root")
+    wrong = "(1, 3)" if kind == "broadcast" else "(4, 3)"
+    for rank in range(4):
+        assert "rank 2" in shape[rank] and wrong in shape[rank], shape[rank]
+        assert "root" in root[rank] and "rank 3" in root[rank], root[rank]

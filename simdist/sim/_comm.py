@@ -103,7 +103,9 @@ class SimComm(Communicator):
         self._seq_word = [off // 8 + 1 for off in self._my_sig]
         self._peer_sig = [[lay.sig_offset(m, ctx, bank) for m in self._peers] for bank in (0, 1)]
         self._inline_off = [[lay.inline_offset(m, ctx, bank) for m in members] for bank in (0, 1)]
+        self._member_sig = [[lay.sig_offset(m, ctx, bank) for m in members] for bank in (0, 1)]
         self._sig_views: dict = {}
+        self._root_views: dict = {}
         self._slot_off = [lay.slot_offset(m) for m in members]
         self._slot_bytes = lay.slot_bytes
         self._state = lay.status_word(me, S_STATE)
@@ -227,6 +229,9 @@ class SimComm(Communicator):
                 break
         else:
             return
+        static = self._last_static[bank]
+        if static[0] in sig.ROOT_ONLY_ARRAY and self._root_only_match(bank, static[2]):
+            return
         buf, lay = self._arena.buf, self._arena.layout
         rows = {m: sig.read(buf, lay.sig_offset(m, self._ctx, bank)) for m in self._members}
         try:
@@ -236,6 +241,36 @@ class SimComm(Communicator):
             # member that would wait for us to be done with its slot.
             self._publish(self._my_arrive + 1, self._epoch)
             raise
+
+    def _root_only_match(self, bank: int, root: int) -> bool:
+        """Broadcast or scatter, where a non-root may pass None: True if every
+        member's signature is the root's, or the root's kind, seq, op and
+        root with no array. Every member reads the same rows, so all reach
+        the same verdict; on False, ``check_match`` decides."""
+        q = self._arena.q
+        offsets = self._member_sig[bank]
+        ndim = q[offsets[root] // 8 + sig.NDIM_WORD]
+        if not 0 <= ndim <= sig.MAX_NDIM:
+            return False
+        views = self._root_views.get((bank, root, ndim))
+        if views is None:
+            if len(self._root_views) > 64:
+                self._root_views.clear()
+            buf, n = self._arena.buf, 8 * (sig.HEAD_WORDS + ndim)
+            views = self._root_views[bank, root, ndim] = (
+                [buf[off : off + sig.KEY_BYTES] for off in offsets],
+                [buf[off : off + n] for off in offsets],
+                [off // 8 + sig.NDIM_WORD for off in offsets],
+            )
+        keys, rows, ndim_words = views
+        key, row = keys[root], rows[root]
+        for i, w in enumerate(ndim_words):
+            if q[w] == -1:  # None: its dtype code is 0 (see _begin)
+                if keys[i] != key or q[w - 1] != 0:
+                    return False
+            elif rows[i] != row:
+                return False
+        return True
 
     def _root_row(self, root: int) -> tuple[int, ...]:
         lay = self._arena.layout

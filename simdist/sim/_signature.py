@@ -7,6 +7,8 @@ A signature is a row of int64 words in the rank's context entry::
 ``ndim = -1`` (and dtype code 0) stands for "no array": a non-root passing
 ``None`` to broadcast or scatter. Ranks of a call compare their rows; equal
 bytes mean matching calls, the common case, checked in one comparison.
+When non-roots pass None, each row is compared with the root's instead
+(``SimComm._root_only_match``); only a real mismatch reads every row.
 """
 
 from __future__ import annotations
@@ -23,8 +25,11 @@ KINDS = (
 )
 KIND_CODE = {k: i + 1 for i, k in enumerate(KINDS)}
 HEAD_WORDS = 6
+KEY_BYTES = 32  # kind, seq, op, root: what a None must share with the root's row
+NDIM_WORD = 5
+MAX_NDIM = 64
 # Collectives where a non-root may pass None instead of root's array.
-_ROOT_ONLY_ARRAY = frozenset((KIND_CODE["broadcast"], KIND_CODE["scatter"]))
+ROOT_ONLY_ARRAY = frozenset((KIND_CODE["broadcast"], KIND_CODE["scatter"]))
 
 _structs: dict[int, struct.Struct] = {}
 
@@ -42,7 +47,7 @@ def read(buf, offset: int) -> tuple[int, ...]:
     ndim = head[5]
     if ndim <= 0:
         return head
-    return head + struct.unpack_from(f"{min(ndim, 64)}q", buf, offset + 8 * HEAD_WORDS)
+    return head + struct.unpack_from(f"{min(ndim, MAX_NDIM)}q", buf, offset + 8 * HEAD_WORDS)
 
 
 def describe(sig: tuple[int, ...]) -> str:
@@ -55,7 +60,7 @@ def describe(sig: tuple[int, ...]) -> str:
     if ndim >= 0:
         shape = tuple(sig[HEAD_WORDS:HEAD_WORDS + ndim])
         parts.append(f"{DTYPES[dtype - 1]} {shape}" if dtype else f"shape {shape}")
-    elif kind in _ROOT_ONLY_ARRAY:
+    elif kind in ROOT_ONLY_ARRAY:
         parts.append("x=None")
     if op:
         parts.append(f"op={OPS[op - 1]}")
@@ -73,7 +78,7 @@ def check_match(comm_name: str, sigs: dict[int, tuple[int, ...]]) -> None:
     ranks = sorted(sigs)
     ref_rank = ranks[0]
     ref = sigs[ref_rank]
-    if ref[0] in _ROOT_ONLY_ARRAY:  # compare arrays against root's, when given
+    if ref[0] in ROOT_ONLY_ARRAY:  # compare arrays against root's, when given
         root = ref[3]
         ref_rank = root if root in sigs and sigs[root][0] == ref[0] else ref_rank
         ref = sigs[ref_rank]
@@ -92,7 +97,7 @@ def check_match(comm_name: str, sigs: dict[int, tuple[int, ...]]) -> None:
 def _matches(s, ref) -> bool:
     if s[:4] != ref[:4]:  # kind, seq, op, root
         return False
-    return s[4:] == ref[4:] or (s[0] in _ROOT_ONLY_ARRAY and -1 in (s[5], ref[5]))
+    return s[4:] == ref[4:] or (s[0] in ROOT_ONLY_ARRAY and -1 in (s[5], ref[5]))
 
 
 def _hint(a, b) -> str:
