@@ -150,29 +150,56 @@ class SimComm(Communicator):
         the bank of the call's first epoch and mark this rank as in a call.
         A call that writes its slot (``slot``) first waits until the readers
         of our last slot phase are done."""
-        arena = self._arena
-        q = arena.q
         if slot:
+            arena = self._arena
             pending = arena.pending_release
             if pending is not None:
                 arena.pending_release = None
-                words, target, _ = pending
-                for w in words:
-                    if q[w] < target:
+                q = arena.q
+                for w in pending[0]:
+                    if q[w] < pending[1]:
                         arena.wait_words(*pending)
                         break
+        self._sign(static)
+
+    def _sign(self, static: tuple) -> None:
+        """Write the signature in the bank of the coming epoch; mark this rank as in a call."""
+        q = self._arena.q
         self._bank = bank = (self._epoch + 1) & 1
         self._seq = seq = self._seq + 1
-        if static == self._last_static[bank]:  # only the sequence number changes
-            q[self._seq_word[bank]] = seq
+        if static is self._last_static[bank] or static == self._last_static[bank]:
+            q[self._seq_word[bank]] = seq  # only the sequence number changes
         else:
             packer = sig.packer(max(static[4], 0))
-            packer.pack_into(arena.mm, self._my_sig[bank], static[0], seq, *static[1:])
+            packer.pack_into(self._arena.mm, self._my_sig[bank], static[0], seq, *static[1:])
             self._last_static[bank] = static
             self._sig_bytes[bank] = packer.size
         q[self._bank_word] = bank
         q[self._ctx_word] = self._ctx
         q[self._state] = CALL
+
+    def _meet(self, static: tuple) -> None:
+        """The whole of a one-phase call but its reads: ``_sign`` (the
+        caller has already written its part, in the bank of the coming epoch
+        or in a released slot), ``_arrive`` written out, then ``_check``:
+        small calls are mostly this overhead. The caller reads, then calls
+        ``_end``."""
+        self._sign(static)
+        arena = self._arena
+        q = arena.q
+        self._epoch = epoch = self._epoch + 1
+        bank = self._bank
+        q[self._my_arrive] = epoch
+        _fence_in()
+        _fence_out()
+        for flag, member in self._peer_sleeping:
+            if q[flag]:
+                arena.wake(member)
+        for w in self._peer_arrive:
+            if q[w] < epoch:
+                arena.wait_words(self._peer_arrive, epoch, self._peers)
+                break
+        self._check(self._sig_bytes[bank])
 
     def _end(self) -> None:
         q = self._arena.q
@@ -529,15 +556,15 @@ class SimComm(Communicator):
         return plan
 
     def _small_broadcast(self, x, plan):
-        static, banks, _, nbytes, inline, _, _ = plan
-        self._enter(static, slot=not inline)
+        static, banks, _, _, inline, _, _ = plan
+        root = static[2]
+        if not inline and self._rank == root:
+            self._release()
+        views = banks[(self._epoch + 1) & 1]
         try:
-            views = banks[self._bank]
-            root = static[2]
             if self._rank == root:
                 np.copyto(views[root], x)
-            self._arrive()
-            self._check(nbytes)
+            self._meet(static)
             out = views[root].copy()
             if not inline:
                 self._done()
@@ -560,17 +587,18 @@ class SimComm(Communicator):
         says), arrive and compare signatures; return the members' views and
         their stacked view (or None). The caller reads, stores ``done`` if
         it read slots, then calls ``_end``."""
-        static, banks, every, nbytes, inline = plan[:5]
-        self._enter(static, slot=not inline)
+        static, banks, every, _, inline = plan[:5]
+        if not inline:
+            self._release()
+        bank = (self._epoch + 1) & 1
+        views = banks[bank]
         try:
-            views = banks[self._bank]
             np.copyto(views[self._rank], x)
-            self._arrive()
-            self._check(nbytes)
+            self._meet(static)
         except BaseException:
             self._end()
             raise
-        return views, every[self._bank]
+        return views, every[bank]
 
     # reduce_scatter and alltoall take this path only for payloads that fit
     # in the banks: rank r reads block r of every member's bank.
@@ -714,10 +742,8 @@ class SimComm(Communicator):
     def barrier(self):
         if self._freed:
             raise SimdistError(f"rank {self._rank}: barrier on a communicator that was freed")
-        self._enter(_BARRIER_CALL, slot=False)
         try:
-            self._arrive()
-            self._check(self._sig_bytes[self._bank])
+            self._meet(_BARRIER_CALL)
         finally:
             self._end()
 
