@@ -232,9 +232,9 @@ class Arena:
         ncpu = ncpu or len(os.sched_getaffinity(0))
         # Spinning helps only when every rank has a core of its own. When
         # ranks share CPUs, a rank that looks once and yields lets the late
-        # rank run sooner: with one look instead of 50, a barrier loop on 2
-        # CPUs went from 17 to 12 us at N=4, 51 to 38 us at N=8 and 123 to
-        # 95 us at N=16 (medians of 3 alternated runs).
+        # rank run sooner: with one look instead of 50, a barrier on 2 CPUs
+        # took 12 us instead of 17 at N=4, 34 instead of 48 at N=8 and 103
+        # instead of 125 at N=16 (docs/measurements/wait_spins.py, medians).
         self.oversubscribed = layout.size > ncpu
         self.spin_iters = 1 if self.oversubscribed else 1000
         # Yielding lets the ranks that share a core take turns quickly; with
