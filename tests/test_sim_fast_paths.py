@@ -254,3 +254,38 @@ def test_none_from_non_roots_matches_and_a_mismatch_still_raises_on_every_rank(w
     for rank in range(4):
         assert "rank 2" in shape[rank] and wrong in shape[rank], shape[rank]
         assert "root" in root[rank] and "rank 3" in root[rank], root[rank]
+
+
+# -- one-phase calls through half slots --------------------------------------
+def _half_slot_calls_across_contexts(comm, rounds):
+    """One-phase calls too large for a bank (they use the half slot of their
+    epoch's parity), alternating between the world and a sub-communicator
+    whose members also read the world's slots: a rank must not overwrite a
+    half slot that a reader of another context has not finished reading."""
+    pair = comm.split(comm.rank % 2, key=comm.rank)
+    n = 4096 // 4  # 4 KiB per rank: more than a bank, less than half a slot
+    got = []
+    for r in range(rounds):
+        x = np.full(n, comm.rank * 1000 + r, np.float32)
+        blocks = np.full((comm.size, n // comm.size), comm.rank * 1000 + r, np.float32)
+        world_sum = comm.allreduce(x)
+        pair_sum = pair.allreduce(x + 1)
+        gathered = comm.allgather(x)
+        sent = pair.broadcast(x if pair.rank == r % 2 else None, root=r % 2)
+        scattered = comm.reduce_scatter(blocks)
+        exchanged = comm.alltoall(blocks)
+        got.append([float(world_sum[0]), float(world_sum[-1]), float(pair_sum[-1]),
+                    gathered[:, -1].tolist(), float(sent[-1]), float(scattered[-1]), exchanged[:, -1].tolist()])
+    return got
+
+
+def test_half_slot_calls_across_contexts_carry_the_right_values(world4):
+    rounds = 40
+    results = world4.run(_half_slot_calls_across_contexts, rounds)
+    for rank, got in enumerate(results):
+        partner = [m for m in range(4) if m % 2 == rank % 2]
+        for r, row in enumerate(got):
+            mine = [m * 1000 + r for m in range(4)]
+            want = [sum(mine), sum(mine), sum(m * 1000 + r + 1 for m in partner), mine,
+                    partner[r % 2] * 1000 + r, sum(mine), mine]
+            assert row == want, f"rank {rank}, round {r}"

@@ -60,14 +60,23 @@ live in the per-context entries and not in the slots, which every context
 of a rank shares. ``free`` waits until every member is done with the
 context, so a later communicator on it starts with no readers behind.
 
+One-phase calls too large for a bank use the half of each slot that their
+epoch's parity names, and still store ``done``; but a rank keeps the
+pending readers of each half apart (``pending_release``). Before writing a
+half (at phase e + 2) it waits for that half's readers of phase e: on the
+same communicator they have since arrived at e + 1, after those reads, so
+they are done already; only a half last read on another communicator can
+make it wait. A multi-phase call uses the whole slot and waits for both
+halves' readers.
+
 Epochs only grow within a run; a sub-communicator starts at an epoch above
 every stale value of its members' entries (see ``SimComm.split``), so no
 stale word satisfies a wait.
 
-Waiting spins briefly, then yields, then sleeps on the waiter's own futex
-word after raising its ``sleeping`` flag. A publisher wakes every member whose
-flag is up by storing a fresh token in that member's word and calling
-FUTEX_WAKE. Both sides run a full fence between their store and their load
+Waiting spins briefly (looks once when ranks share CPUs), then yields, then
+sleeps on the waiter's own futex word after raising its ``sleeping`` flag.
+A publisher wakes every member whose flag is up by storing a fresh token in
+that member's word and calling FUTEX_WAKE. Both sides run a full fence between their store and their load
 (Dekker), so either the publisher sees the flag or the sleeper sees the
 publication; sleeps also time out so that aborts and dead peers are noticed.
 
@@ -245,9 +254,10 @@ class Arena:
             ctypes.addressof(ctypes.c_int32.from_buffer(self.mm, layout.status_word(r, S_BELL) * 8))
             for r in range(layout.size)
         ]
-        # Set by the pending phase whose readers must finish before this rank
-        # writes its slot or a signature again: (done word indexes, epoch).
-        self.pending_release: tuple[list[int], int, list[int]] | None = None
+        # For each half of this rank's slot, the last phase that wrote it and
+        # whose readers must finish before the rank writes there again:
+        # (done word indexes, epoch, their writers), or None.
+        self.pending_release: list[tuple[list[int], int, list[int]] | None] = [None, None]
         # Contexts this rank can give a new sub-communicator (bit c: context c
         # is free). Context 0 is the world's; bit 63 stays clear to fit int64.
         self.initial_free_contexts = ((1 << min(layout.contexts, 63)) - 1) & ~1

@@ -108,6 +108,10 @@ class SimComm(Communicator):
         self._root_views: dict = {}
         self._slot_off = [lay.slot_offset(m) for m in members]
         self._slot_bytes = lay.slot_bytes
+        # One-phase calls too large for a bank use half of each slot, the
+        # half of their bank: see _release.
+        self._half_bytes = lay.slot_bytes // 2
+        self._half_off = [[off + bank * self._half_bytes for off in self._slot_off] for bank in (0, 1)]
         self._state = lay.status_word(me, S_STATE)
         self._ctx_word = lay.status_word(me, S_CTX)
         self._bank_word = lay.status_word(me, S_BANK)
@@ -151,15 +155,7 @@ class SimComm(Communicator):
         A call that writes its slot (``slot``) first waits until the readers
         of our last slot phase are done."""
         if slot:
-            arena = self._arena
-            pending = arena.pending_release
-            if pending is not None:
-                arena.pending_release = None
-                q = arena.q
-                for w in pending[0]:
-                    if q[w] < pending[1]:
-                        arena.wait_words(*pending)
-                        break
+            self._release()
         self._sign(static)
 
     def _sign(self, static: tuple) -> None:
@@ -206,12 +202,20 @@ class SimComm(Communicator):
         q[self._progress] += 1
         q[self._state] = USER
 
-    def _release(self) -> None:
+    def _release(self, half: int | None = None) -> None:
+        """Wait until the readers of this rank's slot are done with it: with
+        one half of it (0 or 1), or with the whole slot (None)."""
         arena = self._arena
         pending = arena.pending_release
-        if pending is not None:
-            arena.pending_release = None
-            arena.wait_words(*pending)
+        for h in (0, 1) if half is None else (half,):
+            readers = pending[h]
+            if readers is not None:
+                pending[h] = None
+                q = arena.q
+                for w in readers[0]:
+                    if q[w] < readers[1]:
+                        arena.wait_words(*readers)
+                        break
 
     def _publish(self, word: int, value: int) -> None:
         """Store ``value`` at ``word``, then wake the members asleep (after a
@@ -234,10 +238,16 @@ class SimComm(Communicator):
                 self._arena.wait_words(self._peer_arrive, epoch, self._peers)
                 break
 
-    def _done(self) -> None:
-        """After reading the members' slots: let them write their slots again."""
+    def _done(self, half: int | None = None) -> None:
+        """After reading the members' slots (or one half of each): let them
+        write there again."""
         self._publish(self._my_arrive + 1, self._epoch)
-        self._arena.pending_release = (self._peer_done, self._epoch, self._peers)
+        readers = (self._peer_done, self._epoch, self._peers)
+        pending = self._arena.pending_release
+        if half is None:
+            pending[0] = pending[1] = readers
+        else:
+            pending[half] = readers
 
     def _check(self, nbytes: int) -> None:
         """Compare our signature with every peer's (after the first arrival)."""
@@ -340,7 +350,7 @@ class SimComm(Communicator):
         x = as_input(x, self._rank, "allreduce")
         check_op(op, x.dtype, self._rank, "allreduce")
         ufunc = fold_ufunc(op, x.dtype)
-        if (ufunc is not None and x.nbytes <= min(SMALL_REDUCTION, self._slot_bytes) and not self._freed
+        if (ufunc is not None and x.nbytes <= min(SMALL_REDUCTION, self._half_bytes) and not self._freed
                 and self._order == "fold"):
             divisor = self._size if op == "mean" else None
             plan = self._plan((_ALLREDUCE, x.dtype, x.shape, op), x, OP_CODE[op], -1, ufunc, divisor)
@@ -356,7 +366,7 @@ class SimComm(Communicator):
             else:
                 out = fold_new(ufunc, views, divisor)
             if not inline:
-                self._done()
+                self._done(self._bank)
             return out
         finally:
             self._end()
@@ -451,7 +461,7 @@ class SimComm(Communicator):
         check_blocks(x, self._size, self._rank, "reduce_scatter")
         check_op(op, x.dtype, self._rank, "reduce_scatter")
         ufunc = fold_ufunc(op, x.dtype)
-        if ufunc is not None and x.nbytes <= self._inline_bytes and not self._freed and self._order == "fold":
+        if ufunc is not None and x.nbytes <= self._half_bytes and not self._freed and self._order == "fold":
             divisor = self._size if op == "mean" else None
             plan = self._plan((_REDUCE_SCATTER, x.dtype, x.shape, op), x, OP_CODE[op], -1, ufunc, divisor)
             return self._small_reduce_scatter(x, plan)
@@ -480,7 +490,7 @@ class SimComm(Communicator):
         is_root = self._rank == root
         if x is not None or is_root:
             x = as_input(x, self._rank, "broadcast")
-        if x is not None and x.nbytes <= self._slot_bytes and not self._freed:
+        if x is not None and x.nbytes <= self._half_bytes and not self._freed:
             return self._small_broadcast(x, self._plan((_BROADCAST, x.dtype, x.shape, root), x, 0, root))
         # A non-root passing None, or a message larger than a slot. Only the
         # root writes its slot.
@@ -507,9 +517,13 @@ class SimComm(Communicator):
                         row = self._root_row(root)
                         dtype, shape = DTYPES[row[4] - 1], tuple(row[6 : 6 + row[5]])
                         out = np.empty(shape, dtype)
-                        if out.nbytes <= self._inline_bytes:  # in the root's bank (see _plan): no done
-                            off = self._inline_off[self._bank][root]
+                        if out.nbytes <= self._half_bytes:  # where the root's plan put it
+                            bank = self._bank
+                            inline = out.nbytes <= self._inline_bytes
+                            off = (self._inline_off if inline else self._half_off)[bank][root]
                             out[...] = np.ndarray(shape, dtype, self._arena.mm, off)
+                            if not inline:
+                                self._done(bank)
                             return out
                         out_flat = out.reshape(-1)
                         n, cap = out_flat.size, self._chunk(dtype)
@@ -531,7 +545,7 @@ class SimComm(Communicator):
             if plan is not None:
                 return self._small_allgather(x, plan)
         x = as_input(x, self._rank, "allgather")
-        if x.nbytes <= self._slot_bytes and not self._freed:
+        if x.nbytes <= self._half_bytes and not self._freed:
             return self._small_allgather(x, self._plan((_ALLGATHER, x.dtype, x.shape, -1), x, 0, -1))
         return self._gather("allgather", _ALLGATHER, x, -1)
 
@@ -548,7 +562,7 @@ class SimComm(Communicator):
             self._plans.clear()
         static = (key[0], op, root, DTYPE_CODE[x.dtype], x.ndim, *x.shape)
         inline = x.nbytes <= self._inline_bytes
-        offsets = self._inline_off if inline else [self._slot_off, self._slot_off]
+        offsets = self._inline_off if inline else self._half_off
         mm = self._arena.mm
         banks = tuple([np.ndarray(x.shape, x.dtype, mm, off) for off in offs] for offs in offsets)
         every = tuple(self._stacked(offs, x.dtype, x.shape) for offs in offsets)
@@ -558,16 +572,17 @@ class SimComm(Communicator):
     def _small_broadcast(self, x, plan):
         static, banks, _, _, inline, _, _ = plan
         root = static[2]
+        bank = (self._epoch + 1) & 1
         if not inline and self._rank == root:
-            self._release()
-        views = banks[(self._epoch + 1) & 1]
+            self._release(bank)
+        views = banks[bank]
         try:
             if self._rank == root:
                 np.copyto(views[root], x)
             self._meet(static)
             out = views[root].copy()
             if not inline:
-                self._done()
+                self._done(bank)
             return out
         finally:
             self._end()
@@ -577,7 +592,7 @@ class SimComm(Communicator):
         try:
             out = rows.copy() if rows is not None else np.stack(views)
             if not plan[4]:  # read from the slots
-                self._done()
+                self._done(self._bank)
             return out
         finally:
             self._end()
@@ -588,9 +603,9 @@ class SimComm(Communicator):
         their stacked view (or None). The caller reads, stores ``done`` if
         it read slots, then calls ``_end``."""
         static, banks, every, _, inline = plan[:5]
-        if not inline:
-            self._release()
         bank = (self._epoch + 1) & 1
+        if not inline:
+            self._release(bank)
         views = banks[bank]
         try:
             np.copyto(views[self._rank], x)
@@ -600,16 +615,20 @@ class SimComm(Communicator):
             raise
         return views, every[bank]
 
-    # reduce_scatter and alltoall take this path only for payloads that fit
-    # in the banks: rank r reads block r of every member's bank.
+    # In reduce_scatter and alltoall rank r reads block r of every member's
+    # bank or half slot.
     def _small_reduce_scatter(self, x, plan):
-        ufunc, divisor = plan[5:]
+        inline, ufunc, divisor = plan[4:]
         views, rows = self._exchange(x, plan)
         try:
             me = self._rank
-            if rows is not None and self._size >= FOLD_ROWS_FROM:
-                return fold_rows(ufunc, rows[:, me], divisor)
-            return fold_new(ufunc, [v[me, ...] for v in views], divisor)
+            if rows is not None and inline and self._size >= FOLD_ROWS_FROM:
+                out = fold_rows(ufunc, rows[:, me], divisor)
+            else:
+                out = fold_new(ufunc, [v[me, ...] for v in views], divisor)
+            if not inline:
+                self._done(self._bank)
+            return out
         finally:
             self._end()
 
@@ -617,7 +636,10 @@ class SimComm(Communicator):
         views, rows = self._exchange(x, plan)
         try:
             me = self._rank
-            return rows[:, me].copy() if rows is not None else np.stack([v[me] for v in views])
+            out = rows[:, me].copy() if rows is not None else np.stack([v[me] for v in views])
+            if not plan[4]:
+                self._done(self._bank)
+            return out
         finally:
             self._end()
 
@@ -700,7 +722,7 @@ class SimComm(Communicator):
                 return self._small_alltoall(x, plan)
         x = as_input(x, self._rank, "alltoall")
         check_blocks(x, self._size, self._rank, "alltoall")
-        if x.nbytes <= self._inline_bytes and not self._freed:
+        if x.nbytes <= self._half_bytes and not self._freed:
             return self._small_alltoall(x, self._plan((_ALLTOALL, x.dtype, x.shape, -1), x, 0, -1))
         nbytes = self._begin("alltoall", _ALLTOALL, x)
         try:

@@ -123,7 +123,7 @@ def _run(arena: Arena, rank: int, order: str, payload: bytes, sys_path, cwd, log
     """Run one function on this rank; return (outcome, data)."""
     q = arena.q
     state = arena.layout.status_word(rank, S_STATE)
-    arena.pending_release = None
+    arena.pending_release = [None, None]
     arena.free_contexts = arena.initial_free_contexts
 
     def set_state(value):
