@@ -578,7 +578,7 @@ class SimComm(Communicator):
         views = banks[bank]
         try:
             if self._rank == root:
-                np.copyto(views[root], x)
+                views[root][...] = x
             self._meet(static)
             out = views[root].copy()
             if not inline:
@@ -608,7 +608,7 @@ class SimComm(Communicator):
             self._release(bank)
         views = banks[bank]
         try:
-            np.copyto(views[self._rank], x)
+            views[self._rank][...] = x  # same dtype and shape (the plan)
             self._meet(static)
         except BaseException:
             self._end()
