@@ -122,6 +122,8 @@ class Driver:
     def finish(self, timeout: float = 30.0) -> int:
         try:
             self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the driver did not exit within {timeout} s:\n{self.stacks()}") from None
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()
