@@ -115,6 +115,14 @@ class Driver:
         time.sleep(1.0)
         return self._read_stderr()
 
+    def _signal_state(self) -> str:
+        """The driver's blocked, ignored and caught signals (masks from /proc)."""
+        try:
+            with open(f"/proc/{self.proc.pid}/status") as fh:
+                return ", ".join(line.strip() for line in fh if line.startswith(("SigBlk", "SigIgn", "SigCgt")))
+        except OSError as exc:
+            return f"no status: {exc}"
+
     def _read_stderr(self) -> str:
         self._stderr.seek(0)
         return self._stderr.read()
@@ -123,7 +131,8 @@ class Driver:
         try:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"the driver did not exit within {timeout} s:\n{self.stacks()}") from None
+            raise AssertionError(f"the driver did not exit within {timeout} s ({self._signal_state()}):\n"
+                                 f"{self.stacks()}") from None
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()
