@@ -40,9 +40,9 @@ import numpy as np
 import simdist
 
 faulthandler.register(signal.SIGUSR1, all_threads=True)  # stacks for a failing test
-# Ctrl-C raises KeyboardInterrupt, as in a terminal. Python keeps a SIGINT
-# that its parent ignored: in three of four full runs of the suite under
-# pytest 9.2 this driver had SIGINT and SIGQUIT ignored (its /proc status).
+# Ctrl-C raises KeyboardInterrupt, as in a terminal, however the suite was
+# started: a shell starts background jobs (`bash .ci/run &`) with SIGINT and
+# SIGQUIT ignored, their children inherit that, and Python keeps it.
 signal.signal(signal.SIGINT, signal.default_int_handler)
 
 def say(*words):  # one write per line: ranks share the driver's stdout
