@@ -175,27 +175,12 @@ class SimComm(Communicator):
         q[self._state] = CALL
 
     def _meet(self, static: tuple) -> None:
-        """The whole of a one-phase call but its reads: ``_sign`` (the
-        caller has already written its part, in the bank of the coming epoch
-        or in a released slot), ``_arrive`` written out, then ``_check``:
-        small calls are mostly this overhead. The caller reads, then calls
-        ``_end``."""
+        """A one-phase call once its part is written (in the bank of the
+        coming epoch, or in a released half slot): sign, arrive, compare
+        signatures. The caller reads, then calls ``_end``."""
         self._sign(static)
-        arena = self._arena
-        q = arena.q
-        self._epoch = epoch = self._epoch + 1
-        bank = self._bank
-        q[self._my_arrive] = epoch
-        _fence_in()
-        _fence_out()
-        for flag, member in self._peer_sleeping:
-            if q[flag]:
-                arena.wake(member)
-        for w in self._peer_arrive:
-            if q[w] < epoch:
-                arena.wait_words(self._peer_arrive, epoch, self._peers)
-                break
-        self._check(self._sig_bytes[bank])
+        self._arrive()
+        self._check(self._sig_bytes[self._bank])
 
     def _end(self) -> None:
         q = self._arena.q
@@ -346,7 +331,7 @@ class SimComm(Communicator):
         if type(x) is np.ndarray and type(op) is str:
             plan = self._plans.get((_ALLREDUCE, x.dtype, x.shape, op))
             if plan is not None:
-                return self._small_allreduce(x, plan)
+                return self._exchange(x, plan, self._fold_all)
         x = as_input(x, self._rank, "allreduce")
         check_op(op, x.dtype, self._rank, "allreduce")
         ufunc = fold_ufunc(op, x.dtype)
@@ -354,22 +339,14 @@ class SimComm(Communicator):
                 and self._order == "fold"):
             divisor = self._size if op == "mean" else None
             plan = self._plan((_ALLREDUCE, x.dtype, x.shape, op), x, OP_CODE[op], -1, ufunc, divisor)
-            return self._small_allreduce(x, plan)
+            return self._exchange(x, plan, self._fold_all)
         return self._reduction(_ALLREDUCE, "allreduce", x, op, -1)
 
-    def _small_allreduce(self, x, plan):
+    def _fold_all(self, views, rows, plan):
         inline, ufunc, divisor = plan[4:]
-        views, rows = self._exchange(x, plan)
-        try:
-            if rows is not None and inline and self._size >= FOLD_ROWS_FROM:
-                out = fold_rows(ufunc, rows, divisor)
-            else:
-                out = fold_new(ufunc, views, divisor)
-            if not inline:
-                self._done(self._bank)
-            return out
-        finally:
-            self._end()
+        if rows is not None and inline and self._size >= FOLD_ROWS_FROM:
+            return fold_rows(ufunc, rows, divisor)
+        return fold_new(ufunc, views, divisor)
 
     def reduce(self, x, root=0, op="sum"):
         x = as_input(x, self._rank, "reduce")
@@ -456,7 +433,7 @@ class SimComm(Communicator):
         if type(x) is np.ndarray and type(op) is str:
             plan = self._plans.get((_REDUCE_SCATTER, x.dtype, x.shape, op))
             if plan is not None:
-                return self._small_reduce_scatter(x, plan)
+                return self._exchange(x, plan, self._fold_mine)
         x = as_input(x, self._rank, "reduce_scatter")
         check_blocks(x, self._size, self._rank, "reduce_scatter")
         check_op(op, x.dtype, self._rank, "reduce_scatter")
@@ -464,7 +441,7 @@ class SimComm(Communicator):
         if ufunc is not None and x.nbytes <= self._half_bytes and not self._freed and self._order == "fold":
             divisor = self._size if op == "mean" else None
             plan = self._plan((_REDUCE_SCATTER, x.dtype, x.shape, op), x, OP_CODE[op], -1, ufunc, divisor)
-            return self._small_reduce_scatter(x, plan)
+            return self._exchange(x, plan, self._fold_mine)
         nbytes = self._begin("reduce_scatter", _REDUCE_SCATTER, x, OP_CODE[op])
         try:
             me, size = self._rank, self._size
@@ -543,10 +520,10 @@ class SimComm(Communicator):
         if type(x) is np.ndarray:
             plan = self._plans.get((_ALLGATHER, x.dtype, x.shape, -1))
             if plan is not None:
-                return self._small_allgather(x, plan)
+                return self._exchange(x, plan, self._stack_all)
         x = as_input(x, self._rank, "allgather")
         if x.nbytes <= self._half_bytes and not self._freed:
-            return self._small_allgather(x, self._plan((_ALLGATHER, x.dtype, x.shape, -1), x, 0, -1))
+            return self._exchange(x, self._plan((_ALLGATHER, x.dtype, x.shape, -1), x, 0, -1), self._stack_all)
         return self._gather("allgather", _ALLGATHER, x, -1)
 
     # -- small one-phase calls ------------------------------------------------
@@ -587,21 +564,11 @@ class SimComm(Communicator):
         finally:
             self._end()
 
-    def _small_allgather(self, x, plan):
-        views, rows = self._exchange(x, plan)
-        try:
-            out = rows.copy() if rows is not None else np.stack(views)
-            if not plan[4]:  # read from the slots
-                self._done(self._bank)
-            return out
-        finally:
-            self._end()
-
-    def _exchange(self, x, plan):
-        """Enter, publish ``x`` in this rank's bank or slot (as the plan
-        says), arrive and compare signatures; return the members' views and
-        their stacked view (or None). The caller reads, stores ``done`` if
-        it read slots, then calls ``_end``."""
+    def _exchange(self, x, plan, read):
+        """A one-phase allreduce, allgather, reduce_scatter or alltoall: publish
+        ``x`` in this rank's bank or half slot (as the plan says), meet the
+        others, return ``read(views, rows, plan)`` of the members' views and
+        their stacked view (or None), and store ``done`` if it read slots."""
         static, banks, every, _, inline = plan[:5]
         bank = (self._epoch + 1) & 1
         if not inline:
@@ -610,38 +577,28 @@ class SimComm(Communicator):
         try:
             views[self._rank][...] = x  # same dtype and shape (the plan)
             self._meet(static)
-        except BaseException:
+            out = read(views, every[bank], plan)
+            if not inline:
+                self._done(bank)
+            return out
+        finally:
             self._end()
-            raise
-        return views, every[bank]
+
+    def _stack_all(self, views, rows, plan):
+        return rows.copy() if rows is not None else np.stack(views)
 
     # In reduce_scatter and alltoall rank r reads block r of every member's
     # bank or half slot.
-    def _small_reduce_scatter(self, x, plan):
+    def _fold_mine(self, views, rows, plan):
         inline, ufunc, divisor = plan[4:]
-        views, rows = self._exchange(x, plan)
-        try:
-            me = self._rank
-            if rows is not None and inline and self._size >= FOLD_ROWS_FROM:
-                out = fold_rows(ufunc, rows[:, me], divisor)
-            else:
-                out = fold_new(ufunc, [v[me, ...] for v in views], divisor)
-            if not inline:
-                self._done(self._bank)
-            return out
-        finally:
-            self._end()
+        me = self._rank
+        if rows is not None and inline and self._size >= FOLD_ROWS_FROM:
+            return fold_rows(ufunc, rows[:, me], divisor)
+        return fold_new(ufunc, [v[me, ...] for v in views], divisor)
 
-    def _small_alltoall(self, x, plan):
-        views, rows = self._exchange(x, plan)
-        try:
-            me = self._rank
-            out = rows[:, me].copy() if rows is not None else np.stack([v[me] for v in views])
-            if not plan[4]:
-                self._done(self._bank)
-            return out
-        finally:
-            self._end()
+    def _take_mine(self, views, rows, plan):
+        me = self._rank
+        return rows[:, me].copy() if rows is not None else np.stack([v[me] for v in views])
 
     def gather(self, x, root=0):
         x = as_input(x, self._rank, "gather")
@@ -719,11 +676,11 @@ class SimComm(Communicator):
         if type(x) is np.ndarray:
             plan = self._plans.get((_ALLTOALL, x.dtype, x.shape, -1))
             if plan is not None:
-                return self._small_alltoall(x, plan)
+                return self._exchange(x, plan, self._take_mine)
         x = as_input(x, self._rank, "alltoall")
         check_blocks(x, self._size, self._rank, "alltoall")
         if x.nbytes <= self._half_bytes and not self._freed:
-            return self._small_alltoall(x, self._plan((_ALLTOALL, x.dtype, x.shape, -1), x, 0, -1))
+            return self._exchange(x, self._plan((_ALLTOALL, x.dtype, x.shape, -1), x, 0, -1), self._take_mine)
         nbytes = self._begin("alltoall", _ALLTOALL, x)
         try:
             me, size = self._rank, self._size

@@ -9,7 +9,7 @@ import pickle
 import signal
 
 from .._worker import Channel, die_with_parent, execute, forward_logs, watch_lifeline
-from ._arena import FAILED, RETURNED, S_STATE, USER, Arena, Layout
+from ._arena import FAILED, RETURNED, S_STATE, USER, Arena, Layout, _libc
 from ._comm import SimComm
 from ._p2p import Mailboxes
 
@@ -65,7 +65,6 @@ def one_blas_thread() -> bool:
 
 #: glibc's mallopt parameters.
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
-_libc = ctypes.CDLL(None)
 
 
 def keep_freed_memory() -> bool:
