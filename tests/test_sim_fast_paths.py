@@ -177,9 +177,10 @@ def _every_op_small(comm, dtype, shape):
 
 @pytest.mark.parametrize("dtype", ["int16", "float32", "complex128", "bool"])
 def test_small_allreduce_and_reduce_scatter_on_seven_ranks_equal_the_left_fold(dtype):
-    """Seven ranks take the one-call fold for small messages."""
+    """Seven ranks take the one-call fold for parts of at most 4 x 7 = 28
+    elements, one call per rank for longer ones: both give the fold."""
     with simdist.World(7, timeout=60) as world:
-        for shape in ((), (5,), (2, 3)):
+        for shape in ((), (5,), (2, 3), (28,), (29,)):
             results = world.run(_every_op_small, dtype, shape)
             xs = [values(dtype, shape, 71, r) for r in range(7)]
             for rank, got in enumerate(results):
