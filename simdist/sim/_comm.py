@@ -243,11 +243,14 @@ class SimComm(Communicator):
         bank = self._bank
         views = self._sig_views.get((nbytes, bank))
         if views is None:
-            buf = self._arena.buf
-            mine = self._my_sig[bank]
+            # Views of int64 words: memoryviews compare item by item, so
+            # words compare 8 times faster than bytes (56 bytes: 35 against
+            # 150 ns).
+            q, n = self._arena.q, nbytes // 8
+            mine = self._my_sig[bank] // 8
             views = self._sig_views[nbytes, bank] = (
-                buf[mine : mine + nbytes],
-                [buf[off : off + nbytes] for off in self._peer_sig[bank]],
+                q[mine : mine + n],
+                [q[off // 8 : off // 8 + n] for off in self._peer_sig[bank]],
             )
         mine, theirs = views
         for other in theirs:
@@ -282,10 +285,10 @@ class SimComm(Communicator):
         if views is None:
             if len(self._root_views) > 64:
                 self._root_views.clear()
-            buf, n = self._arena.buf, 8 * (sig.HEAD_WORDS + ndim)
+            n, key = sig.HEAD_WORDS + ndim, sig.KEY_WORDS
             views = self._root_views[bank, root, ndim] = (
-                [buf[off : off + sig.KEY_BYTES] for off in offsets],
-                [buf[off : off + n] for off in offsets],
+                [q[off // 8 : off // 8 + key] for off in offsets],
+                [q[off // 8 : off // 8 + n] for off in offsets],
                 [off // 8 + sig.NDIM_WORD for off in offsets],
             )
         keys, rows, ndim_words = views

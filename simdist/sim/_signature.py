@@ -25,7 +25,7 @@ KINDS = (
 )
 KIND_CODE = {k: i + 1 for i, k in enumerate(KINDS)}
 HEAD_WORDS = 6
-KEY_BYTES = 32  # kind, seq, op, root: what a None must share with the root's row
+KEY_WORDS = 4  # kind, seq, op, root: what a None must share with the root's row
 NDIM_WORD = 5
 MAX_NDIM = 64
 # Collectives where a non-root may pass None instead of root's array.
