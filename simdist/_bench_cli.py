@@ -73,6 +73,7 @@ DTYPES = ("float32", "float64", "int32", "int64")
 _BLOCKED = ("allgather", "reduce_scatter", "alltoall")  # S is n blocks of each rank's part
 ROOT = 0
 LARGE = 1 << 20  # messages of at least this many bytes use the "large" iteration counts
+TARGET_REPEATS = 3  # --repeats with --targets: the median of 3 passes of the cells below LARGE
 
 
 # -- sizes and bandwidths (pure) -------------------------------------------------------
@@ -353,21 +354,59 @@ def sweep(opts: dict, say=lambda msg: None, case=make_case) -> dict:
     """Every backend x N x collective x size of ``opts["plan"]`` (one step per N,
     with its own collectives and sizes); a report ``{"results", "machine", "errors"}``.
 
+    With ``opts["repeats"]`` K > 1, the cells below 1 MiB (and barrier) are
+    measured K times, the backends taking turns, and each keeps the median
+    (:func:`merge_repeats`): on a shared machine one pass can land in a slow
+    moment of either backend.
+
     ``case`` makes each rank's input and expected result on the simulator
     (default :func:`make_case`); a test passes a wrong one to see it counted.
     """
     report = {"machine": machine(opts), "results": [], "errors": []}
+    rows = []
     for step in opts["plan"]:
-        n, mine = step["n"], {**opts, "collectives": step["collectives"], "sizes": step["sizes"]}
-        if "sim" in opts["backends"]:
-            report["results"] += sim_sweep(n, mine, say, case)
-        if "mpi" in opts["backends"]:
-            try:
-                report["results"] += mpi_sweep(n, mine, say)
-            except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
-                report["errors"].append(f"MPI N={n}: {exc}")
+        for rep in range(opts.get("repeats", 1)):
+            small = step["sizes"] if rep == 0 else [b for b in step["sizes"] if b < LARGE]
+            collectives = [c for c in step["collectives"] if small or c == "barrier"]
+            if not collectives:
+                break
+            n, mine = step["n"], {**opts, "collectives": collectives, "sizes": small}
+            if rep:
+                say(f"repeat {rep + 1} of {opts['repeats']}: cells below 1 MiB")
+            if "sim" in opts["backends"]:
+                rows += sim_sweep(n, mine, say, case)
+            if "mpi" in opts["backends"]:
+                try:
+                    rows += mpi_sweep(n, mine, say)
+                except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+                    report["errors"].append(f"MPI N={n}: {exc}")
+                    break
+    report["results"] = merge_repeats(rows)
     report["machine"]["loadavg_end"] = os.getloadavg()
     return report
+
+
+def merge_repeats(rows: list[dict]) -> list[dict]:
+    """One row per cell (backend, collective, N, bytes), in first-seen order:
+    the median of the repeats' ``time_us`` (bandwidths from it), the least
+    and most of their ``time_min_us`` and ``time_max_us``, the sum of
+    ``wrong``; ``repeats`` and every repeat's ``time_us`` (``time_us_runs``)."""
+    cells: dict[tuple, list[dict]] = {}
+    for r in rows:
+        cells.setdefault((r["backend"], r["collective"], r["n"], r["bytes"]), []).append(r)
+    out = []
+    for group in cells.values():
+        runs = [r["time_us"] for r in group]
+        mid = statistics.median(runs)
+        row = {**group[0], "time_us": mid, "time_min_us": min(r["time_min_us"] for r in group),
+               "time_max_us": max(r["time_max_us"] for r in group), "wrong": sum(r["wrong"] for r in group),
+               "repeats": len(group), "time_us_runs": runs}
+        if row["algbw_GBps"] is not None:  # bandwidths are inverse to the time
+            scale = group[0]["time_us"] / mid if mid > 0 else 1.0
+            row["algbw_GBps"] *= scale
+            row["busbw_GBps"] *= scale
+        out.append(row)
+    return out
 
 
 # -- the edge: table, plot, options ---------------------------------------------------------
@@ -489,6 +528,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--iters", type=int, default=5000, help="timed calls below 1 MiB, and barrier (default 5000)")
     p.add_argument("--large-warmup", type=int, default=10, help="warm-up calls from 1 MiB (default 10)")
     p.add_argument("--large-iters", type=int, default=100, help="timed calls from 1 MiB (default 100)")
+    p.add_argument("--repeats", type=int, default=None, metavar="K",
+                   help="measure the cells below 1 MiB K times, backends taking turns, and keep each cell's "
+                        "median (default 1; with --targets 3)")
     p.add_argument("--timeout", type=float, default=300.0, help="simulator: seconds without progress before a hang (default 300)")
     p.add_argument("--mpiexec", default=None, help="the mpiexec to use (default: simdist's choice, as simdist run)")
     p.add_argument("--mpi-args", type=str.split, default=[], help="extra mpiexec arguments, one quoted string")
@@ -522,6 +564,9 @@ def options(args: argparse.Namespace) -> dict:
             "mpiexec": args.mpiexec, "mpi_args": args.mpi_args, "mpi_timeout": args.mpi_timeout}
     opts["plan"] = [{"n": n, "collectives": opts["collectives"], "sizes": opts["sizes"]} for n in opts["ns"]]
     opts.update(_targets.options(args, opts))
+    if args.repeats is not None and args.repeats < 1:
+        raise ValueError(f"--repeats {args.repeats}: must be >= 1")
+    opts["repeats"] = args.repeats or (TARGET_REPEATS if opts["targets"] else 1)
     return opts
 
 

@@ -15,7 +15,7 @@ from simdist._bench_cli import (
 )
 
 FIELDS = {"backend", "collective", "n", "bytes", "dtype", "time_us", "time_min_us", "time_max_us",
-          "algbw_GBps", "busbw_GBps", "wrong"}
+          "algbw_GBps", "busbw_GBps", "wrong", "repeats", "time_us_runs"}
 TINY = ["--warmup", "2", "--iters", "3", "--large-warmup", "1", "--large-iters", "2"]
 
 
@@ -113,6 +113,34 @@ def test_sim_run_writes_the_json_schema_with_nothing_wrong(tmp_path, capsys):
     assert "busbw(GB/s)" in table and "#wrong" in table
 
 
+def test_repeats_measure_the_cells_below_1_mib_again_and_keep_the_median(tmp_path):
+    out = tmp_path / "bench.json"
+    args = parse(["-n", "2", "--backend", "sim", "--collective", "allreduce,barrier", "--min-bytes", "512K",
+                  "--max-bytes", "1M", "--repeats", "3", "--json", str(out), *TINY])
+    assert _bench_cli.run(args) == 0
+    rows = {(r["collective"], r["bytes"]): r for r in _check_report(out, ["sim"], ["allreduce", "barrier"], [2])}
+    assert {k: r["repeats"] for k, r in rows.items()} == {
+        ("allreduce", 512 << 10): 3, ("allreduce", 1 << 20): 1, ("barrier", 0): 3}
+    for r in rows.values():
+        assert len(r["time_us_runs"]) == r["repeats"] and r["wrong"] == 0
+        assert r["time_us"] == sorted(r["time_us_runs"])[r["repeats"] // 2]
+        assert r["time_min_us"] <= r["time_us"] <= r["time_max_us"]
+        if r["collective"] != "barrier":
+            assert r["algbw_GBps"] == pytest.approx(r["bytes"] / r["time_us"] / 1e3)
+
+
+def test_merge_repeats_keeps_the_median_the_extremes_and_every_wrong_result():
+    def row(t, lo, hi, wrong):
+        return {"backend": "sim", "collective": "allgather", "n": 4, "bytes": 64, "dtype": "float32",
+                "time_us": t, "time_min_us": lo, "time_max_us": hi, "algbw_GBps": 64 / t / 1e3,
+                "busbw_GBps": 64 / t / 1e3 * 0.75, "wrong": wrong}
+    (merged,) = _bench_cli.merge_repeats([row(30.0, 29, 31, 0), row(10.0, 9, 12, 1), row(20.0, 18, 21, 0)])
+    assert merged["time_us"] == 20.0 and merged["time_us_runs"] == [30.0, 10.0, 20.0] and merged["repeats"] == 3
+    assert (merged["time_min_us"], merged["time_max_us"], merged["wrong"]) == (9, 31, 1)
+    assert merged["algbw_GBps"] == pytest.approx(64 / 20.0 / 1e3)
+    assert merged["busbw_GBps"] == pytest.approx(64 / 20.0 / 1e3 * 0.75)
+
+
 def wrong_broadcast(collective, n, rank, count, dtype):
     """The right input, but expects one element off by one: every check fails."""
     case = make_case(collective, n, rank, count, dtype)
@@ -160,6 +188,7 @@ def test_plot_writes_a_png(tmp_path):
 @pytest.mark.parametrize("argv, message", [
     (["--min-bytes", "1M", "--max-bytes", "8"], "larger than --max-bytes"),
     (["--iters", "0"], "--iters 0"),
+    (["--repeats", "0"], "--repeats 0: must be >= 1"),
 ])
 def test_bad_options_exit_2_with_the_option_named(argv, message, capsys):
     assert _bench_cli.run(parse(["--backend", "sim", *argv])) == 2

@@ -174,6 +174,7 @@ def test_targets_plan_what_each_target_needs_by_default():
     assert plan[2]["sizes"][0] == 8 and plan[2]["sizes"][-1] == 64 * MiB
     assert plan[16]["sizes"][-1] == opts["capped_at"] == 16 * MiB
     assert (opts["copy_bytes"], opts["runs"], opts["startup_repeats"], opts["big_n"]) == (64 * MiB, 500, 5, 256)
+    assert opts["repeats"] == 3
 
 
 def test_explicit_n_collective_and_max_bytes_still_apply_with_targets():
@@ -186,7 +187,7 @@ def test_explicit_n_collective_and_max_bytes_still_apply_with_targets():
 
 def test_without_targets_every_n_gets_the_same_sweep():
     opts = _bench_cli.options(parse(["--backend", "sim"]))
-    assert not opts["targets"]
+    assert not opts["targets"] and opts["repeats"] == 1
     assert [s["n"] for s in opts["plan"]] == [2, 4, 8]
     assert all(s["collectives"] == list(DEFAULT_COLLECTIVES) and s["sizes"][-1] == 64 * MiB for s in opts["plan"])
 
