@@ -292,6 +292,9 @@ def _versus_mpi(name: str, rows: list[dict], collective: str, n: int, select, li
         detail = f"at {human_bytes(b)}" if sized else "-"
     if len(pairs) < len(sim):
         detail += f"; {len(sim) - len(pairs)} size(s) without an Open MPI figure"
+    if sim[b].get("repeats", 1) > 1:
+        spread = lambda r: f"{min(r['time_us_runs']):.3g}-{max(r['time_us_runs']):.3g}"
+        detail += f"; median of {sim[b]['repeats']} passes (sim {spread(sim[b])}, MPI {spread(mpi[b])} us)"
     return _target(name, "PASS" if ratio <= limit else "MISS", rule, detail + note, value=sim[b]["time_us"],
                    reference=mpi[b]["time_us"], unit="us", ratio=ratio,
                    cell={"collective": collective, "n": n, "bytes": b})

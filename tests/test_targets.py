@@ -230,6 +230,9 @@ def test_targets_run_with_mpi_judges_every_target(tmp_path, capsys):
     assert all(verdict[name] in ("PASS", "MISS") for name in measured)
     assert all(verdict[name] == "NOT RUN" for name in TARGET_NAMES if "N=16" in name)
     assert max(r["bytes"] for r in report["results"] if r["n"] == 8) == 1024
+    assert {r["repeats"] for r in report["results"] if r["bytes"] < 1 << 20} == {3}
+    small = next(t for t in report["targets"] if t["name"] == "barrier, N=4")
+    assert "median of 3 passes (sim " in small["detail"]
     assert report["startup"]["mpi_s"] > 0
     printed = capsys.readouterr()
     assert "# targets:" in printed.out and "allreduce >= 1 MiB, N=2" in printed.out
