@@ -257,6 +257,23 @@ def test_none_from_non_roots_matches_and_a_mismatch_still_raises_on_every_rank(w
         assert "root" in root[rank] and "rank 3" in root[rank], root[rank]
 
 
+def _none_broadcasts_of_changing_arrays(comm):
+    """The root (rank 1) sends arrays of changing dtype and shape, in a
+    bank, in a half slot and in chunks, twice over; the others pass None."""
+    arrays = [np.arange(2, dtype=np.float32), np.arange(6, dtype=np.int64).reshape(2, 3),
+              np.arange(880, dtype=np.float32), np.arange(881, dtype=np.float32),
+              np.float64(7.5), np.arange((4 << 20) // 4 + 3, dtype=np.float32)]
+    got = []
+    for x in arrays + arrays:
+        out = comm.broadcast(x if comm.rank == 1 else None, root=1)
+        got.append(out.dtype == x.dtype and out.shape == x.shape and np.array_equal(out, x))
+    return got
+
+
+def test_none_broadcasts_follow_the_roots_dtype_and_shape_from_call_to_call(world4):
+    assert world4.run(_none_broadcasts_of_changing_arrays) == [[True] * 12] * 4
+
+
 # -- one-phase calls through half slots --------------------------------------
 def _half_slot_calls_across_contexts(comm, rounds):
     """One-phase calls too large for a bank (they use the half slot of their

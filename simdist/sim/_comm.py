@@ -110,6 +110,7 @@ class SimComm(Communicator):
         self._member_sig = [[lay.sig_offset(m, ctx, bank) for m in members] for bank in (0, 1)]
         self._sig_views: dict = {}
         self._root_views: dict = {}
+        self._root_arrays: dict = {}
         self._slot_off = [lay.slot_offset(m) for m in members]
         self._slot_bytes = lay.slot_bytes
         # One-phase calls too large for a bank use half of each slot, the
@@ -299,6 +300,31 @@ class SimComm(Communicator):
             elif rows[i] != row:
                 return False
         return True
+
+    def _root_array(self, root: int):
+        """For a broadcast where this rank passed None: the root's dtype and
+        shape, the view of its array where its plan put it (in the bank or
+        half slot of this call's bank; None if larger than half a slot), and
+        whether that is the bank. Cached by the root's row, which only the
+        sequence number changes from call to call."""
+        q = self._arena.q
+        bank = self._bank
+        off = self._member_sig[bank][root] // 8
+        words = q[off + sig.NDIM_WORD - 1 : off + sig.HEAD_WORDS + max(q[off + sig.NDIM_WORD], 0)]
+        key = (bank, root, *words.tolist())  # dtype code, ndim, shape
+        found = self._root_arrays.get(key)
+        if found is None:
+            if len(self._root_arrays) > 64:
+                self._root_arrays.clear()
+            row = self._root_row(root)
+            dtype, shape = DTYPES[row[4] - 1], tuple(row[6 : 6 + row[5]])
+            nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            inline = nbytes <= self._inline_bytes
+            planned = None
+            if nbytes <= self._half_bytes:
+                planned = np.ndarray(shape, dtype, self._arena.mm, (self._inline_off if inline else self._half_off)[bank][root])
+            found = self._root_arrays[key] = (dtype, shape, planned, inline)
+        return found
 
     def _root_row(self, root: int) -> tuple[int, ...]:
         lay = self._arena.layout
@@ -497,17 +523,13 @@ class SimComm(Communicator):
                 if not lo:
                     self._check(nbytes)
                     if not is_root:
-                        row = self._root_row(root)
-                        dtype, shape = DTYPES[row[4] - 1], tuple(row[6 : 6 + row[5]])
-                        out = np.empty(shape, dtype)
-                        if out.nbytes <= self._half_bytes:  # where the root's plan put it
-                            bank = self._bank
-                            inline = out.nbytes <= self._inline_bytes
-                            off = (self._inline_off if inline else self._half_off)[bank][root]
-                            out[...] = np.ndarray(shape, dtype, self._arena.mm, off)
+                        dtype, shape, planned, inline = self._root_array(root)
+                        if planned is not None:  # where the root's plan put it
+                            out = planned.copy()
                             if not inline:
-                                self._done(bank)
+                                self._done(self._bank)
                             return out
+                        out = np.empty(shape, dtype)
                         out_flat = out.reshape(-1)
                         n, cap = out_flat.size, self._chunk(dtype)
                     else:
