@@ -305,8 +305,8 @@ class SimComm(Communicator):
         """For a broadcast where this rank passed None: the root's dtype and
         shape, the view of its array where its plan put it (in the bank or
         half slot of this call's bank; None if larger than half a slot), and
-        whether that is the bank. Cached by the root's row, which only the
-        sequence number changes from call to call."""
+        whether that is the bank. Cached by bank, root, and the root's dtype
+        code and shape (read from its row, after ``_check`` passed)."""
         q = self._arena.q
         bank = self._bank
         off = self._member_sig[bank][root] // 8
@@ -322,7 +322,8 @@ class SimComm(Communicator):
             inline = nbytes <= self._inline_bytes
             planned = None
             if nbytes <= self._half_bytes:
-                planned = np.ndarray(shape, dtype, self._arena.mm, (self._inline_off if inline else self._half_off)[bank][root])
+                where = (self._inline_off if inline else self._half_off)[bank][root]
+                planned = np.ndarray(shape, dtype, self._arena.mm, where)
             found = self._root_arrays[key] = (dtype, shape, planned, inline)
         return found
 
