@@ -365,7 +365,7 @@ def sweep(opts: dict, say=lambda msg: None, case=make_case) -> dict:
     report = {"machine": machine(opts), "results": [], "errors": []}
     rows = []
     for step in opts["plan"]:
-        for rep in range(opts.get("repeats", 1)):
+        for rep in range(opts["repeats"]):
             small = step["sizes"] if rep == 0 else [b for b in step["sizes"] if b < LARGE]
             collectives = [c for c in step["collectives"] if small or c == "barrier"]
             if not collectives:

@@ -76,9 +76,10 @@ stale word satisfies a wait.
 Waiting spins briefly (looks once when ranks share CPUs), then yields, then
 sleeps on the waiter's own futex word after raising its ``sleeping`` flag.
 A publisher wakes every member whose flag is up by storing a fresh token in
-that member's word and calling FUTEX_WAKE. Both sides run a full fence between their store and their load
-(Dekker), so either the publisher sees the flag or the sleeper sees the
-publication; sleeps also time out so that aborts and dead peers are noticed.
+that member's word and calling FUTEX_WAKE. Both sides run a full fence
+between their store and their load (Dekker), so either the publisher sees
+the flag or the sleeper sees the publication; sleeps also time out so that
+aborts and dead peers are noticed.
 
 A rank may also wait for *any* of several words, each with its own writer
 and target (``wait_any``: a probe from any source waits on the heads of all

@@ -16,6 +16,8 @@ that slice from its slot. Both give the bits of the fold.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .._checks import DTYPE_CODE, DTYPES, OP_CODE, as_input, check_blocks, check_int, check_op, check_rank_arg
@@ -316,14 +318,12 @@ class SimComm(Communicator):
         if found is None:
             if len(self._root_arrays) > 64:
                 self._root_arrays.clear()
-            row = self._root_row(root)
-            dtype, shape = DTYPES[row[4] - 1], tuple(row[6 : 6 + row[5]])
-            nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-            inline = nbytes <= self._inline_bytes
-            planned = None
+            dtype, shape = DTYPES[key[2] - 1], key[4:]
+            nbytes = math.prod(shape) * dtype.itemsize
+            inline, planned = nbytes <= self._inline_bytes, None
             if nbytes <= self._half_bytes:
-                where = (self._inline_off if inline else self._half_off)[bank][root]
-                planned = np.ndarray(shape, dtype, self._arena.mm, where)
+                inline, offsets = self._placement(nbytes)
+                planned = np.ndarray(shape, dtype, self._arena.mm, offsets[bank][root])
             found = self._root_arrays[key] = (dtype, shape, planned, inline)
         return found
 
@@ -565,12 +565,18 @@ class SimComm(Communicator):
     # from the dtype and shape alone, so all ranks agree. A plan is
     # (signature, views per bank, stacked views per bank, fold by rows,
     # inline, ufunc, divisor).
+    def _placement(self, nbytes: int):
+        """Where a one-phase call of ``nbytes`` per rank puts each member's
+        part: (in the banks?, offsets per bank and member). The caller has
+        checked that it fits in half a slot."""
+        inline = nbytes <= self._inline_bytes
+        return inline, self._inline_off if inline else self._half_off
+
     def _plan(self, key, x, op, root, ufunc=None, divisor=None):
         if len(self._plans) >= 64:
             self._plans.clear()
         static = (key[0], op, root, DTYPE_CODE[x.dtype], x.ndim, *x.shape)
-        inline = x.nbytes <= self._inline_bytes
-        offsets = self._inline_off if inline else self._half_off
+        inline, offsets = self._placement(x.nbytes)
         mm = self._arena.mm
         banks = tuple([np.ndarray(x.shape, x.dtype, mm, off) for off in offs] for offs in offsets)
         every = tuple(self._stacked(offs, x.dtype, x.shape) for offs in offsets)

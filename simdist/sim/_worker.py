@@ -73,9 +73,10 @@ def keep_freed_memory() -> bool:
     A collective returns a new array on every call. glibc serves a large one
     with a fresh ``mmap``, whose pages are faulted in and zeroed as they are
     first written, and returns it to the system when it is freed: a 64 MiB
-    allreduce at N=2 took 51 ms that way and 24 ms from the heap (measured
-    on 2 CPUs). So allocations come from the heap (no mmap) and freed memory
-    stays there; ``release_freed_memory`` gives it back after each run.
+    allreduce at N=2 took 34.9 ms that way and 19.6 ms from the heap on 2
+    CPUs (docs/measurements/new_arrays.py). So allocations come from the
+    heap (no mmap) and freed memory stays there; ``release_freed_memory``
+    gives it back after each run.
     """
     mallopt = getattr(_libc, "mallopt", None)
     if mallopt is None:  # not glibc
