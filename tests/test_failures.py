@@ -211,6 +211,23 @@ def test_ranks_may_catch_a_mismatch_and_continue(world3):
     assert_usable(world3)
 
 
+def test_a_one_phase_call_against_a_chunked_one_raises_on_every_rank(world3):
+    # The allreduce looks for each member's call epoch; a gather must store it too.
+    def program(comm):
+        try:
+            comm.allreduce(np.ones(3)) if comm.rank == 0 else comm.gather(np.ones(3))
+        except simdist.CollectiveMismatch as exc:
+            caught = str(exc)
+        else:
+            caught = None
+        return caught, comm.allreduce(np.full(2, comm.rank + 1.0))
+
+    for caught, total in world3.run(program):
+        assert caught is not None and "allreduce #1" in caught and "gather #1" in caught, caught
+        np.testing.assert_array_equal(total, np.full(2, 6.0))
+    assert_usable(world3)
+
+
 def test_ranks_may_catch_invalid_arguments_and_continue(world3):
     def program(comm):
         try:

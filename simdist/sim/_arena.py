@@ -13,13 +13,16 @@ in the middle of a collective.
 Layout (all offsets in bytes, every region 64-byte aligned)::
 
     header    4096            magic, size, abort word
+    sleeping  size x 8        per world rank: its sleeping flag, side by side
+                              so that a publisher compares them all at once
     status    size x 128      per world rank: state, progress, current call,
-                              sleeping flag, futex word (bell), p2p call info
+                              futex word (bell), p2p call info
     contexts  size x C x E    per world rank and communicator context:
                               arrive epoch, done epoch (one line), then two
-                              banks: call signature (576) and the payload of
-                              a small one-phase call (3520 up to 16 ranks,
-                              448 beyond); E = 64 + 2 x bank
+                              banks: the call's first epoch and signature
+                              (576) and the payload of a small one-phase
+                              call (3520 up to 16 ranks, 448 beyond);
+                              E = 64 + 2 x bank
     p2p index size x size x 64  per ordered pair: head (sender), tail (receiver)
     p2p rings size x size x R   per ordered pair: a byte ring of messages
     slots     size x SLOT     per world rank: its collective buffer
@@ -49,6 +52,12 @@ program order and loads are not reordered with older loads, so a reader that
 sees the epoch sees the data written before it. After reading a
 member's *slot* it stores ``done``; a writer waits (lazily, just before it
 next writes its slot) until every reader of its last slot phase is done.
+
+A bank's signature is preceded by the epoch of the call's first phase,
+stored after the signature (and, in a one-phase call, after its payload) and
+before the arrival: a one-phase call reads a member's epoch word, then its
+signature, so one look per member tells both that it arrived and that its
+call matches (``SimComm._meet``).
 
 Signatures and the payloads of small one-phase calls need no ``done``: they
 alternate between the entry's two banks by the parity of the phase's epoch.
@@ -110,13 +119,13 @@ MAGIC = 0x5349_4D44_4953_5431  # "SIMDIST1"
 LINE = 64
 HEADER = 4096
 STATUS = 128
-SIG_BYTES = 576  # kind, seq, op, root, dtype, ndim and up to 66 dimensions
+SIG_BYTES = 576  # the call's first epoch, then kind, seq, op, root, dtype, ndim and up to 64 dimensions
 
 # header words (int64 index)
 H_MAGIC, H_SIZE, H_ABORT = 0, 1, 2
 
 # status words, relative to a rank's status entry (int64 index)
-S_STATE, S_PROGRESS, S_CTX, S_SLEEPING, S_WAITING_FOR = 0, 1, 2, 3, 4  # WAITING_FOR: rank + 1, 0 if none
+S_STATE, S_PROGRESS, S_CTX, S_WAITING_FOR = 0, 1, 2, 4  # WAITING_FOR: rank + 1, 0 if none; 3 is unused
 S_P2P_KIND, S_P2P_PEER, S_P2P_TAG, S_P2P_NBYTES, S_P2P_SEQ = 5, 6, 7, 9, 10
 S_BELL = 8  # int64 word whose low 32 bits are the futex word
 S_BANK = 11  # the bank holding the signature of the current call
@@ -182,7 +191,8 @@ class Layout:
         self.inline_bytes = 3520 if size <= 16 else 448
         self.bank = SIG_BYTES + self.inline_bytes
         self.entry = LINE + 2 * self.bank  # the arrive/done line, then two banks
-        self.status = HEADER
+        self.sleeping = HEADER
+        self.status = _align(self.sleeping + size * 8, 4096)
         self.ctx = _align(self.status + size * STATUS, 4096)
         self.p2p_index = _align(self.ctx + size * contexts * self.entry, 4096)
         self.rings = _align(self.p2p_index + size * size * LINE, 4096)
@@ -196,11 +206,18 @@ class Layout:
     def arrive_word(self, rank: int, ctx: int) -> int:
         return (self.ctx + (rank * self.contexts + ctx) * self.entry) // 8
 
+    def sleeping_word(self, rank: int) -> int:
+        return self.sleeping // 8 + rank
+
+    def call_epoch_word(self, rank: int, ctx: int, bank: int) -> int:
+        """The first epoch of the call whose signature the bank holds."""
+        return (self.ctx + (rank * self.contexts + ctx) * self.entry + LINE + bank * self.bank) // 8
+
     def sig_offset(self, rank: int, ctx: int, bank: int) -> int:
-        return self.ctx + (rank * self.contexts + ctx) * self.entry + LINE + bank * self.bank
+        return self.call_epoch_word(rank, ctx, bank) * 8 + 8
 
     def inline_offset(self, rank: int, ctx: int, bank: int) -> int:
-        return self.sig_offset(rank, ctx, bank) + SIG_BYTES
+        return self.call_epoch_word(rank, ctx, bank) * 8 + SIG_BYTES
 
     def pair_word(self, src: int, dst: int) -> int:
         """Word index of the (src -> dst) ring's head; the tail follows it."""
@@ -296,10 +313,10 @@ class Arena:
         os.close(self.fd)
 
     def reset_control(self) -> None:
-        """Zero status, contexts and ring pointers; only while no worker runs."""
+        """Zero sleeping flags, status, contexts and ring pointers; only while no worker runs."""
         lay = self.layout
         self.q[H_ABORT] = 0
-        self.buf[lay.status : lay.rings] = bytes(lay.rings - lay.status)
+        self.buf[lay.sleeping : lay.rings] = bytes(lay.rings - lay.sleeping)
 
     # -- views ------------------------------------------------------------
     def array(self, offset: int, dtype, shape) -> np.ndarray:
@@ -322,9 +339,9 @@ class Arena:
         q[word] = value
         _acquire()
         _release()
-        lay_status = self.layout.status // 8
+        sleeping = self.layout.sleeping // 8
         for m in members:
-            if q[lay_status + m * 16 + S_SLEEPING]:
+            if q[sleeping + m]:
                 self.wake(m)
 
     def wake(self, rank: int) -> None:
@@ -345,7 +362,7 @@ class Arena:
         fence()
         q, lay = self.q, self.layout
         for r in range(self.size):
-            if q[lay.status_word(r, S_SLEEPING)]:
+            if q[lay.sleeping_word(r)]:
                 self.wake(r)
 
     # -- waiting ------------------------------------------------------------
@@ -454,7 +471,7 @@ class Arena:
     def _sleep_until(self, ready, check, on: int | None):
         """The sleeping phase of a wait: return ``ready()`` once it is not None.
 
-        Announce the sleep (``S_SLEEPING``, which writers read to decide
+        Announce the sleep (the sleeping flag, which writers read to decide
         whether to ring this rank's bell), then test ``ready`` again: a store
         made before the announcement is seen here, one made after it rings
         the bell, so the futex wait cannot miss it. ``check()`` raises when
@@ -464,7 +481,7 @@ class Arena:
         q = self.q
         me = self.rank
         lay = self.layout
-        sleeping = lay.status_word(me, S_SLEEPING)
+        sleeping = lay.sleeping_word(me)
         bell = lay.status_word(me, S_BELL)
         if on is not None:
             q[lay.status_word(me, S_WAITING_FOR)] = on + 1

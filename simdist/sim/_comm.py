@@ -26,7 +26,7 @@ from .._errors import InvalidValue, SimdistError
 from .._orders import in_order
 from .._reduction import fold, fold_new, fold_rows, fold_ufunc
 from . import _signature as sig
-from ._arena import CALL, S_BANK, S_CTX, S_PROGRESS, S_SLEEPING, S_STATE, USER
+from ._arena import CALL, S_BANK, S_CTX, S_PROGRESS, S_STATE, USER
 from ._arena import _acquire as _fence_in, _release as _fence_out  # fence(), spelled out
 from ._p2p import Mailboxes
 from ._report import comm_name
@@ -107,6 +107,8 @@ class SimComm(Communicator):
         self._bank = 0
         self._my_sig = [lay.sig_offset(me, ctx, bank) for bank in (0, 1)]
         self._seq_word = [off // 8 + 1 for off in self._my_sig]
+        self._my_call_epoch = [lay.call_epoch_word(me, ctx, bank) for bank in (0, 1)]
+        self._peer_call_epoch = [[lay.call_epoch_word(m, ctx, bank) for m in self._peers] for bank in (0, 1)]
         self._peer_sig = [[lay.sig_offset(m, ctx, bank) for m in self._peers] for bank in (0, 1)]
         self._inline_off = [[lay.inline_offset(m, ctx, bank) for m in members] for bank in (0, 1)]
         self._member_sig = [[lay.sig_offset(m, ctx, bank) for m in members] for bank in (0, 1)]
@@ -128,7 +130,12 @@ class SimComm(Communicator):
         self._plans: dict = {}
         self._last_static = [None, None]
         self._sig_bytes = [0, 0]
-        self._peer_sleeping = [(lay.status_word(m, S_SLEEPING), m) for m in self._peers]
+        self._peer_sleeping = [(lay.sleeping_word(m), m) for m in self._peers]
+        # The members' sleeping flags lie between those of the first and last
+        # member, all zero while nobody sleeps: one comparison per publish.
+        q = arena.q
+        self._sleepers = q[lay.sleeping_word(min(members)) : lay.sleeping_word(max(members)) + 1]
+        self._nobody = memoryview(bytes(len(self._sleepers) * 8)).cast("q")
         self._name = comm_name(ctx)
         self._order = order
 
@@ -177,17 +184,38 @@ class SimComm(Communicator):
             packer.pack_into(self._arena.mm, self._my_sig[bank], static[0], seq, *static[1:])
             self._last_static[bank] = static
             self._sig_bytes[bank] = packer.size
+        q[self._my_call_epoch[bank]] = self._epoch + 1  # the signature is complete
         q[self._bank_word] = bank
         q[self._ctx_word] = self._ctx
         q[self._state] = CALL
 
     def _meet(self, static: tuple) -> None:
         """A one-phase call once its part is written (in the bank of the
-        coming epoch, or in a released half slot): sign, arrive, compare
-        signatures. The caller reads, then calls ``_end``."""
+        coming epoch, or in a released half slot): sign, arrive, and see each
+        member's call epoch and signature, waiting for it if needed. The
+        caller reads, then calls ``_end``.
+
+        A member's call epoch is stored after its part and signature, so
+        once it reads this call's epoch, both are there to read; a member
+        already in its next call writes the other bank. Any difference in
+        the signatures falls back to ``_check``."""
         self._sign(static)
-        self._arrive()
-        self._check(self._sig_bytes[self._bank])
+        self._epoch = epoch = self._epoch + 1
+        self._publish(self._my_arrive, epoch)
+        bank = self._bank
+        nbytes = self._sig_bytes[bank]
+        views = self._sig_views.get((nbytes, bank))
+        if views is None:
+            views = self._signature_views(nbytes, bank)
+        q = self._arena.q
+        mine = views[0]
+        for word, other, peer in views[2]:
+            if q[word] < epoch:
+                self._arena.wait_words((word,), epoch, (peer,))
+            if other != mine:
+                self._arena.wait_words(self._peer_arrive, epoch, self._peers)
+                self._check(nbytes)
+                return
 
     def _end(self) -> None:
         q = self._arena.q
@@ -217,9 +245,10 @@ class SimComm(Communicator):
         q[word] = value
         _fence_in()
         _fence_out()
-        for flag, member in self._peer_sleeping:
-            if q[flag]:
-                arena.wake(member)
+        if self._sleepers != self._nobody:
+            for flag, member in self._peer_sleeping:
+                if q[flag]:
+                    arena.wake(member)
 
     def _arrive(self) -> None:
         self._epoch = epoch = self._epoch + 1
@@ -246,15 +275,8 @@ class SimComm(Communicator):
         bank = self._bank
         views = self._sig_views.get((nbytes, bank))
         if views is None:
-            # Views of int64 words: memoryviews compare item by item, so
-            # 7 words compare in about 25 ns, 56 bytes in about 130.
-            q, n = self._arena.q, nbytes // 8
-            mine = self._my_sig[bank] // 8
-            views = self._sig_views[nbytes, bank] = (
-                q[mine : mine + n],
-                [q[off // 8 : off // 8 + n] for off in self._peer_sig[bank]],
-            )
-        mine, theirs = views
+            views = self._signature_views(nbytes, bank)
+        mine, theirs, _ = views
         for other in theirs:
             if other != mine:
                 break
@@ -272,6 +294,18 @@ class SimComm(Communicator):
             # member that would wait for us to be done with its slot.
             self._publish(self._my_arrive + 1, self._epoch)
             raise
+
+    def _signature_views(self, nbytes: int, bank: int):
+        """Signatures of ``nbytes`` in ``bank``: (ours, the peers', and
+        (call epoch word, signature, world rank) per peer)."""
+        # Views of int64 words: memoryviews compare item by item, so
+        # 7 words compare in about 25 ns, 56 bytes in about 130.
+        q, n = self._arena.q, nbytes // 8
+        mine = self._my_sig[bank] // 8
+        theirs = [q[off // 8 : off // 8 + n] for off in self._peer_sig[bank]]
+        views = self._sig_views[nbytes, bank] = (
+            q[mine : mine + n], theirs, list(zip(self._peer_call_epoch[bank], theirs, self._peers)))
+        return views
 
     def _root_only_match(self, bank: int, root: int) -> bool:
         """Broadcast or scatter, where a non-root may pass None: True if every
