@@ -404,3 +404,22 @@ def test_records_logged_before_a_rank_fails_still_arrive(caplog, world2):
     with pytest.raises(simdist.RankError):
         world2.run(program)
     assert sorted(r.getMessage() for r in rank_records(caplog)) == ["[rank 0] about to fail on 0", "[rank 1] about to fail on 1"]
+
+
+# -- placement ------------------------------------------------------------------------
+
+
+def _cpus(comm):
+    return sorted(os.sched_getaffinity(0))
+
+
+def test_ranks_get_a_cpu_each_or_are_dealt_round_robin():
+    cpus = sorted(os.sched_getaffinity(0))
+    c = len(cpus)
+    with simdist.World(2 * c) as world:  # a multiple of the CPUs: rank r on CPU r mod C
+        assert world.run(_cpus) == [[cpus[r % c]] for r in range(2 * c)]
+    if c > 1:
+        with simdist.World(c + 1) as world:  # not a multiple: the scheduler places them
+            assert world.run(_cpus) == [cpus] * (c + 1)
+        with simdist.World(c) as world:  # a CPU each
+            assert world.run(_cpus) == [[cpu] for cpu in cpus]
