@@ -153,7 +153,8 @@ def fold_new(ufunc, parts, divisor=None) -> np.ndarray:
         out = ufunc(parts[0], parts[1])
         if type(out) is not np.ndarray:  # 0-d inputs give a numpy scalar
             out = np.array(out)
-        _fold_rest(ufunc, parts[2:], out, divisor)
+        if len(parts) > 2 or divisor is not None:
+            _fold_rest(ufunc, parts[2:], out, divisor)
     finally:
         _quiet_off(token)
     return out

@@ -172,10 +172,13 @@ class SimComm(Communicator):
             self._release()
         self._sign(static)
 
-    def _sign(self, static: tuple) -> None:
-        """Write the signature in the bank of the coming epoch; mark this rank as in a call."""
+    def _sign(self, static: tuple, arrive: bool = False) -> None:
+        """Write the signature in the bank of the coming epoch; mark this
+        rank as in a call; with ``arrive`` (a one-phase call, whose part is
+        written), also arrive."""
         q = self._arena.q
-        self._bank = bank = (self._epoch + 1) & 1
+        epoch = self._epoch + 1
+        self._bank = bank = epoch & 1
         self._seq = seq = self._seq + 1
         if static is self._last_static[bank] or static == self._last_static[bank]:
             q[self._seq_word[bank]] = seq  # only the sequence number changes
@@ -184,10 +187,17 @@ class SimComm(Communicator):
             packer.pack_into(self._arena.mm, self._my_sig[bank], static[0], seq, *static[1:])
             self._last_static[bank] = static
             self._sig_bytes[bank] = packer.size
-        q[self._my_call_epoch[bank]] = self._epoch + 1  # the signature is complete
+        q[self._my_call_epoch[bank]] = epoch  # the signature is complete
         q[self._bank_word] = bank
         q[self._ctx_word] = self._ctx
         q[self._state] = CALL
+        if arrive:  # _publish, written out
+            self._epoch = epoch
+            q[self._my_arrive] = epoch
+            _fence_in()
+            _fence_out()
+            if self._sleepers != self._nobody:
+                self._wake_sleepers()
 
     def _meet(self, static: tuple) -> None:
         """A one-phase call once its part is written (in the bank of the
@@ -199,10 +209,8 @@ class SimComm(Communicator):
         once it reads this call's epoch, both are there to read; a member
         already in its next call writes the other bank. Any difference in
         the signatures falls back to ``_check``."""
-        self._sign(static)
-        self._epoch = epoch = self._epoch + 1
-        self._publish(self._my_arrive, epoch)
-        bank = self._bank
+        self._sign(static, True)
+        epoch, bank = self._epoch, self._bank
         nbytes = self._sig_bytes[bank]
         views = self._sig_views.get((nbytes, bank))
         if views is None:
@@ -246,9 +254,13 @@ class SimComm(Communicator):
         _fence_in()
         _fence_out()
         if self._sleepers != self._nobody:
-            for flag, member in self._peer_sleeping:
-                if q[flag]:
-                    arena.wake(member)
+            self._wake_sleepers()
+
+    def _wake_sleepers(self) -> None:
+        q = self._arena.q
+        for flag, member in self._peer_sleeping:
+            if q[flag]:
+                self._arena.wake(member)
 
     def _arrive(self) -> None:
         self._epoch = epoch = self._epoch + 1
