@@ -357,7 +357,8 @@ def sweep(opts: dict, say=lambda msg: None, case=make_case) -> dict:
     With ``opts["repeats"]`` K > 1, the cells below 1 MiB (and barrier) are
     measured K times, the backends taking turns, and each keeps the median
     (:func:`merge_repeats`): on a shared machine one pass can land in a slow
-    moment of either backend.
+    moment of either backend. A step with ``"repeat_every_size"`` repeats
+    its cells of every size.
 
     ``case`` makes each rank's input and expected result on the simulator
     (default :func:`make_case`); a test passes a wrong one to see it counted.
@@ -366,13 +367,14 @@ def sweep(opts: dict, say=lambda msg: None, case=make_case) -> dict:
     rows = []
     for step in opts["plan"]:
         for rep in range(opts["repeats"]):
-            small = step["sizes"] if rep == 0 else [b for b in step["sizes"] if b < LARGE]
+            every = rep == 0 or step.get("repeat_every_size")
+            small = step["sizes"] if every else [b for b in step["sizes"] if b < LARGE]
             collectives = [c for c in step["collectives"] if small or c == "barrier"]
             if not collectives:
                 break
             n, mine = step["n"], {**opts, "collectives": collectives, "sizes": small}
             if rep:
-                say(f"repeat {rep + 1} of {opts['repeats']}: cells below 1 MiB")
+                say(f"repeat {rep + 1} of {opts['repeats']}: {'every size' if every else 'cells below 1 MiB'}")
             if "sim" in opts["backends"]:
                 rows += sim_sweep(n, mine, say, case)
             if "mpi" in opts["backends"]:
@@ -530,7 +532,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--large-iters", type=int, default=100, help="timed calls from 1 MiB (default 100)")
     p.add_argument("--repeats", type=int, default=None, metavar="K",
                    help="measure the cells below 1 MiB K times, backends taking turns, and keep each cell's "
-                        "median (default 1; with --targets 3)")
+                        "median (default 1; with --targets 3, and every size at N = 2 and 4)")
     p.add_argument("--timeout", type=float, default=300.0, help="simulator: seconds without progress before a hang (default 300)")
     p.add_argument("--mpiexec", default=None, help="the mpiexec to use (default: simdist's choice, as simdist run)")
     p.add_argument("--mpi-args", type=str.split, default=[], help="extra mpiexec arguments, one quoted string")
