@@ -10,7 +10,8 @@ import pytest
 
 import simdist
 from reference import left_fold, on_rank, values
-from simdist._reduction import fold_rows, fold_ufunc, fold_with, ops_for
+from simdist import _reduction
+from simdist._reduction import fold, fold_in_blocks, fold_rows, fold_ufunc, fold_with, ops_for
 
 # Sub-communicators of a 4-rank world, as world ranks in sub-rank order:
 # slots evenly spaced (0, 2), unevenly ([1, 2, 0]), descending ([3, 1]).
@@ -166,6 +167,17 @@ def test_fold_rows_gives_the_bits_of_the_fold(dtype):
                 got = fold_rows(ufunc, np.stack(xs), divisor)
                 assert got.dtype == want.dtype and got.shape == want.shape, (op, n, shape)
                 assert got.tobytes() == want.tobytes(), (op, n, shape)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fold_in_blocks_gives_the_bits_of_the_fold(dtype, monkeypatch):
+    monkeypatch.setattr(_reduction, "FOLD_BLOCK_BYTES", 48)  # blocks of 3 to 48 elements, the last one short
+    for op in ops_for(np.dtype(dtype)):
+        for n in (1, 2, 3, 5):
+            xs = [values(dtype, (101,), 73, r) for r in range(n)]
+            want = fold(op, xs, np.empty(101, dtype), n)
+            got = fold_in_blocks(op, xs, np.empty(101, dtype), n)
+            assert got.tobytes() == want.tobytes(), (op, n)
 
 
 @on_rank

@@ -24,7 +24,7 @@ from .._checks import DTYPE_CODE, DTYPES, OP_CODE, as_input, check_blocks, check
 from .._communicator import Communicator
 from .._errors import InvalidValue, SimdistError
 from .._orders import in_order
-from .._reduction import fold, fold_new, fold_rows, fold_ufunc
+from .._reduction import fold, fold_in_blocks, fold_new, fold_rows, fold_ufunc
 from . import _signature as sig
 from ._arena import CALL, S_BANK, S_CTX, S_PROGRESS, S_STATE, USER
 from ._arena import _acquire as _fence_in, _release as _fence_out  # fence(), spelled out
@@ -499,7 +499,7 @@ class SimComm(Communicator):
             parts = [v[a:b] for v in views]
             parts[me] = flat[lo + a : lo + b]
             folded = out_flat[lo + a : lo + b] if out_flat is not None else own[: b - a]
-            fold(op, parts, folded, size)
+            fold_in_blocks(op, parts, folded, size)
             mine[a:b] = folded
             self._arrive()  # every slice is folded: copy the others' slices
             if out_flat is not None:
