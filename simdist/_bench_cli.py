@@ -532,7 +532,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--large-iters", type=int, default=100, help="timed calls from 1 MiB (default 100)")
     p.add_argument("--repeats", type=int, default=None, metavar="K",
                    help="measure the cells below 1 MiB K times, backends taking turns, and keep each cell's "
-                        "median (default 1; with --targets 3, and every size at N = 2 and 4)")
+                        "median (default 1; with --targets 3, and every size)")
     p.add_argument("--timeout", type=float, default=300.0, help="simulator: seconds without progress before a hang (default 300)")
     p.add_argument("--mpiexec", default=None, help="the mpiexec to use (default: simdist's choice, as simdist run)")
     p.add_argument("--mpi-args", type=str.split, default=[], help="extra mpiexec arguments, one quoted string")
