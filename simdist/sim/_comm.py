@@ -197,7 +197,7 @@ class SimComm(Communicator):
             _fence_in()
             _fence_out()
             if self._sleepers != self._nobody:
-                self._wake_sleepers()
+                self._wake_sleeping_peers()
 
     def _meet(self, static: tuple) -> None:
         """A one-phase call once its part is written (in the bank of the
@@ -254,9 +254,9 @@ class SimComm(Communicator):
         _fence_in()
         _fence_out()
         if self._sleepers != self._nobody:
-            self._wake_sleepers()
+            self._wake_sleeping_peers()
 
-    def _wake_sleepers(self) -> None:
+    def _wake_sleeping_peers(self) -> None:
         q = self._arena.q
         for flag, member in self._peer_sleeping:
             if q[flag]:
