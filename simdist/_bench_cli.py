@@ -357,8 +357,8 @@ def sweep(opts: dict, say=lambda msg: None, case=make_case) -> dict:
     With ``opts["repeats"]`` K > 1, the cells below 1 MiB (and barrier) are
     measured K times, the backends taking turns, and each keeps the median
     (:func:`merge_repeats`): on a shared machine one pass can land in a slow
-    moment of either backend. A step with ``"repeat_every_size"`` repeats
-    its cells of every size.
+    moment of either backend. With ``opts["repeat_every_size"]`` (as
+    ``--targets`` sets it) the cells of every size are repeated.
 
     ``case`` makes each rank's input and expected result on the simulator
     (default :func:`make_case`); a test passes a wrong one to see it counted.
@@ -367,7 +367,7 @@ def sweep(opts: dict, say=lambda msg: None, case=make_case) -> dict:
     rows = []
     for step in opts["plan"]:
         for rep in range(opts["repeats"]):
-            every = rep == 0 or step.get("repeat_every_size")
+            every = rep == 0 or opts.get("repeat_every_size")
             small = step["sizes"] if every else [b for b in step["sizes"] if b < LARGE]
             collectives = [c for c in step["collectives"] if small or c == "barrier"]
             if not collectives:

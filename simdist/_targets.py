@@ -111,12 +111,11 @@ def options(args: argparse.Namespace, opts: dict) -> dict:
         wide = n >= WIDE_NS[0]
         collectives = args.collective or list(DEFAULT_COLLECTIVES if wide else PAIR_COLLECTIVES)
         top = own["cap_bytes"] if wide else opts["sizes"][-1]
-        # Every size in --repeats passes: the cells from 1 MiB add about 3 minutes to 20.
-        plan.append({"n": n, "collectives": collectives, "sizes": [b for b in opts["sizes"] if b <= top],
-                     "repeat_every_size": True})
+        plan.append({"n": n, "collectives": collectives, "sizes": [b for b in opts["sizes"] if b <= top]})
     capped = any(step["sizes"] != opts["sizes"] for step in plan)
+    # Every size in --repeats passes: the cells from 1 MiB add about 3 minutes to 20.
     return {"targets": True, "ns": ns, "plan": plan, **own, "capped_at": own["cap_bytes"] if capped else None,
-            "copy_bytes": opts["sizes"][-1]}
+            "copy_bytes": opts["sizes"][-1], "repeat_every_size": True}
 
 
 # -- the measurements that are not sweeps --------------------------------------------------

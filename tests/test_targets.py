@@ -175,7 +175,7 @@ def test_targets_plan_what_each_target_needs_by_default():
     assert plan[16]["sizes"][-1] == opts["capped_at"] == 16 * MiB
     assert (opts["copy_bytes"], opts["runs"], opts["startup_repeats"], opts["big_n"]) == (64 * MiB, 500, 5, 256)
     assert opts["repeats"] == 3
-    assert all(step["repeat_every_size"] for step in opts["plan"])
+    assert opts["repeat_every_size"]
 
 
 def test_explicit_n_collective_and_max_bytes_still_apply_with_targets():
