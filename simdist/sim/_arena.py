@@ -128,7 +128,6 @@ H_MAGIC, H_SIZE, H_ABORT = 0, 1, 2
 S_STATE, S_PROGRESS, S_CTX, S_WAITING_FOR = 0, 1, 2, 4  # WAITING_FOR: rank + 1, 0 if none; 3 is unused
 S_P2P_KIND, S_P2P_PEER, S_P2P_TAG, S_P2P_NBYTES, S_P2P_SEQ = 5, 6, 7, 9, 10
 S_BELL = 8  # int64 word whose low 32 bits are the futex word
-S_BANK = 11  # the bank holding the signature of the current call
 
 # rank states
 IDLE, USER, CALL, RETURNED, FAILED = 0, 1, 2, 3, 4

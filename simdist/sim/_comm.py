@@ -26,7 +26,7 @@ from .._errors import InvalidValue, SimdistError
 from .._orders import in_order
 from .._reduction import fold, fold_in_blocks, fold_new, fold_rows, fold_ufunc
 from . import _signature as sig
-from ._arena import CALL, S_BANK, S_CTX, S_PROGRESS, S_STATE, USER
+from ._arena import CALL, S_CTX, S_PROGRESS, S_STATE, USER
 from ._arena import _acquire as _fence_in, _release as _fence_out  # fence(), spelled out
 from ._p2p import Mailboxes
 from ._report import comm_name
@@ -123,13 +123,13 @@ class SimComm(Communicator):
         self._half_off = [[off + bank * self._half_bytes for off in self._slot_off] for bank in (0, 1)]
         self._state = lay.status_word(me, S_STATE)
         self._ctx_word = lay.status_word(me, S_CTX)
-        self._bank_word = lay.status_word(me, S_BANK)
         self._inline_bytes = lay.inline_bytes
         self._progress = lay.status_word(me, S_PROGRESS)
         self._views: dict = {}
         self._plans: dict = {}
         self._last_static = [None, None]
         self._sig_bytes = [0, 0]
+        self._last_views = [None, None]  # _meet's signature views of _last_static
         self._peer_sleeping = [(lay.sleeping_word(m), m) for m in self._peers]
         # The members' sleeping flags lie between those of the first and last
         # member, all zero while nobody sleeps: one comparison per publish.
@@ -187,8 +187,8 @@ class SimComm(Communicator):
             packer.pack_into(self._arena.mm, self._my_sig[bank], static[0], seq, *static[1:])
             self._last_static[bank] = static
             self._sig_bytes[bank] = packer.size
+            self._last_views[bank] = None
         q[self._my_call_epoch[bank]] = epoch  # the signature is complete
-        q[self._bank_word] = bank
         q[self._ctx_word] = self._ctx
         q[self._state] = CALL
         if arrive:  # _publish, written out
@@ -211,10 +211,9 @@ class SimComm(Communicator):
         the signatures falls back to ``_check``."""
         self._sign(static, True)
         epoch, bank = self._epoch, self._bank
-        nbytes = self._sig_bytes[bank]
-        views = self._sig_views.get((nbytes, bank))
+        views = self._last_views[bank]
         if views is None:
-            views = self._signature_views(nbytes, bank)
+            views = self._last_views[bank] = self._signature_views(self._sig_bytes[bank], bank)
         q = self._arena.q
         mine = views[0]
         for word, other, peer in views[2]:
@@ -222,7 +221,7 @@ class SimComm(Communicator):
                 self._arena.wait_words((word,), epoch, (peer,))
             if other != mine:
                 self._arena.wait_words(self._peer_arrive, epoch, self._peers)
-                self._check(nbytes)
+                self._check(self._sig_bytes[bank])
                 return
 
     def _end(self) -> None:
@@ -285,10 +284,7 @@ class SimComm(Communicator):
     def _check(self, nbytes: int) -> None:
         """Compare our signature with every peer's (after the first arrival)."""
         bank = self._bank
-        views = self._sig_views.get((nbytes, bank))
-        if views is None:
-            views = self._signature_views(nbytes, bank)
-        mine, theirs, _ = views
+        mine, theirs, _ = self._signature_views(nbytes, bank)
         for other in theirs:
             if other != mine:
                 break
@@ -309,7 +305,10 @@ class SimComm(Communicator):
 
     def _signature_views(self, nbytes: int, bank: int):
         """Signatures of ``nbytes`` in ``bank``: (ours, the peers', and
-        (call epoch word, signature, world rank) per peer)."""
+        (call epoch word, signature, world rank) per peer), cached."""
+        views = self._sig_views.get((nbytes, bank))
+        if views is not None:
+            return views
         # Views of int64 words: memoryviews compare item by item, so
         # 7 words compare in about 25 ns, 56 bytes in about 130.
         q, n = self._arena.q, nbytes // 8
@@ -808,8 +807,10 @@ class SimComm(Communicator):
             raise SimdistError(f"rank {self._rank}: barrier on a communicator that was freed")
         try:
             self._meet(_BARRIER_CALL)
-        finally:
-            self._end()
+        finally:  # _end, written out
+            q = self._arena.q
+            q[self._progress] += 1
+            q[self._state] = USER
 
     # -- point to point ---------------------------------------------------------
     def send(self, x, dest, tag=0):

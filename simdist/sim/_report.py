@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from . import _signature as sig
 from ._arena import (
-    CALL, FAILED, IDLE, RETURNED, S_BANK, S_CTX, S_P2P_KIND, S_P2P_NBYTES, S_P2P_PEER, S_P2P_SEQ, S_P2P_TAG,
+    CALL, FAILED, IDLE, RETURNED, S_CTX, S_P2P_KIND, S_P2P_NBYTES, S_P2P_PEER, S_P2P_SEQ, S_P2P_TAG,
     S_PROGRESS, S_STATE, S_WAITING_FOR, USER,
 )
 
@@ -39,7 +39,9 @@ def current_call(arena, rank: int) -> str:
         elif kind == "probe" and q[lay.status_word(rank, S_P2P_NBYTES)] & P2P_ANY_SOURCE:
             peer = "any rank"
         return f"{kind} #{q[lay.status_word(rank, S_P2P_SEQ)]} {direction} {peer} ({detail})"
-    row = sig.read(arena.buf, lay.sig_offset(rank, ctx, q[lay.status_word(rank, S_BANK)]))
+    # The current call's bank holds the larger call epoch: epochs only grow.
+    bank = int(q[lay.call_epoch_word(rank, ctx, 1)] > q[lay.call_epoch_word(rank, ctx, 0)])
+    row = sig.read(arena.buf, lay.sig_offset(rank, ctx, bank))
     return f"{sig.describe(row)} on {comm_name(ctx)}"
 
 
