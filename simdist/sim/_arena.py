@@ -379,7 +379,7 @@ class Arena:
             return
         for i, w in enumerate(words):
             if q[w] < target:
-                self._wait_one(w, target, ranks[i])
+                self.wait_word(w, target, ranks[i])
 
     def _check_peer(self, word: int, target: int, writer: int) -> None:
         """Raise instead of waiting forever: the run is aborting, or ``writer``
@@ -455,7 +455,8 @@ class Arena:
             {self.rank: mine, **{w: "returned" for w in others}},
         )
 
-    def _wait_one(self, word: int, target: int, writer: int) -> None:
+    def wait_word(self, word: int, target: int, writer: int) -> None:
+        """Wait until ``q[word] >= target``; ``writer`` writes it (see ``wait_words``)."""
         q = self.q
         for _ in range(self.spin_iters):
             if q[word] >= target:

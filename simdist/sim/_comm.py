@@ -170,12 +170,20 @@ class SimComm(Communicator):
         of our last slot phase are done."""
         if slot:
             self._release()
-        self._sign(static)
+        self._meet(static, arrive=False)
 
-    def _sign(self, static: tuple, arrive: bool = False) -> None:
-        """Write the signature in the bank of the coming epoch; mark this
-        rank as in a call; with ``arrive`` (a one-phase call, whose part is
-        written), also arrive."""
+    def _meet(self, static: tuple, arrive: bool = True) -> None:
+        """A one-phase call once its part is written (in the bank of the
+        coming epoch, or in a released half slot): sign, arrive, and see each
+        member's call epoch and signature, waiting for it if needed. The
+        caller reads, then calls ``_end``. Without ``arrive`` (a call of
+        several phases, see ``_enter``) only sign: write the signature in the
+        bank of the coming epoch and mark this rank as in a call.
+
+        A member's call epoch is stored after its part and signature, so
+        once it reads this call's epoch, both are there to read; a member
+        already in its next call writes the other bank. Any difference in
+        the signatures falls back to ``_check``."""
         q = self._arena.q
         epoch = self._epoch + 1
         self._bank = bank = epoch & 1
@@ -191,34 +199,21 @@ class SimComm(Communicator):
         q[self._my_call_epoch[bank]] = epoch  # the signature is complete
         q[self._ctx_word] = self._ctx
         q[self._state] = CALL
-        if arrive:  # _publish, written out
-            self._epoch = epoch
-            q[self._my_arrive] = epoch
-            _fence_in()
-            _fence_out()
-            if self._sleepers != self._nobody:
-                self._wake_sleeping_peers()
-
-    def _meet(self, static: tuple) -> None:
-        """A one-phase call once its part is written (in the bank of the
-        coming epoch, or in a released half slot): sign, arrive, and see each
-        member's call epoch and signature, waiting for it if needed. The
-        caller reads, then calls ``_end``.
-
-        A member's call epoch is stored after its part and signature, so
-        once it reads this call's epoch, both are there to read; a member
-        already in its next call writes the other bank. Any difference in
-        the signatures falls back to ``_check``."""
-        self._sign(static, True)
-        epoch, bank = self._epoch, self._bank
+        if not arrive:
+            return
+        self._epoch = epoch  # _publish, written out
+        q[self._my_arrive] = epoch
+        _fence_in()
+        _fence_out()
+        if self._sleepers != self._nobody:
+            self._wake_sleeping_peers()
         views = self._last_views[bank]
         if views is None:
             views = self._last_views[bank] = self._signature_views(self._sig_bytes[bank], bank)
-        q = self._arena.q
         mine = views[0]
         for word, other, peer in views[2]:
             if q[word] < epoch:
-                self._arena.wait_words((word,), epoch, (peer,))
+                self._arena.wait_word(word, epoch, peer)
             if other != mine:
                 self._arena.wait_words(self._peer_arrive, epoch, self._peers)
                 self._check(self._sig_bytes[bank])
