@@ -125,16 +125,21 @@ def fold(op: str, parts: Sequence[np.ndarray], out: np.ndarray, size: int | None
 FOLD_BLOCK_BYTES = 256 << 10
 
 
-def fold_in_blocks(op: str, parts: Sequence[np.ndarray], out: np.ndarray, size: int | None = None) -> np.ndarray:
+def fold_in_blocks(op: str, parts: Sequence[np.ndarray], out: np.ndarray, size: int | None = None,
+                   also: np.ndarray | None = None) -> np.ndarray:
     """:func:`fold` of 1-d ``parts``, one block of elements at a time: the
     same operations on each element, so the same bits, while the block of
     ``out`` stays in the cache from one part to the next (with 4 parts of
-    2 MiB: 392 us against 469 in one piece)."""
+    2 MiB: 392 us against 469 in one piece). With ``also``, each folded
+    block is copied there too while it is still in the cache."""
     step = max(1, FOLD_BLOCK_BYTES // out.itemsize)
-    if len(parts) <= 2 or out.size <= step:
+    if also is None and (len(parts) <= 2 or out.size <= step):
         return fold(op, parts, out, size)
     for lo in range(0, out.size, step):
-        fold(op, [p[lo : lo + step] for p in parts], out[lo : lo + step], size)
+        block = out[lo : lo + step]
+        fold(op, [p[lo : lo + step] for p in parts], block, size)
+        if also is not None:
+            also[lo : lo + step] = block
     return out
 
 

@@ -170,7 +170,7 @@ def test_fold_rows_gives_the_bits_of_the_fold(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_fold_in_blocks_gives_the_bits_of_the_fold(dtype, monkeypatch):
+def test_fold_in_blocks_gives_the_bits_of_the_fold_in_out_and_also(dtype, monkeypatch):
     monkeypatch.setattr(_reduction, "FOLD_BLOCK_BYTES", 48)  # blocks of 3 to 48 elements, the last one short
     for op in ops_for(np.dtype(dtype)):
         for n in (1, 2, 3, 5):
@@ -178,6 +178,9 @@ def test_fold_in_blocks_gives_the_bits_of_the_fold(dtype, monkeypatch):
             want = fold(op, xs, np.empty(101, dtype), n)
             got = fold_in_blocks(op, xs, np.empty(101, dtype), n)
             assert got.tobytes() == want.tobytes(), (op, n)
+            also = np.zeros(101, dtype)
+            got = fold_in_blocks(op, xs, np.empty(101, dtype), n, also=also)
+            assert got.tobytes() == want.tobytes() and also.tobytes() == want.tobytes(), (op, n)
 
 
 @on_rank

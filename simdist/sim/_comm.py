@@ -473,7 +473,8 @@ class SimComm(Communicator):
     def _fold_in_parallel(self, flat, out_flat, op, nbytes):
         # Rank r folds slice r of every chunk. It publishes only the slices
         # the others fold (its own slice it reads from its input), then
-        # stores its folded slice where that slice would have been.
+        # stores its folded slice where that slice would have been, block by
+        # block as it folds (the block is still in the cache).
         n, cap = flat.size, self._chunk(flat.dtype)
         me, size = self._rank, self._size
         own = np.empty(cap // size + 1, flat.dtype) if out_flat is None else None
@@ -493,8 +494,7 @@ class SimComm(Communicator):
             parts = [v[a:b] for v in views]
             parts[me] = flat[lo + a : lo + b]
             folded = out_flat[lo + a : lo + b] if out_flat is not None else own[: b - a]
-            fold_in_blocks(op, parts, folded, size)
-            mine[a:b] = folded
+            fold_in_blocks(op, parts, folded, size, also=mine[a:b])
             self._arrive()  # every slice is folded: copy the others' slices
             if out_flat is not None:
                 for j, v in enumerate(views):
