@@ -228,6 +228,25 @@ def test_close_stops_every_worker_and_releases_the_memory(procs):
         world.run(lambda comm: None)
 
 
+def _keep_the_communicator(comm):
+    import builtins
+
+    builtins._simdist_kept_comm = comm  # outlives the run, in the rank's process
+    return comm.allreduce(np.ones(2)).tolist()
+
+
+def test_a_communicator_kept_past_its_run_closes_quietly(procs, capfd):
+    held = procs.memfds()
+    world = simdist.World(2)
+    pids = world.pids
+    assert world.run(_keep_the_communicator) == [[2.0, 2.0]] * 2
+    world.close()
+    assert procs.wait_gone(pids) == []
+    assert procs.memfds() == held
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "BufferError" not in err, err
+
+
 def test_a_world_that_is_garbage_collected_stops_its_workers(procs):
     held = procs.memfds()
     world = simdist.World(2)

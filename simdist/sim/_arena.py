@@ -307,7 +307,12 @@ class Arena:
             return
         self.q.release()
         self.buf.release()
-        self.mm.close()
+        try:
+            self.mm.close()
+        except BufferError:
+            # Views of the arena are still referenced (a communicator the
+            # rank's code kept past its run): the mapping goes with the process.
+            pass
         self.mm = None
         os.close(self.fd)
 
