@@ -472,16 +472,19 @@ class SimComm(Communicator):
 
     def _fold_in_parallel(self, flat, out_flat, op, nbytes):
         # Rank r folds slice r of every chunk. It publishes only the slices
-        # the others fold (its own slice it reads from its input), then
-        # stores its folded slice where that slice would have been, block by
-        # block as it folds (the block is still in the cache).
+        # the others fold (its own slice it reads from its input), then folds
+        # its slice into its slot, where that slice would have been, and
+        # copies each block to its result while the block is in the cache.
+        # The slices start on 64-byte boundaries of the slot: a ufunc writes
+        # an unaligned output up to twice as slowly (numpy's results start
+        # 16 bytes past one).
         n, cap = flat.size, self._chunk(flat.dtype)
         me, size = self._rank, self._size
-        own = np.empty(cap // size + 1, flat.dtype) if out_flat is None else None
+        align = max(1, 64 // flat.itemsize)
         for lo in range(0, n, cap):
             hi = min(n, lo + cap)
             views = self._flat_views(flat.dtype, hi - lo)
-            bounds = [(hi - lo) * j // size for j in range(size + 1)]
+            bounds = [(hi - lo) * j // size // align * align for j in range(size)] + [hi - lo]
             a, b = bounds[me], bounds[me + 1]
             mine = views[me]
             if lo:
@@ -493,8 +496,7 @@ class SimComm(Communicator):
                 self._check(nbytes)
             parts = [v[a:b] for v in views]
             parts[me] = flat[lo + a : lo + b]
-            folded = out_flat[lo + a : lo + b] if out_flat is not None else own[: b - a]
-            fold_in_blocks(op, parts, folded, size, also=mine[a:b])
+            fold_in_blocks(op, parts, mine[a:b], size, also=out_flat[lo + a : lo + b] if out_flat is not None else None)
             self._arrive()  # every slice is folded: copy the others' slices
             if out_flat is not None:
                 for j, v in enumerate(views):
