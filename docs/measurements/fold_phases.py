@@ -20,6 +20,7 @@ Usage: ``python docs/measurements/fold_phases.py [MiB] [calls]`` (default
 from __future__ import annotations
 
 import json
+import mmap
 import sys
 import time
 
@@ -59,6 +60,13 @@ def _timed_calls(comm, nbytes: int, calls: int) -> dict:
         return out
 
     _comm.fold_in_blocks = timed_fold
+    try:
+        return _phases(comm, nbytes, calls, marks)
+    finally:
+        _comm.fold_in_blocks = fold
+
+
+def _phases(comm, nbytes: int, calls: int, marks: list) -> dict:
     x = np.arange(nbytes // 4, dtype=np.float32) + comm.rank
     for _ in range(5):
         comm.allreduce(x)
@@ -80,18 +88,20 @@ def _timed_calls(comm, nbytes: int, calls: int) -> dict:
 
 
 def _alone(nbytes: int, calls: int) -> dict:
-    """The same copy in, fold and copy out, in one process, no peer."""
+    """The same copy in, fold and copy out, in one process, no peer: the
+    two slots are page-aligned mappings, as the arena's are."""
     n = nbytes // 4
     half = n // 2
     x = np.arange(n, dtype=np.float32)
-    mine, theirs = np.zeros(n, np.float32), np.ones(n, np.float32)  # the two slots
+    mine, theirs = (np.frombuffer(mmap.mmap(-1, nbytes), np.float32) for _ in range(2))
+    theirs[:] = 1
     times = {"copy in": 0.0, "fold": 0.0, "copy out": 0.0}
     for i in range(calls + 5):
         out = np.empty(n, np.float32)
         t0 = CLOCK()
         mine[half:] = x[half:]
         t1 = CLOCK()
-        _comm.fold_in_blocks("sum", [x[:half], theirs[:half]], out[:half], 2, also=mine[:half])
+        _comm.fold_in_blocks("sum", [x[:half], theirs[:half]], mine[:half], 2, also=out[:half])
         t2 = CLOCK()
         out[half:] = theirs[half:]
         t3 = CLOCK()
