@@ -5,6 +5,8 @@ spaced or in descending order, and still detect mismatched calls."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -290,11 +292,15 @@ def test_none_broadcasts_follow_the_roots_dtype_and_shape_from_call_to_call(worl
 
 
 # -- one-phase calls through half slots --------------------------------------
+BIG = 20_000  # float32: 80 kB, folded in parallel
+
+
 def _half_slot_calls_across_contexts(comm, rounds):
     """One-phase calls too large for a bank (they use the half slot of their
-    epoch's parity), alternating between the world and a sub-communicator
-    whose members also read the world's slots: a rank must not overwrite a
-    half slot that a reader of another context has not finished reading."""
+    epoch's parity) and parallel folds (the whole slot), alternating between
+    the world and a sub-communicator whose members also read the world's
+    slots: a rank must not overwrite a half slot that a reader of another
+    context has not finished reading."""
     pair = comm.split(comm.rank % 2, key=comm.rank)
     n = 4096 // 4  # 4 KiB per rank: more than a bank, less than half a slot
     got = []
@@ -307,9 +313,47 @@ def _half_slot_calls_across_contexts(comm, rounds):
         sent = pair.broadcast(x if pair.rank == r % 2 else None, root=r % 2)
         scattered = comm.reduce_scatter(blocks)
         exchanged = comm.alltoall(blocks)
+        big = np.full(BIG, comm.rank * 1000 + r, np.float32)  # folded in parallel
+        big_sum = comm.allreduce(big)
+        pair_big = pair.reduce(big + 1, root=r % 2)
         got.append([float(world_sum[0]), float(world_sum[-1]), float(pair_sum[-1]),
-                    gathered[:, -1].tolist(), float(sent[-1]), float(scattered[-1]), exchanged[:, -1].tolist()])
+                    gathered[:, -1].tolist(), float(sent[-1]), float(scattered[-1]), exchanged[:, -1].tolist(),
+                    float(big_sum[0]), float(big_sum[-1]), None if pair_big is None else float(pair_big[-1])])
     return got
+
+
+def _slow_reader_across_contexts(comm, rounds):
+    """Rank 1 pauses after every arrival in its sub-communicator, so its
+    reads of its partner's slot lag while the partner goes on to the world's
+    calls, which write that slot too."""
+    pair = comm.split(comm.rank % 2, key=comm.rank)
+    if comm.rank == 1:
+        arrive = pair._arrive
+
+        def slow_arrive():
+            arrive()
+            time.sleep(0.002)
+
+        pair._arrive = slow_arrive
+    got = []
+    for r in range(rounds):
+        big = np.full(BIG, comm.rank * 1000 + r, np.float32)
+        pair_sum = pair.allreduce(big)
+        world_sum = comm.allreduce(big + 1)
+        gathered = comm.allgather(np.full(2048, comm.rank + r, np.float32))
+        got.append([float(pair_sum[0]), float(pair_sum[-1]), float(world_sum[0]), float(world_sum[-1]),
+                    gathered[:, 0].tolist()])
+    return got
+
+
+def test_a_slow_reader_in_one_context_keeps_its_slots_from_another(world4):
+    rounds = 24
+    for rank, got in enumerate(world4.run(_slow_reader_across_contexts, rounds)):
+        partner = [m for m in range(4) if m % 2 == rank % 2]
+        for r, row in enumerate(got):
+            pair = sum(m * 1000 + r for m in partner)
+            world = sum(m * 1000 + r + 1 for m in range(4))
+            assert row == [pair, pair, world, world, [m + r for m in range(4)]], f"rank {rank}, round {r}"
 
 
 def test_half_slot_calls_across_contexts_carry_the_right_values(world4):
@@ -319,6 +363,7 @@ def test_half_slot_calls_across_contexts_carry_the_right_values(world4):
         partner = [m for m in range(4) if m % 2 == rank % 2]
         for r, row in enumerate(got):
             mine = [m * 1000 + r for m in range(4)]
+            pair_big = sum(m * 1000 + r + 1 for m in partner) if partner.index(rank) == r % 2 else None
             want = [sum(mine), sum(mine), sum(m * 1000 + r + 1 for m in partner), mine,
-                    partner[r % 2] * 1000 + r, sum(mine), mine]
+                    partner[r % 2] * 1000 + r, sum(mine), mine, sum(mine), sum(mine), pair_big]
             assert row == want, f"rank {rank}, round {r}"
