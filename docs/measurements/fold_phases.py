@@ -13,8 +13,12 @@ copy in, fold and copy out on the same buffers in one process with no other
 rank running, to show what the same work costs when no other CPU touches
 the slot's cache lines.
 
-Usage: ``python docs/measurements/fold_phases.py [MiB] [calls]`` (default
-``1 200``).
+With a third argument N the calls run in ``World(N)``, the waits are
+named by the step they happen in, and the lone measurement (of two ranks'
+work) is left out.
+
+Usage: ``python docs/measurements/fold_phases.py [MiB] [calls] [N]``
+(default ``1 200 2``).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ PHASES = {
     ("fold", "fold end"): "fold",
     ("_arrive end", "_done"): "copy out",
 }
+WAIT = {}  # with N = 2 every wait is "wait"; else "wait _arrive" and so on
 
 
 def _timed_calls(comm, nbytes: int, calls: int) -> dict:
@@ -79,7 +84,7 @@ def _phases(comm, nbytes: int, calls: int, marks: list) -> dict:
         comm.allreduce(x)
         marks.append(("call end", CLOCK()))
         for (a, ta), (b, tb) in zip(marks, marks[1:]):
-            gap = PHASES.get((a, b)) or ("wait" if b == a + " end" else "other")
+            gap = PHASES.get((a, b)) or ((WAIT.get(a, "wait " + a)) if b == a + " end" else "other")
             totals[gap] = totals.get(gap, 0.0) + (tb - ta)
     elapsed = CLOCK() - start
     out = {k: round(v / calls * 1e6, 1) for k, v in sorted(totals.items())}
@@ -115,15 +120,19 @@ def _alone(nbytes: int, calls: int) -> dict:
 def main() -> None:
     mib = float(sys.argv[1]) if len(sys.argv) > 1 else 1
     calls = int(sys.argv[2]) if len(sys.argv) > 2 else 200
-    nbytes = int(mib * (1 << 20)) // 8 * 8
-    with simdist.World(2) as world:
+    size = int(sys.argv[3]) if len(sys.argv) > 3 else 2
+    nbytes = int(mib * (1 << 20)) // 64 * 64
+    if size == 2:
+        WAIT.update({step: "wait" for step in ("_arrive", "_release", "_done")})
+    with simdist.World(size) as world:
         ranks = world.run(_timed_calls, nbytes, calls)
-    alone = _alone(nbytes, calls)
-    report = {"bytes": nbytes, "calls": calls, "ranks": ranks, "alone": alone}
+    alone = _alone(nbytes, calls) if size == 2 else None
+    report = {"bytes": nbytes, "calls": calls, "n": size, "ranks": ranks, "alone": alone}
     print(json.dumps(report))
     for rank, phases in enumerate(ranks):
         print(f"rank {rank}: " + ", ".join(f"{k} {v} us" for k, v in phases.items()))
-    print("alone:  " + ", ".join(f"{k} {v} us" for k, v in alone.items()))
+    if alone is not None:
+        print("alone:  " + ", ".join(f"{k} {v} us" for k, v in alone.items()))
 
 
 if __name__ == "__main__":
