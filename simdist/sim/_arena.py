@@ -125,7 +125,7 @@ SIG_BYTES = 576  # the call's first epoch, then kind, seq, op, root, dtype, ndim
 H_MAGIC, H_SIZE, H_ABORT = 0, 1, 2
 
 # status words, relative to a rank's status entry (int64 index)
-S_STATE, S_PROGRESS, S_CTX, S_WAITING_FOR = 0, 1, 2, 4  # WAITING_FOR: rank + 1, 0 if none; 3 is unused
+S_STATE, S_PROGRESS, S_CTX, S_WAITING_FOR = 0, 1, 2, 4  # WAITING_FOR: rank + 1, 0 if none; 3 and 11 are unused
 S_P2P_KIND, S_P2P_PEER, S_P2P_TAG, S_P2P_NBYTES, S_P2P_SEQ = 5, 6, 7, 9, 10
 S_BELL = 8  # int64 word whose low 32 bits are the futex word
 
