@@ -175,6 +175,59 @@ def test_the_parallel_path_gives_the_bits_of_the_small_path(world3plus):
             assert_bits(whole[op], pieces[op], f"rank {rank} {op}: parallel vs small path")
 
 
+#: Members of World(4) (the sub-communicator's order is the key's) whose
+#: slots are evenly spaced, unevenly spaced, and in descending order.
+GROUPS = {"world": [0, 1, 2, 3], "even": [1, 2, 3], "uneven": [0, 1, 3], "descending": [2, 1, 0]}
+
+
+@pytest.fixture(scope="module")
+def world4(worlds):
+    return worlds(4)
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_folded_slices_are_copied_out_with_their_bits_from_every_slot_layout(world4, group):
+    """A parallel fold's slices are copied out in strided copies where the
+    members' slots are evenly spaced and the slices equal (with the rank's
+    own slice among them if small), else one by one. Every way gives the
+    left fold's bits, in allreduce and in reduce."""
+    members = GROUPS[group]
+    size = len(members)
+    # equal slices of 64 kB (copied with the others') and of 192 kB, and unequal ones
+    counts = [size * 16 * 1000, size * 16 * 3000, size * 16 * 1000 + 5]
+
+    @on_rank
+    def body(comm):
+        sub = comm.split(0 if comm.rank in members else None, key=members.index(comm.rank)
+                         if comm.rank in members else 0)
+        if sub is None:
+            return None
+        out, strided = [], []
+        for count in counts:
+            x = values("float32", (count,), 68, sub.rank)
+            out.append((sub.allreduce(x, "sum"), sub.reduce(x, root=size - 1, op="sum")))
+            strided.append(sub._fold_layout(np.dtype("float32"), count)[5] is not None)
+        sub.free()
+        return out, strided
+
+    results = world4.run(body)
+    for count_index, count in enumerate(counts):
+        xs = [values("float32", (count,), 68, r) for r in range(size)]
+        expected = left_fold("sum", xs)
+        for world_rank in members:
+            out, strided = results[world_rank]
+            rank = members.index(world_rank)
+            total, reduced = out[count_index]
+            what = f"{group} rank {rank}, {count} float32"
+            assert_bits(total, expected, what + " by allreduce")
+            if rank == size - 1:
+                assert_bits(reduced, expected, what + " by reduce")
+            else:
+                assert reduced is None
+            assert strided[count_index] == (group in ("world", "even") and count_index < 2), what
+    assert_order_matters([values("float32", (counts[0],), 68, r) for r in range(size)], group)
+
+
 @pytest.mark.parametrize("dtype", INEXACT, ids=str)
 def test_an_elements_reduction_does_not_depend_on_the_elements_around_it(world3plus, dtype):
     """The fold is element by element: element i of a reduction is the same

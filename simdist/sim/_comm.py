@@ -33,6 +33,8 @@ from ._report import comm_name
 
 #: Reductions of at most this many bytes are folded by every rank on its own.
 SMALL_REDUCTION = 64 << 10
+#: A parallel fold's slice up to this size is copied out with the others'.
+SMALL_SLICE = 128 << 10
 #: From this many ranks on, a small fold is one numpy call (fold_rows)...
 FOLD_ROWS_FROM = 6
 #: ...when each part has at most this many elements per rank: its cost grows
@@ -473,20 +475,17 @@ class SimComm(Communicator):
     def _fold_in_parallel(self, flat, out_flat, op, nbytes):
         # Rank r folds slice r of every chunk. It publishes only the slices
         # the others fold (its own slice it reads from its input), then folds
-        # its slice into its slot, where that slice would have been, and
-        # copies each block to its result while the block is in the cache.
-        # The slices start on 64-byte boundaries of the slot: a ufunc writes
-        # an unaligned output up to twice as slowly (numpy's results start
-        # 16 bytes past one).
+        # its slice into its slot, where that slice would have been. A rank
+        # with a result copies the folded slices out of the slots: where the
+        # slices are evenly spaced, in strided copies (fewer numpy calls: 2.9
+        # against 4.7 us for 8 slices of 16 KiB), else one by one. Its own
+        # slice, if large, it copies block by block while the fold's block
+        # is in the cache; if small, with the others, in one copy.
         n, cap = flat.size, self._chunk(flat.dtype)
-        me, size = self._rank, self._size
-        align = max(1, 64 // flat.itemsize)
+        me = self._rank
         for lo in range(0, n, cap):
             hi = min(n, lo + cap)
-            views = self._flat_views(flat.dtype, hi - lo)
-            bounds = [(hi - lo) * j // size // align * align for j in range(size)] + [hi - lo]
-            a, b = bounds[me], bounds[me + 1]
-            mine = views[me]
+            a, b, parts, mine, folded, diagonal, whole, others = self._fold_layout(flat.dtype, hi - lo)
             if lo:
                 self._release()
             mine[:a] = flat[lo : lo + a]
@@ -494,15 +493,56 @@ class SimComm(Communicator):
             self._arrive()
             if not lo:
                 self._check(nbytes)
-            parts = [v[a:b] for v in views]
+            parts = parts.copy()
             parts[me] = flat[lo + a : lo + b]
-            fold_in_blocks(op, parts, mine[a:b], size, also=out_flat[lo + a : lo + b] if out_flat is not None else None)
-            self._arrive()  # every slice is folded: copy the others' slices
-            if out_flat is not None:
-                for j, v in enumerate(views):
-                    if j != me:
-                        out_flat[lo + bounds[j] : lo + bounds[j + 1]] = v[bounds[j] : bounds[j + 1]]
+            out = out_flat[lo:hi] if out_flat is not None else None
+            fold_in_blocks(op, parts, folded, self._size, also=out[a:b] if out is not None and not whole else None)
+            self._arrive()  # every slice is folded: copy them out
+            if out is not None and diagonal is not None:
+                rows = out.reshape(diagonal.shape)
+                if whole:
+                    rows[...] = diagonal
+                else:
+                    rows[:me] = diagonal[:me]
+                    rows[me + 1 :] = diagonal[me + 1 :]
+            elif out is not None:
+                for c, d, v in others:
+                    out[c:d] = v
             self._done()
+
+    def _fold_layout(self, dtype: np.dtype, count: int):
+        """How a rank folds a chunk of ``count`` elements: its slice [a, b),
+        the slots' parts of it (in rank order; its own the caller fills in),
+        its slot and the slice of it, and where the members' folded slices
+        lie: one strided view of them all (or None), whether that view
+        covers this rank's slice too (else the fold copies it out), and
+        (c, d, view) for each other member.
+
+        The slices start on 64-byte boundaries of the slot: a ufunc writes
+        an unaligned output up to twice as slowly (numpy's results start 16
+        bytes past one)."""
+        key = ("fold", dtype, count)
+        layout = self._views.get(key)
+        if layout is not None:
+            return layout
+        size, me = self._size, self._rank
+        views = self._flat_views(dtype, count)
+        align = max(1, 64 // dtype.itemsize)
+        bounds = [count * j // size // align * align for j in range(size)] + [count]
+        a, b = bounds[me], bounds[me + 1]
+        parts = [v[a:b] for v in views]
+        others = [(bounds[j], bounds[j + 1], views[j][bounds[j] : bounds[j + 1]]) for j in range(size) if j != me]
+        diagonal, each = None, count // size
+        offsets = self._slot_off
+        spaced = all(offsets[j] - offsets[j - 1] == offsets[1] - offsets[0] for j in range(2, size))
+        if size > 2 and spaced and count % (size * align) == 0:
+            step = offsets[1] - offsets[0] + each * dtype.itemsize
+            if step > 0:
+                diagonal = np.ndarray((size, each), dtype, self._arena.mm, offsets[0], (step, dtype.itemsize))
+        whole = diagonal is not None and each * dtype.itemsize <= SMALL_SLICE
+        layout = (a, b, parts, views[me], views[me][a:b], diagonal, whole, others)
+        self._views[key] = layout
+        return layout
 
     def reduce_scatter(self, x, op="sum"):
         if type(x) is np.ndarray and type(op) is str:
