@@ -102,7 +102,7 @@ def fold(op: str, parts: Sequence[np.ndarray], out: np.ndarray, size: int | None
 
     ``parts`` are arrays of ``out``'s dtype and shape, one per rank in rank
     order. ``size`` divides the sum for ``mean`` (default ``len(parts)``).
-    ``out`` may be ``parts[0]`` but no other part.
+    ``out`` may be ``parts[0]`` or ``parts[1]`` but no other part.
     """
     divisor = (len(parts) if size is None else size) if op == "mean" else None
     ufunc = fold_ufunc(op, out.dtype)
@@ -214,6 +214,8 @@ def _fold_complex_product(parts, out) -> None:
     # the layout. The product is defined instead by the textbook formula,
     # each real operation rounded on its own:
     #   (a + bi)(c + di) = (ac - bd) + (ad + bc)i
+    if len(parts) > 1 and np.shares_memory(out, parts[1]):
+        parts = [parts[0], parts[1].copy(), *parts[2:]]  # out is overwritten first
     token = _quiet_on(_QUIET)
     try:
         np.copyto(out, parts[0])

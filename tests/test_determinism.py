@@ -175,9 +175,12 @@ def test_the_parallel_path_gives_the_bits_of_the_small_path(world3plus):
             assert_bits(whole[op], pieces[op], f"rank {rank} {op}: parallel vs small path")
 
 
-#: Members of World(4) (the sub-communicator's order is the key's) whose
-#: slots are evenly spaced, unevenly spaced, and in descending order.
-GROUPS = {"world": [0, 1, 2, 3], "even": [1, 2, 3], "uneven": [0, 1, 3], "descending": [2, 1, 0]}
+#: Members of World(4), in the sub-communicator's order (the key's): the
+#: parallel fold writes into the slots of members 0 and 1.
+GROUPS = {"world": [0, 1, 2, 3], "last three": [1, 2, 3], "uneven": [0, 1, 3], "descending": [2, 1, 0]}
+#: The in-place fold's ops: rank 0 folds into member 1's part, which complex
+#: prod reads after it writes its output.
+IN_PLACE = (("float32", "sum"), ("float64", "mean"), ("complex64", "prod"))
 
 
 @pytest.fixture(scope="module")
@@ -186,45 +189,44 @@ def world4(worlds):
 
 
 @pytest.mark.parametrize("group", GROUPS)
-def test_folded_slices_are_copied_out_with_their_bits_from_every_slot_layout(world4, group):
-    """A parallel fold's slices are copied out in strided copies where the
-    members' slots are evenly spaced and the slices equal (with the rank's
-    own slice among them if small), else one by one. Every way gives the
-    left fold's bits, in allreduce and in reduce."""
+def test_slices_folded_in_place_give_the_left_fold_on_any_members(world4, group):
+    """A parallel fold folds each slice in place, into member 0's or member
+    1's slot, and every rank copies the folded slices from there. On the
+    world and on sub-communicators of other members in other orders, with
+    equal and unequal slices, small and large, allreduce and reduce give the
+    left fold's bits."""
     members = GROUPS[group]
     size = len(members)
-    # equal slices of 64 kB (copied with the others') and of 192 kB, and unequal ones
-    counts = [size * 16 * 1000, size * 16 * 3000, size * 16 * 1000 + 5]
+    # equal and unequal slices, copied out with the others' (up to 128 KiB) or by the fold
+    counts = [size * 16 * 1000, size * 16 * 1000 + 5, size * 16 * 3000 + 5]
 
     @on_rank
     def body(comm):
-        sub = comm.split(0 if comm.rank in members else None, key=members.index(comm.rank)
-                         if comm.rank in members else 0)
+        inside = comm.rank in members
+        sub = comm.split(0 if inside else None, key=members.index(comm.rank) if inside else 0)
         if sub is None:
             return None
-        out, strided = [], []
+        out = {}
         for count in counts:
-            x = values("float32", (count,), 68, sub.rank)
-            out.append((sub.allreduce(x, "sum"), sub.reduce(x, root=size - 1, op="sum")))
-            strided.append(sub._fold_layout(np.dtype("float32"), count)[5] is not None)
+            for dtype, op in IN_PLACE:
+                x = values(dtype, (count,), 68, sub.rank)
+                out[count, dtype, op] = sub.allreduce(x, op), sub.reduce(x, root=size - 1, op=op)
         sub.free()
-        return out, strided
+        return out
 
     results = world4.run(body)
-    for count_index, count in enumerate(counts):
-        xs = [values("float32", (count,), 68, r) for r in range(size)]
-        expected = left_fold("sum", xs)
-        for world_rank in members:
-            out, strided = results[world_rank]
-            rank = members.index(world_rank)
-            total, reduced = out[count_index]
-            what = f"{group} rank {rank}, {count} float32"
-            assert_bits(total, expected, what + " by allreduce")
-            if rank == size - 1:
-                assert_bits(reduced, expected, what + " by reduce")
-            else:
-                assert reduced is None
-            assert strided[count_index] == (group in ("world", "even") and count_index < 2), what
+    for count in counts:
+        for dtype, op in IN_PLACE:
+            xs = [values(dtype, (count,), 68, r) for r in range(size)]
+            expected = left_fold(op, xs)
+            for rank, world_rank in enumerate(members):
+                total, reduced = results[world_rank][count, dtype, op]
+                what = f"{group} rank {rank}, {op} of {count} {dtype}"
+                assert_bits(total, expected, what + " by allreduce")
+                if rank == size - 1:
+                    assert_bits(reduced, expected, what + " by reduce")
+                else:
+                    assert reduced is None
     assert_order_matters([values("float32", (counts[0],), 68, r) for r in range(size)], group)
 
 

@@ -183,6 +183,10 @@ def test_fold_in_blocks_gives_the_bits_of_the_fold_in_out_and_also(dtype, monkey
             also = np.zeros(101, dtype)
             got = fold_in_blocks(op, xs, np.empty(101, dtype), n, also=also)
             assert got.tobytes() == want.tobytes() and also.tobytes() == want.tobytes(), (op, n)
+            for into in range(min(n, 2)):  # in place: the parallel fold writes into part 0 or 1
+                parts = [x.copy() for x in xs]
+                got = fold_in_blocks(op, parts, parts[into], n, also=also)
+                assert got.tobytes() == want.tobytes() and also.tobytes() == want.tobytes(), (op, n, into)
 
 
 @on_rank

@@ -2,9 +2,10 @@
 
 In the simulator's parallel fold (``SimComm._fold_in_parallel``) each rank,
 per chunk, copies into its slot the half of its input that the other rank
-folds ("copy in"), arrives, folds its own half over both ranks into its
-result and its slot ("fold"), arrives again, and copies the other rank's
-folded half out of that rank's slot ("copy out"). This runs
+folds ("copy in"), arrives, folds its own half over both ranks in place,
+into the other rank's slot where that half lies, and into its result
+("fold"), arrives again, and copies the half the other rank folded out of
+its own slot ("copy out"). This runs
 ``World(2).run`` of float32 allreduces of the given size with the
 communicator's steps wrapped in timers (the same code runs; the wrappers
 add two clock reads per step) and prints, per rank, the mean per call of
@@ -107,9 +108,9 @@ def _alone(nbytes: int, calls: int) -> dict:
         t0 = CLOCK()
         mine[half:] = x[half:]
         t1 = CLOCK()
-        _comm.fold_in_blocks("sum", [x[:half], theirs[:half]], mine[:half], 2, also=out[:half])
+        _comm.fold_in_blocks("sum", [x[:half], theirs[:half]], theirs[:half], 2, also=out[:half])
         t2 = CLOCK()
-        out[half:] = theirs[half:]
+        out[half:] = mine[half:]
         t3 = CLOCK()
         if i >= 5:
             for k, dt in zip(times, (t1 - t0, t2 - t1, t3 - t2)):

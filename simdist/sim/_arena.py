@@ -36,10 +36,11 @@ tag stores tag -1.
 
 Who writes what
 ---------------
-Every word has exactly one writer, so no atomic read-modify-write is ever
-needed: a rank writes only its own status, its own context entries, its own
-slot, the heads of the rings it sends on and the tails of the rings it
-receives on. The driver writes the header (abort), zeroes the control regions
+Every word has exactly one writer at a time, so no atomic read-modify-write
+is ever needed: a rank writes only its own status, its own context entries,
+its own slot (and, in a parallel fold, the slice it folds in another
+member's slot: see below), the heads of the rings it sends on and the tails
+of the rings it receives on. The driver writes the header (abort), zeroes the control regions
 between runs (when no worker runs) and reads everything for reports.
 
 Why the ordering is safe
@@ -68,6 +69,16 @@ communicator's members are the same in every phase, which is why the banks
 live in the per-context entries and not in the slots, which every context
 of a rank shares. ``free`` waits until every member is done with the
 context, so a later communicator on it starts with no readers behind.
+
+A parallel fold (``SimComm._fold_in_parallel``) has two phases. Each
+member publishes the slices the others fold; then each folds its slice in
+place, into the slot of the communicator's member 0 (member 1 for member
+0's own slice), and arrives again; then every member copies the folded
+slices and stores ``done``. The slot's owner wrote that slice before its
+first arrival, reads it only after the second, and waits for every
+member's ``done`` before it writes its slot again, so the in-place writes
+fall between its own; the slices are disjoint, so each word has one
+writer at a time.
 
 One-phase calls too large for a bank use the half of each slot that their
 epoch's parity names, and still store ``done``; but a rank keeps the
