@@ -40,8 +40,9 @@ Every word has exactly one writer at a time, so no atomic read-modify-write
 is ever needed: a rank writes only its own status, its own context entries,
 its own slot (and, in a parallel fold, the slice it folds in another
 member's slot: see below), the heads of the rings it sends on and the tails
-of the rings it receives on. The driver writes the header (abort), zeroes the control regions
-between runs (when no worker runs) and reads everything for reports.
+of the rings it receives on. The driver writes the header (abort), zeroes
+the control regions between runs (when no worker runs) and reads everything
+for reports.
 
 Why the ordering is safe
 ------------------------
