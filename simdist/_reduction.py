@@ -214,7 +214,7 @@ def _fold_complex_product(parts, out) -> None:
     # the layout. The product is defined instead by the textbook formula,
     # each real operation rounded on its own:
     #   (a + bi)(c + di) = (ac - bd) + (ad + bc)i
-    if len(parts) > 1 and np.shares_memory(out, parts[1]):
+    if len(parts) > 1 and np.may_share_memory(out, parts[1]):  # a bounds check, not an exact solve
         parts = [parts[0], parts[1].copy(), *parts[2:]]  # out is overwritten first
     token = _quiet_on(_QUIET)
     try:

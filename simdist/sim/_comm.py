@@ -33,7 +33,7 @@ from ._report import comm_name
 
 #: Reductions of at most this many bytes are folded by every rank on its own.
 SMALL_REDUCTION = 64 << 10
-#: A parallel fold's slice up to this size is copied out with the others'.
+#: Above N = 2, a parallel fold's slice up to this size is copied out with the others'.
 SMALL_SLICE = 128 << 10
 #: From this many ranks on, a small fold is one numpy call (fold_rows)...
 FOLD_ROWS_FROM = 6
