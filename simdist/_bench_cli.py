@@ -11,7 +11,11 @@ How one cell (backend, collective, N, size) is measured, OSU-style: warm-up
 calls, a barrier, a timed loop, a barrier (:func:`iterations` gives the
 counts). Each rank reports its mean time per call; the cell keeps the mean
 over ranks (``time_us``, the figure the bandwidths use, as nccl-tests
-averages over ranks) and the minimum and maximum.
+averages over ranks) and the minimum and maximum. The timed loop drops
+each result before the next call, so a rank holds one result at a time,
+as the MPI side holds its one receive buffer; the simulator's next result
+then reuses that memory, as ``g = comm.allreduce(g)`` in a training loop
+does.
 
 Sizes follow nccl-tests (doc/PERFORMANCE.md): ``bytes`` is S, the size of the
 operation, and ``algbw = S / time``, ``busbw = algbw * factor``:
@@ -179,6 +183,7 @@ def timed(call: Callable, check: Callable, warmup: int, iters: int, barrier: Cal
     barrier()
     out, start = None, time.perf_counter()
     for _ in range(iters):
+        out = None  # one result alive at a time, as the MPI side's one receive buffer
         out = call()
     elapsed = time.perf_counter() - start
     barrier()

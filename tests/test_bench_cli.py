@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import weakref
 
 import numpy as np
 import pytest
@@ -95,6 +96,25 @@ def _check_report(path, backends, collectives, ns):
     assert {(r["backend"], r["collective"], r["n"]) for r in rows} == {
         (b, c, n) for b in backends for c in collectives for n in ns}
     return rows
+
+
+def test_the_timed_loop_holds_one_result_at_a_time():
+    # As the MPI side's one receive buffer: a result the loop still held
+    # during the next call would make the simulator's results take turns
+    # in two buffers.
+    class Result:
+        pass
+
+    results, alive_at_call = [], []
+
+    def call():
+        alive_at_call.append(sum(r() is not None for r in results))
+        result = Result()
+        results.append(weakref.ref(result))
+        return result
+
+    _bench_cli.timed(call, lambda got: True, warmup=3, iters=5, barrier=lambda: None)
+    assert len(alive_at_call) == 8 and max(alive_at_call) == 0
 
 
 def test_sim_run_writes_the_json_schema_with_nothing_wrong(tmp_path, capsys):
