@@ -1,15 +1,15 @@
-"""How much of a large call's time is the second result kept alive?
+"""How much of a large call's time is a second result kept alive?
 
-``simdist bench`` times the simulator as users call it, ``out =
-comm.allgather(x)`` in a loop: each call returns a new array while the last
-one is still referenced, so each rank's results alternate between two
-buffers. The MPI side (mpi4py's buffer API) receives into one buffer,
-reused. This runs ``World(N)`` allgathers or allreduces of float32 whose
-results are of the given size, 30 timed calls per rank, alternately in the
-bench's loop ("keep") and with the last result dropped before each call
-("drop"), so that a rank's results reuse one buffer, as MPI's do. It prints
-the mean time per call of each loop (the mean over ranks; median of the
-rounds) as JSON and as a line.
+A loop such as ``out = comm.allgather(x)`` holds the last result while the
+next call makes a new one, so each rank's results alternate between two
+buffers. The MPI side of ``simdist bench`` (mpi4py's buffer API) receives
+into one buffer, reused, and the bench's simulator loop drops each result
+before the next call, so that a rank's results reuse one buffer too. This
+runs ``World(N)`` allgathers or allreduces of float32 whose results are of
+the given size, 30 timed calls per rank, alternately in a loop that holds
+the last result ("keep") and one that drops it ("drop", the bench's). It
+prints the mean time per call of each loop (the mean over ranks; median of
+the rounds) as JSON and as a line.
 
 Usage: ``python docs/measurements/result_buffers.py [allgather|allreduce] [N] [MiB] [rounds]``
 (default ``allgather 8 16 2``).
