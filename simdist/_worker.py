@@ -24,8 +24,7 @@ import sys
 import threading
 import traceback
 
-import cloudpickle
-
+from . import _pickling
 from ._errors import CollectiveMismatch, SimdistError
 from .sim._arena import Aborted
 
@@ -167,7 +166,7 @@ def execute(rank: int, make_comm, payload: bytes, sys_path, cwd, log_levels, *, 
         return "ok", pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:
         try:
-            return "ok", cloudpickle.dumps(value)
+            return "ok", _pickling.dumps(value)
         except Exception as exc:
             return "error", (
                 f"rank {rank} returned a value that cannot be pickled back to the driver: "
@@ -178,7 +177,7 @@ def execute(rank: int, make_comm, payload: bytes, sys_path, cwd, log_levels, *, 
 
 def _pickled_or_none(exc: BaseException):
     try:
-        data = cloudpickle.dumps(exc)
+        data = _pickling.dumps(exc)
         pickle.loads(data)
         return data
     except Exception:

@@ -13,8 +13,7 @@ import pickle
 import sys
 from typing import Any, Callable
 
-import cloudpickle
-
+from . import _pickling
 from ._driver import log_levels
 from ._errors import CollectiveMismatch, CollectiveTimeout, InvalidType, InvalidValue, RankDied, RankError, SimdistError
 from ._orders import ORDERS
@@ -140,7 +139,7 @@ class World:
         if not callable(fn):
             raise InvalidType(f"World.run: fn={fn!r} is not callable")
         try:
-            payload = cloudpickle.dumps((fn, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+            payload = _pickling.dumps((fn, args, kwargs))
         except Exception as exc:
             raise InvalidType(f"World.run: cannot pickle the function or its arguments: {exc}") from exc
         outcomes, dead, report = self._driver.run((payload, list(sys.path), os.getcwd(), log_levels()))
