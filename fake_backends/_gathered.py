@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 
 import simdist
-from simdist._checks import OP_CODE, as_input, check_blocks, check_op, check_rank_arg
+from simdist._arguments import OP_CODE, as_input, check_blocks, check_op, check_rank_arg
 from simdist._reduction import fold
 
 __all__ = ["validate", "reduction"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simdist._checks import as_input, check_rank_arg
+from simdist._arguments import as_input, check_rank_arg
 
 from ._base import COLLECTIVES, Wrapper, positive_int
 

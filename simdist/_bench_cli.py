@@ -66,7 +66,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from . import _json_report as json_report
+from .cli import _json as json_report
 from . import World
 
 __all__ = ["add_parser", "run"]

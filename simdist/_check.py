@@ -47,7 +47,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from . import reference
-from ._checks import DTYPES
+from ._arguments import DTYPES
 from ._errors import (
     CollectiveMismatch,
     CollectiveTimeout,

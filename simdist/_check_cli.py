@@ -28,7 +28,7 @@ import time
 
 from ._check import COLLECTIVES, sweep
 from ._check_properties import format_properties, run_properties
-from . import _json_report as json_report
+from .cli import _json as json_report
 from ._errors import InvalidArgument, SimdistError
 
 __all__ = ["add_parser", "run"]

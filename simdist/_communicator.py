@@ -9,12 +9,23 @@ from __future__ import annotations
 import abc
 import numpy as np
 
-__all__ = ["Communicator", "OPS"]
+__all__ = ["Communicator", "OPS", "COLLECTIVES", "REDUCTIONS", "ROOTED", "BLOCKED"]
 
 #: Reduction ops, by name. ``mean`` is the ``sum`` divided by ``size``.
 #: Bitwise ops take integer and bool dtypes; logical ops take integer and
 #: bool dtypes and give 0/1 (False/True) in the input dtype.
 OPS = ("sum", "prod", "min", "max", "mean", "band", "bor", "bxor", "land", "lor", "lxor")
+
+#: The collectives of the contract, in the order of its docstrings
+#: (point-to-point, split and free are not collectives of data).
+COLLECTIVES = ("allreduce", "reduce", "broadcast", "allgather", "gather", "scatter",
+               "reduce_scatter", "alltoall", "barrier")
+#: Those that reduce with an op.
+REDUCTIONS = ("allreduce", "reduce", "reduce_scatter")
+#: Those with a root.
+ROOTED = ("reduce", "broadcast", "gather", "scatter")
+#: Those whose input is one block per rank, shape ``(size, ...)``.
+BLOCKED = ("scatter", "reduce_scatter", "alltoall")
 
 
 class Communicator(abc.ABC):

@@ -13,6 +13,9 @@ RankError, CollectiveMismatch, CollectiveTimeout and RankDied are raised by the
 driver (``World.run``); the world is usable again after any of them.
 CollectiveMismatch and InvalidArgument are also raised inside ranks, by the
 communicator, so rank code may catch them.
+
+Outside the tree, ``Aborted`` unwinds a rank whose run is being aborted; it
+never leaves the rank (the rank reports itself as interrupted).
 """
 
 from __future__ import annotations
@@ -137,3 +140,15 @@ class InvalidValue(InvalidArgument, ValueError):
     """An argument with a value out of range."""
 
     __module__ = "simdist"
+
+
+class Aborted(BaseException):
+    """Raised inside a rank to unwind it when the run is being aborted.
+
+    A BaseException so that ``except Exception`` in user code does not
+    swallow it.
+    """
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        super().__init__(reason)

@@ -49,7 +49,7 @@ import time
 
 import numpy as np
 
-from . import _json_report as json_report
+from .cli import _json as json_report
 from ._errors import InvalidValue
 from ._world import World
 

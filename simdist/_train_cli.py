@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import _json_report as json_report
+from .cli import _json as json_report
 from ._errors import InvalidArgument
 from .train import BUGS, PARALLEL, TrainConfig, train
 

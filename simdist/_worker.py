@@ -25,8 +25,7 @@ import threading
 import traceback
 
 from . import _pickling
-from ._errors import CollectiveMismatch, SimdistError
-from .sim._arena import Aborted
+from ._errors import Aborted, CollectiveMismatch, SimdistError
 
 _current = None  # the communicator of the function this rank is running
 

@@ -115,7 +115,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ._checks import DTYPES
+from ._arguments import DTYPES
 from ._errors import InvalidType, InvalidValue
 from ._orders import ORDERS as _ORDER_FNS
 from ._orders import depth as _depth

@@ -314,7 +314,7 @@ def test_mean_that_sums_fails_exactly_the_allreduce_mean_rows():
 def test_reversed_allgather_fails_every_allgather_row_and_nothing_else():
     report = sweep(3, factory=f"{HERE}:reversed_allgather", quick=True,
                    collectives=["allgather", "gather", "alltoall"])
-    assert failing(report) == {("allgather", str(dt), None) for dt in simdist._checks.DTYPES}
+    assert failing(report) == {("allgather", str(dt), None) for dt in simdist._arguments.DTYPES}
 
 
 def test_one_ulp_on_one_rank_fails_as_ranks_disagreeing():

@@ -21,7 +21,7 @@ import fake_backends as fb
 import simdist
 from simdist import reference
 from simdist._check import load_factory, sweep
-from simdist._checks import DTYPES
+from simdist._arguments import DTYPES
 from simdist._reduction import fold, ops_for
 
 SIZES = (2, 3, 4)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simdist._checks import DTYPE_CODE
+from simdist._arguments import DTYPE_CODE
 
 from ._datatypes import Datatype, lookup, of_array, of_format
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simdist._checks import DTYPE_CODE
+from simdist._arguments import DTYPE_CODE
 
 from ._buffers import BufSpec, is_in_place, parse
 from ._ops import PREDEFINED, check, fold_arrays, simdist_op, validate

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simdist._checks import check_op
+from simdist._arguments import check_op
 from simdist._errors import SimdistError
 
 from . import _runtime

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simdist._checks import DTYPE_CODE, check_op
+from simdist._arguments import DTYPE_CODE, check_op
 from simdist._reduction import fold
 
 from ._errors import ERR_OP, Exception as MPIException

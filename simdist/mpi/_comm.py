@@ -57,7 +57,7 @@ library's choice is kept: the point of this backend is to run real MPI):
   words, then split's color and key, which are not compared. Every rank
   makes that same Allgather whatever collective it means to call, so
   different collectives meet there too. The rows are compared by the
-  simulator's rules, with its messages (``simdist.sim._signature``), and a
+  simulator's rules, with its messages (``simdist._signature``), and a
   mismatch raises CollectiveMismatch on every rank of the call before any
   data moves; the communicator stays usable, and sub-communicators from
   ``split`` check their calls too. The cost is that one Allgather of 128
@@ -86,11 +86,11 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from .._checks import DTYPE_CODE, DTYPES, OP_CODE, as_input, check_blocks, check_int, check_op, check_rank_arg, where
+from .._arguments import DTYPE_CODE, DTYPES, OP_CODE, as_input, check_blocks, check_int, check_op, check_rank_arg, where
 from .._communicator import Communicator
 from .._errors import CollectiveMismatch, InvalidArgument, InvalidType, InvalidValue, SimdistError
 from .._reduction import quiet_fp
-from ..sim import _signature as sig
+from .. import _signature as sig
 
 __all__ = ["MpiComm"]
 

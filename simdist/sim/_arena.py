@@ -123,9 +123,9 @@ import threading
 
 import numpy as np
 
-from .._errors import CollectiveMismatch, SimdistError
+from .._errors import Aborted, CollectiveMismatch, SimdistError
 
-__all__ = ["Arena", "Layout", "Aborted"]
+__all__ = ["Arena", "Layout"]
 
 MAGIC = 0x5349_4D44_4953_5431  # "SIMDIST1"
 LINE = 64
@@ -166,18 +166,6 @@ def fence() -> None:
     """A full memory barrier: an uncontended lock is a locked instruction."""
     _acquire()
     _release()
-
-
-class Aborted(BaseException):
-    """Raised inside a rank to unwind it when the run is being aborted.
-
-    A BaseException so that ``except Exception`` in user code does not
-    swallow it.
-    """
-
-    def __init__(self, reason: str):
-        self.reason = reason
-        super().__init__(reason)
 
 
 def _align(n: int, to: int = LINE) -> int:

@@ -20,12 +20,12 @@ import math
 
 import numpy as np
 
-from .._checks import DTYPE_CODE, DTYPES, OP_CODE, as_input, check_blocks, check_int, check_op, check_rank_arg
+from .._arguments import DTYPE_CODE, DTYPES, OP_CODE, as_input, check_blocks, check_int, check_op, check_rank_arg
 from .._communicator import Communicator
 from .._errors import InvalidValue, SimdistError
 from .._orders import in_order
 from .._reduction import fold, fold_in_blocks, fold_new, fold_rows, fold_ufunc
-from . import _signature as sig
+from .. import _signature as sig
 from ._arena import CALL, S_CTX, S_PROGRESS, S_STATE, USER
 from ._arena import _acquire as _fence_in, _release as _fence_out  # fence(), spelled out
 from ._p2p import Mailboxes

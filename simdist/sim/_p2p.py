@@ -43,7 +43,7 @@ import struct
 
 import numpy as np
 
-from .._checks import DTYPE_CODE, DTYPES
+from .._arguments import DTYPE_CODE, DTYPES
 from ._arena import CALL, S_CTX, S_P2P_KIND, S_P2P_NBYTES, S_P2P_PEER, S_P2P_SEQ, S_P2P_TAG, S_PROGRESS, S_STATE, USER
 from ._report import P2P_ANY_SOURCE, P2P_CTX
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import struct
 
-from .._checks import DTYPES
-from .._communicator import OPS
-from .._errors import CollectiveMismatch
+from ._arguments import DTYPES
+from ._communicator import OPS
+from ._errors import CollectiveMismatch
 
 KINDS = (
     "allreduce", "reduce", "broadcast", "allgather", "gather", "scatter",

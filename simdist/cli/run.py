@@ -1,0 +1,70 @@
+"""``simdist run``: an SPMD script or module on N ranks, like ``mpiexec``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .._script import run_script
+
+
+_VALUED = ("-n", "--size", "--backend", "--timeout")
+
+
+def add_parser(subparsers):
+    parser = subparsers.add_parser(
+        "run",
+        help="run an SPMD script on N ranks (like mpiexec); inside, simdist.comm() is the rank's communicator",
+        usage="simdist run -n N [--backend sim|mpi] [--timeout S] (script.py | -m module) [args ...]",
+    )
+    parser.add_argument("-n", "--size", type=int, required=True, help="number of ranks")
+    parser.add_argument("--backend", choices=("sim", "mpi"), default="sim", help="simulator (default) or real MPI")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds without progress before a hang is reported (default 60)")
+    parser.add_argument("-m", dest="target_module", metavar="module", help="run a module as __main__, like python -m")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="the script and its arguments")
+    return parser
+
+
+def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
+    """``simdist run``'s own options, and the rest: what follows the script
+    or ``-m module`` belongs to the program, options included (as with
+    ``python`` and ``mpiexec``)."""
+    i = 1
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            return argv[:i], argv[i + 1:]
+        if token == "-m":
+            return argv[: i + 2], argv[i + 2:]
+        if token in _VALUED:
+            i += 2
+        elif token.startswith("-") and token != "-":  # --size=4, -n4, -h: argparse decides
+            i += 1
+        else:
+            return argv[:i], argv[i:]
+    return argv, []
+
+
+def parse(top: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    own, program = split_argv(argv)
+    args = top.parse_args(own)
+    args.args = program
+    return args
+
+
+def run(args) -> int:
+    parser = args.parser
+    if args.size < 1:
+        parser.error(f"-n must be >= 1, got {args.size}")
+    if args.timeout <= 0:
+        parser.error(f"--timeout must be > 0, got {args.timeout}")
+    if args.target_module:
+        target, rest = args.target_module, args.args
+    elif args.args:
+        target, rest = args.args[0], args.args[1:]
+    else:
+        parser.error("simdist run: give a script or -m module")
+    outcome = run_script(target, rest, args.size, module=bool(args.target_module), backend=args.backend, timeout=args.timeout)
+    if outcome.error:
+        print(outcome.error, file=sys.stderr)
+    return outcome.status
