@@ -1,145 +1,86 @@
-"""Where does a large allreduce at N = 2 spend its time, phase by phase?
+"""How close is a large allreduce to the copies it cannot avoid?
 
-In the simulator's parallel fold (``SimComm._fold_in_parallel``) each rank,
-per chunk, copies into its slot the half of its input that the other rank
-folds ("copy in"), arrives, folds its own half over both ranks in place,
-into the other rank's slot where that half lies, and into its result
-("fold"), arrives again, and copies the half the other rank folded out of
-its own slot ("copy out"). This runs
-``World(2).run`` of float32 allreduces of the given size with the
-communicator's steps wrapped in timers (the same code runs; the wrappers
-add two clock reads per step) and prints, per rank, the mean per call of
-each phase and of the waits, as JSON and as a line. Then it repeats the
-copy in, fold and copy out on the same buffers in one process with no other
-rank running, to show what the same work costs when no other CPU touches
-the slot's cache lines.
+``simdist bench --targets`` asks the busbw of a 64 MiB allreduce to be at
+least half the copy bandwidth. At N = 2, busbw is S / time, so the target
+asks for the whole call in the time of two copies of the message at the
+bench's copy rate. Two copies is also the least the simulator's allreduce
+can move per rank at N = 2: each rank writes its whole result, and the half
+that the other rank folds must cross shared memory, written once and read
+once.
 
-With a third argument N the calls run in ``World(N)``, the waits are
-named by the step they happen in, and the lone measurement (of two ranks'
-work) is left out.
+For each size S this times, in one ``World(N)`` (default N = 2):
 
-Usage: ``python docs/measurements/fold_phases.py [MiB] [calls] [N]``
-(default ``1 200 2``).
+- ``call``: a float32 allreduce of S, the bench's loop (one result alive at
+  a time, the result checked), mean per call over the ranks;
+- ``two copies``: every rank at once doing two ``numpy.copyto`` of S into a
+  reused array, the same CPUs busy as in the call;
+- ``limit``: the time the busbw target allows, two copies at the copy
+  bandwidth that ``simdist bench`` measures (in this process, alone).
+
+It prints JSON lines and a table. Usage: ``python -m
+simdist.bench.allreduce_floor [MiB,MiB,...] [calls] [N]`` (default
+``16,64 20 2``).
 """
 
 from __future__ import annotations
 
 import json
-import mmap
+import statistics
 import sys
-import time
 
 import numpy as np
 
-import simdist
-from simdist.sim import _comm
+from .._world import World
+from .cells import human_bytes, is_right, make_case, timed
+from .measurements import copy_bandwidth
+from .report import columns
 
-CLOCK = time.perf_counter
-#: The phase between two consecutive marks; a step's own time is a wait
-#: (for the other rank), and the rest (signing, checks, slicing) is "other".
-PHASES = {
-    ("_release end", "_arrive"): "copy in",
-    ("fold", "fold end"): "fold",
-    ("_arrive end", "_done"): "copy out",
-}
-WAIT = {}  # with N = 2 every wait is "wait"; else "wait _arrive" and so on
+__all__ = ["measure"]
 
 
-def _timed_calls(comm, nbytes: int, calls: int) -> dict:
-    """Per call: the whole allreduce and the time between the steps."""
-    marks: list[tuple[str, float]] = []
-    for name in ("_arrive", "_release", "_done"):
-        step = getattr(comm, name)
+def _rank(comm, nbytes: int, calls: int) -> tuple[float, float, int]:
+    """(µs per allreduce, µs per two copies of the message, wrong results) on this rank."""
+    case = make_case("allreduce", comm.size, comm.rank, nbytes // 4, "float32")
+    call_us, wrong = timed(lambda: comm.allreduce(case.x), lambda got: is_right(got, case.want), 3, calls,
+                           comm.barrier)
+    out = np.empty_like(case.x)
 
-        def wrapped(*args, _step=step, _name=name):
-            marks.append((_name, CLOCK()))
-            _step(*args)
-            marks.append((_name + " end", CLOCK()))
+    def two_copies():
+        np.copyto(out, case.x)
+        np.copyto(out, case.x)
 
-        setattr(comm, name, wrapped)
-    fold = _comm.fold_in_blocks
-
-    def timed_fold(*args, **kwargs):
-        marks.append(("fold", CLOCK()))
-        out = fold(*args, **kwargs)
-        marks.append(("fold end", CLOCK()))
-        return out
-
-    _comm.fold_in_blocks = timed_fold
-    try:
-        return _phases(comm, nbytes, calls, marks)
-    finally:
-        _comm.fold_in_blocks = fold
+    copies_us, _ = timed(two_copies, lambda _: True, 3, calls, comm.barrier)
+    return call_us, copies_us, wrong
 
 
-def _phases(comm, nbytes: int, calls: int, marks: list) -> dict:
-    x = np.arange(nbytes // 4, dtype=np.float32) + comm.rank
-    for _ in range(5):
-        comm.allreduce(x)
-    comm.barrier()
-    totals: dict[str, float] = {}
-    start = CLOCK()
-    for _ in range(calls):
-        marks.clear()
-        marks.append(("call", CLOCK()))
-        comm.allreduce(x)
-        marks.append(("call end", CLOCK()))
-        for (a, ta), (b, tb) in zip(marks, marks[1:]):
-            gap = PHASES.get((a, b)) or ((WAIT.get(a, "wait " + a)) if b == a + " end" else "other")
-            totals[gap] = totals.get(gap, 0.0) + (tb - ta)
-    elapsed = CLOCK() - start
-    out = {k: round(v / calls * 1e6, 1) for k, v in sorted(totals.items())}
-    out["call"] = round(elapsed / calls * 1e6, 1)
-    return out
+def measure(mib: list[float], calls: int = 20, n: int = 2) -> list[dict]:
+    """One row per size: the call, two copies on every rank at once, and the busbw target's limit."""
+    rows = []
+    with World(n) as world:
+        for size in mib:
+            nbytes = int(size * (1 << 20)) // 64 * 64
+            per_rank = world.run(_rank, nbytes, calls)
+            copy = copy_bandwidth(nbytes)
+            call, copies = (statistics.fmean(r[i] for r in per_rank) for i in (0, 1))
+            limit = 2 * nbytes / copy["GBps"] / 1e3
+            rows.append({"n": n, "bytes": nbytes, "call_us": round(call, 1), "two_copies_us": round(copies, 1),
+                         "limit_us": round(limit, 1), "call_over_two_copies": round(call / copies, 2),
+                         "call_over_limit": round(call / limit, 2), "wrong": sum(r[2] for r in per_rank)})
+    return rows
 
 
-def _alone(nbytes: int, calls: int) -> dict:
-    """The same copy in, fold and copy out, in one process, no peer: the
-    two slots are page-aligned mappings, as the arena's are, and the result
-    is reused (a rank keeps freed memory for its next result). Then two
-    copies of the whole message (``numpy.copyto``, as ``simdist bench``
-    measures the copy bandwidth), the least that the busbw target allows."""
-    n = nbytes // 4
-    half = n // 2
-    x = np.arange(n, dtype=np.float32)
-    mine, theirs = (np.frombuffer(mmap.mmap(-1, nbytes), np.float32) for _ in range(2))
-    theirs[:] = 1
-    out = np.zeros(n, np.float32)  # one result, so that no page is faulted in while timed
-    times = {"copy in": 0.0, "fold": 0.0, "copy out": 0.0, "two copies": 0.0}
-    for i in range(calls + 5):
-        t0 = CLOCK()
-        mine[half:] = x[half:]
-        t1 = CLOCK()
-        _comm.fold_in_blocks("sum", [x[:half], theirs[:half]], theirs[:half], 2, also=out[:half])
-        t2 = CLOCK()
-        out[half:] = mine[half:]
-        t3 = CLOCK()
-        np.copyto(out, x)
-        np.copyto(out, x)
-        t4 = CLOCK()
-        if i >= 5:
-            for k, dt in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
-                times[k] += dt
-    return {k: round(v / calls * 1e6, 1) for k, v in times.items()}
-
-
-def main() -> None:
-    mib = float(sys.argv[1]) if len(sys.argv) > 1 else 1
-    calls = int(sys.argv[2]) if len(sys.argv) > 2 else 200
-    size = int(sys.argv[3]) if len(sys.argv) > 3 else 2
-    nbytes = int(mib * (1 << 20)) // 64 * 64
-    if size == 2:
-        WAIT.update({step: "wait" for step in ("_arrive", "_release", "_done")})
-    with simdist.World(size) as world:
-        ranks = world.run(_timed_calls, nbytes, calls)
-    alone = _alone(nbytes, calls) if size == 2 else None
-    report = {"bytes": nbytes, "calls": calls, "n": size, "ranks": ranks, "alone": alone}
-    print(json.dumps(report))
-    for rank, phases in enumerate(ranks):
-        print(f"rank {rank}: " + ", ".join(f"{k} {v} us" for k, v in phases.items()))
-    if alone is not None:
-        print("alone:  " + ", ".join(f"{k} {v} us" for k, v in alone.items()))
+def main(argv: list[str]) -> None:
+    mib = [float(s) for s in argv[0].split(",")] if argv else [16, 64]
+    calls = int(argv[1]) if len(argv) > 1 else 20
+    n = int(argv[2]) if len(argv) > 2 else 2
+    rows = measure(mib, calls, n)
+    for row in rows:
+        print(json.dumps(row))
+    head = ("N", "size", "call us", "two copies us", "limit us", "call/two copies", "call/limit", "wrong")
+    keys = ("n", "bytes", "call_us", "two_copies_us", "limit_us", "call_over_two_copies", "call_over_limit", "wrong")
+    lines = [tuple(human_bytes(r[k]) if k == "bytes" else str(r[k]) for k in keys) for r in rows]
+    print(columns(head, lines, left=(False,) * len(head)))
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
