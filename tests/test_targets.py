@@ -251,3 +251,20 @@ def test_targets_run_on_the_simulator_alone_says_no_mpi(tmp_path, capsys):
     assert verdict["world.run rate, N=4"] in ("PASS", "MISS")
     assert verdict["allreduce 8 B, N=4"] == "NOT RUN"
     assert "mpi N=" not in capsys.readouterr().err
+
+
+# -- the recorded run in docs/performance.md ----------------------------------------------------------
+def test_the_performance_report_shows_the_recorded_runs_verdicts_and_ratios():
+    import pathlib
+    import re
+
+    docs = pathlib.Path(__file__).resolve().parent.parent / "docs"
+    page = (docs / "performance.md").read_text()
+    recorded = json.loads((docs / "bench.json").read_text())["targets"]
+    rows = [line.split("|")[1:-1] for line in page.splitlines()
+            if re.match(r"\| .+ \| (\*\*)?(PASS|MISS|REPORTED)(\*\*)? \|$", line)]
+    assert [cells[-1].strip().strip("*") for cells in rows] == [t["verdict"] for t in recorded]
+    shown = [cells[3].strip() for cells in rows]
+    assert shown == ["" if t["ratio"] is None else f"{t['ratio']:.2f}" for t in recorded]
+    assert "simdist bench --targets --json docs/bench.json --plot docs/bench.png" in page
+    assert len(page.encode()) <= 15_000
