@@ -10,10 +10,9 @@ import weakref
 import numpy as np
 import pytest
 
-from simdist import _bench_cli
-from simdist._bench_cli import (
-    COLLECTIVES, bus_factor, layout, make_case, parse_bytes, sizes,
-)
+from simdist.bench import report, sweep
+from simdist.bench.cells import COLLECTIVES, bus_factor, layout, make_case, parse_bytes, sizes, timed
+from simdist.cli import bench as bench_cli
 
 FIELDS = {"backend", "collective", "n", "bytes", "dtype", "time_us", "time_min_us", "time_max_us",
           "algbw_GBps", "busbw_GBps", "wrong", "repeats", "time_us_runs"}
@@ -22,7 +21,7 @@ TINY = ["--warmup", "2", "--iters", "3", "--large-warmup", "1", "--large-iters",
 
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="simdist")
-    _bench_cli.add_parser(parser.add_subparsers(dest="command"))
+    bench_cli.add_parser(parser.add_subparsers(dest="command"))
     return parser.parse_args(["bench", *argv])
 
 
@@ -113,7 +112,7 @@ def test_the_timed_loop_holds_one_result_at_a_time():
         results.append(weakref.ref(result))
         return result
 
-    _bench_cli.timed(call, lambda got: True, warmup=3, iters=5, barrier=lambda: None)
+    timed(call, lambda got: True, warmup=3, iters=5, barrier=lambda: None)
     assert len(alive_at_call) == 8 and max(alive_at_call) == 0
 
 
@@ -121,7 +120,7 @@ def test_sim_run_writes_the_json_schema_with_nothing_wrong(tmp_path, capsys):
     out = tmp_path / "bench.json"
     args = parse(["-n", "2", "--backend", "sim", "--collective", "allreduce,allgather",
                   "--min-bytes", "8", "--max-bytes", "16", "--json", str(out), *TINY])
-    assert _bench_cli.run(args) == 0
+    assert bench_cli.run(args) == 0
     rows = _check_report(out, ["sim"], ["allreduce", "allgather"], [2])
     assert sorted(r["bytes"] for r in rows) == [8, 8, 16, 16]
     assert all(r["wrong"] == 0 and r["dtype"] == "float32" for r in rows)
@@ -137,7 +136,7 @@ def test_repeats_measure_the_cells_below_1_mib_again_and_keep_the_median(tmp_pat
     out = tmp_path / "bench.json"
     args = parse(["-n", "2", "--backend", "sim", "--collective", "allreduce,barrier", "--min-bytes", "512K",
                   "--max-bytes", "1M", "--repeats", "3", "--json", str(out), *TINY])
-    assert _bench_cli.run(args) == 0
+    assert bench_cli.run(args) == 0
     rows = {(r["collective"], r["bytes"]): r for r in _check_report(out, ["sim"], ["allreduce", "barrier"], [2])}
     assert {k: r["repeats"] for k, r in rows.items()} == {
         ("allreduce", 512 << 10): 3, ("allreduce", 1 << 20): 1, ("barrier", 0): 3}
@@ -154,7 +153,7 @@ def test_merge_repeats_keeps_the_median_the_extremes_and_every_wrong_result():
         return {"backend": "sim", "collective": "allgather", "n": 4, "bytes": 64, "dtype": "float32",
                 "time_us": t, "time_min_us": lo, "time_max_us": hi, "algbw_GBps": 64 / t / 1e3,
                 "busbw_GBps": 64 / t / 1e3 * 0.75, "wrong": wrong}
-    (merged,) = _bench_cli.merge_repeats([row(30.0, 29, 31, 0), row(10.0, 9, 12, 1), row(20.0, 18, 21, 0)])
+    (merged,) = sweep.merge_repeats([row(30.0, 29, 31, 0), row(10.0, 9, 12, 1), row(20.0, 18, 21, 0)])
     assert merged["time_us"] == 20.0 and merged["time_us_runs"] == [30.0, 10.0, 20.0] and merged["repeats"] == 3
     assert (merged["time_min_us"], merged["time_max_us"], merged["wrong"]) == (9, 31, 1)
     assert merged["algbw_GBps"] == pytest.approx(64 / 20.0 / 1e3)
@@ -173,7 +172,7 @@ def test_a_wrong_result_is_counted_and_fails_the_run(tmp_path):
     out = tmp_path / "bench.json"
     args = parse(["-n", "2", "--backend", "sim", "--collective", "broadcast", "--min-bytes", "8",
                   "--max-bytes", "8", "--json", str(out), *TINY])
-    assert _bench_cli.run(args, case=wrong_broadcast) == 1
+    assert bench_cli.run(args, case=wrong_broadcast) == 1
     (row,) = _check_report(out, ["sim"], ["broadcast"], [2])
     assert row["wrong"] == 2 * (2 + 1)  # each of 2 ranks: 2 warm-up results and the last timed one
 
@@ -185,7 +184,7 @@ def test_mpi_backend_runs_under_mpiexec(tmp_path):
     out = tmp_path / "bench.json"
     args = parse(["-n", "2", "--backend", "mpi", "--collective", "allreduce,reduce_scatter,barrier",
                   "--min-bytes", "1K", "--max-bytes", "1K", "--mpiexec", mpiexec, "--json", str(out), *TINY])
-    assert _bench_cli.run(args) == 0
+    assert bench_cli.run(args) == 0
     rows = _check_report(out, ["mpi"], ["allreduce", "reduce_scatter", "barrier"], [2])
     assert all(r["wrong"] == 0 for r in rows)
     assert {r["collective"]: r["bytes"] for r in rows} == {"allreduce": 1024, "reduce_scatter": 1024, "barrier": 0}
@@ -201,7 +200,7 @@ def test_plot_writes_a_png(tmp_path):
     png = tmp_path / "bench.png"
     args = parse(["-n", "2", "--backend", "sim", "--collective", "allreduce,barrier", "--min-bytes", "8",
                   "--max-bytes", "64", "--plot", str(png), *TINY])
-    assert _bench_cli.run(args) == 0
+    assert bench_cli.run(args) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -211,7 +210,7 @@ def test_plot_writes_a_png(tmp_path):
     (["--repeats", "0"], "--repeats 0: must be >= 1"),
 ])
 def test_bad_options_exit_2_with_the_option_named(argv, message, capsys):
-    assert _bench_cli.run(parse(["--backend", "sim", *argv])) == 2
+    assert bench_cli.run(parse(["--backend", "sim", *argv])) == 2
     assert message in capsys.readouterr().err
 
 
@@ -227,4 +226,4 @@ def test_plot_without_matplotlib_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes ``import matplotlib`` fail
     row = {"backend": "sim", "collective": "allreduce", "n": 2, "bytes": 8, "time_us": 1.0, "busbw_GBps": 0.1}
     with pytest.raises(RuntimeError, match=r"pip install 'simdist\[bench\]'"):
-        _bench_cli.plot([row], "unused.png")
+        report.plot([row], "unused.png")

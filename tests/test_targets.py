@@ -7,9 +7,10 @@ import json
 
 import pytest
 
-from simdist import _bench_cli, _targets
-from simdist._bench_cli import DEFAULT_COLLECTIVES
-from simdist._targets import verdicts
+from simdist.bench import report, targets
+from simdist.bench.cells import DEFAULT_COLLECTIVES, human_bytes
+from simdist.bench.targets import verdicts
+from simdist.cli import bench as bench_cli
 
 MiB = 1 << 20
 TARGET_NAMES = (
@@ -26,7 +27,7 @@ TINY = ["--warmup", "1", "--iters", "2", "--large-warmup", "1", "--large-iters",
 
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="simdist")
-    _bench_cli.add_parser(parser.add_subparsers(dest="command"))
+    bench_cli.add_parser(parser.add_subparsers(dest="command"))
     return parser.parse_args(["bench", *argv])
 
 
@@ -62,7 +63,7 @@ BIG = {"n": 256, "bytes": MiB, "start_s": 0.5, "noop_run_s": 0.2, "allreduce_run
 def judged(rows=None, copy=COPY, rate=RATE, start=START, big=BIG, capped_at=None) -> dict:
     items = verdicts(passing_rows() if rows is None else rows, copy, rate, start, big, capped_at)
     assert [t["name"] for t in items[:-1]] == TARGET_NAMES
-    assert all(t["verdict"] in _targets.VERDICTS and t["detail"] and t["limit"] for t in items)
+    assert all(t["verdict"] in targets.VERDICTS and t["detail"] and t["limit"] for t in items)
     return {t["name"]: t for t in items}
 
 
@@ -100,7 +101,7 @@ def test_one_slow_cell_misses_its_target_alone_and_is_named(name, cell, factor, 
     assert miss["ratio"] == pytest.approx(ratio)
     assert miss["cell"] == {"collective": cell[1], "n": cell[2], "bytes": cell[3]}
     if cell[3] and "every size" in name or ">=" in name:
-        assert miss["detail"].startswith(f"worst at {_bench_cli.human_bytes(cell[3])}, of ")
+        assert miss["detail"].startswith(f"worst at {human_bytes(cell[3])}, of ")
 
 
 def test_the_limit_itself_passes():
@@ -156,7 +157,7 @@ def test_a_capped_sweep_says_so_on_the_targets_it_limits():
 
 
 def test_format_targets_has_a_line_per_target():
-    table = _targets.format_targets(verdicts(passing_rows(), COPY, RATE, START, None))
+    table = report.format_targets(verdicts(passing_rows(), COPY, RATE, START, None))
     lines = table.splitlines()
     assert lines[0].split() == ["target", "simulator", "reference", "ratio", "limit", "verdict", "detail"]
     assert len(lines) == 2 + len(TARGET_NAMES) + 1
@@ -166,7 +167,7 @@ def test_format_targets_has_a_line_per_target():
 
 # -- the plan and the options ------------------------------------------------------------------------------
 def test_targets_plan_what_each_target_needs_by_default():
-    opts = _bench_cli.options(parse(["--targets", "--backend", "sim"]))
+    opts = bench_cli.options(parse(["--targets", "--backend", "sim"]))
     plan = {step["n"]: step for step in opts["plan"]}
     assert list(plan) == [2, 4, 8, 16]
     assert plan[2]["collectives"] == plan[4]["collectives"] == ["allreduce", "barrier"]
@@ -179,7 +180,7 @@ def test_targets_plan_what_each_target_needs_by_default():
 
 
 def test_explicit_n_collective_and_max_bytes_still_apply_with_targets():
-    opts = _bench_cli.options(parse(["--targets", "--backend", "sim", "-n", "2,8", "--collective", "allreduce",
+    opts = bench_cli.options(parse(["--targets", "--backend", "sim", "-n", "2,8", "--collective", "allreduce",
                                      "--max-bytes", "1K"]))
     assert [(s["n"], s["collectives"], s["sizes"][-1]) for s in opts["plan"]] == [
         (2, ["allreduce"], 1024), (8, ["allreduce"], 1024)]
@@ -187,7 +188,7 @@ def test_explicit_n_collective_and_max_bytes_still_apply_with_targets():
 
 
 def test_without_targets_every_n_gets_the_same_sweep():
-    opts = _bench_cli.options(parse(["--backend", "sim"]))
+    opts = bench_cli.options(parse(["--backend", "sim"]))
     assert not opts["targets"] and opts["repeats"] == 1
     assert [s["n"] for s in opts["plan"]] == [2, 4, 8]
     assert all(s["collectives"] == list(DEFAULT_COLLECTIVES) and s["sizes"][-1] == 64 * MiB for s in opts["plan"])
@@ -201,7 +202,7 @@ def test_without_targets_every_n_gets_the_same_sweep():
     (["--targets", "--min-bytes", "1M", "--cap-bytes", "1K"], "--cap-bytes 1024 is smaller than --min-bytes"),
 ])
 def test_bad_target_options_exit_2_with_the_option_named(argv, message, capsys):
-    assert _bench_cli.run(parse(["--backend", "sim", *argv])) == 2
+    assert bench_cli.run(parse(["--backend", "sim", *argv])) == 2
     assert message in capsys.readouterr().err
 
 
@@ -211,7 +212,7 @@ def _report(path) -> dict:
         report = json.load(fh)
     names = [t["name"] for t in report["targets"]]
     assert names == TARGET_NAMES + ["big world, N=4"]
-    assert all(t["verdict"] in _targets.VERDICTS for t in report["targets"])
+    assert all(t["verdict"] in targets.VERDICTS for t in report["targets"])
     assert {"bytes", "GBps", "seconds"} <= set(report["machine"]["copy_bandwidth"])
     assert report["run_rate"]["wrong"] == 0 and report["big_world"]["wrong"] == 0
     return report
@@ -224,7 +225,7 @@ def test_targets_run_with_mpi_judges_every_target(tmp_path, capsys):
     out = tmp_path / "bench.json"
     args = parse(["--targets", "-n", "2,4,8", "--max-bytes", "1M", "--cap-bytes", "1K", "--mpiexec",
                   mpiexec_or_skip(), "--json", str(out), *TINY])
-    assert _bench_cli.run(args) == 0
+    assert bench_cli.run(args) == 0
     report = _report(out)
     verdict = {t["name"]: t["verdict"] for t in report["targets"]}
     measured = {name for name in TARGET_NAMES if "N=16" not in name}
@@ -243,10 +244,27 @@ def test_targets_run_with_mpi_judges_every_target(tmp_path, capsys):
 def test_targets_run_on_the_simulator_alone_says_no_mpi(tmp_path, capsys):
     out = tmp_path / "bench.json"
     args = parse(["--targets", "--backend", "sim", "-n", "2", "--max-bytes", "1M", "--json", str(out), *TINY])
-    assert _bench_cli.run(args) == 0
+    assert bench_cli.run(args) == 0
     verdict = {t["name"]: t["verdict"] for t in _report(out)["targets"]}
     assert verdict["allreduce >= 1 MiB, N=2"] == verdict["start-up, N=8"] == "NO MPI"
     assert verdict["allreduce busbw / copy bandwidth, N=2"] in ("PASS", "MISS")
     assert verdict["world.run rate, N=4"] in ("PASS", "MISS")
     assert verdict["allreduce 8 B, N=4"] == "NOT RUN"
     assert "mpi N=" not in capsys.readouterr().err
+
+
+# -- the recorded run in docs/performance.md ----------------------------------------------------------
+def test_the_performance_report_shows_the_recorded_runs_verdicts_and_ratios():
+    import pathlib
+    import re
+
+    docs = pathlib.Path(__file__).resolve().parent.parent / "docs"
+    page = (docs / "performance.md").read_text()
+    recorded = json.loads((docs / "bench.json").read_text())["targets"]
+    rows = [line.split("|")[1:-1] for line in page.splitlines()
+            if re.match(r"\| .+ \| (\*\*)?(PASS|MISS|REPORTED)(\*\*)? \|$", line)]
+    assert [cells[-1].strip().strip("*") for cells in rows] == [t["verdict"] for t in recorded]
+    shown = [cells[3].strip() for cells in rows]
+    assert shown == ["" if t["ratio"] is None else f"{t['ratio']:.2f}" for t in recorded]
+    assert "simdist bench --targets --json docs/bench.json --plot docs/bench.png" in page
+    assert len(page.encode()) <= 15_000

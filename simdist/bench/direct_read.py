@@ -1,4 +1,4 @@
-"""Would an alltoall that reads the peers' buffers directly beat the copy through shared memory?
+"""Would an alltoall that reads the peers' buffers directly (as Open MPI can) beat the copy through shared memory?
 
 N processes each hold a private send buffer of S bytes (N blocks) and
 build a result of N blocks, block j being block ``me`` of process j:
@@ -17,7 +17,7 @@ the CPUs; processes are pinned when there are enough CPUs. Prints the mean
 time per alltoall over the processes, in microseconds, for each method, as
 JSON lines and a table.
 
-Usage: ``python docs/measurements/cma_alltoall.py [N,N,...] [KiB,KiB,...] [repeats]``
+Usage: ``python -m simdist.bench.direct_read [N,N,...] [KiB,KiB,...] [repeats]``
 (default ``2,8,16 256,1024,4096 20``; Linux, where process_vm_readv is
 allowed between the processes: same user, and root or a ptrace scope that
 permits it).
@@ -34,6 +34,8 @@ import time
 import traceback
 
 import numpy as np
+
+from .report import columns
 
 LINE = 8  # int64 words per cache line
 
@@ -127,22 +129,20 @@ def measure(n: int, nbytes: int, repeats: int) -> dict[str, float]:
     return {"shm": float(results[:, 0].mean()), "cma": float(results[:, 1].mean())}
 
 
-def main() -> None:
-    sizes = [int(s) for s in sys.argv[1].split(",")] if len(sys.argv) > 1 else [2, 8, 16]
-    kib = [int(s) for s in sys.argv[2].split(",")] if len(sys.argv) > 2 else [256, 1024, 4096]
-    repeats = int(sys.argv[3]) if len(sys.argv) > 3 else 20
-    rows = []
+def main(argv: list[str]) -> None:
+    sizes = [int(s) for s in argv[0].split(",")] if argv else [2, 8, 16]
+    kib = [int(s) for s in argv[1].split(",")] if len(argv) > 1 else [256, 1024, 4096]
+    repeats = int(argv[2]) if len(argv) > 2 else 20
+    lines = []
     for n in sizes:
         for k in kib:
             got = measure(n, k * 1024, repeats)
             row = {"n": n, "KiB": k, "shm_us": round(got["shm"], 1), "cma_us": round(got["cma"], 1),
                    "cma_over_shm": round(got["cma"] / got["shm"], 2)}
-            rows.append(row)
+            lines.append(tuple(str(v) for v in row.values()))
             print(json.dumps(row), flush=True)
-    print(f"\n{'N':>3} {'KiB':>6} {'shm us':>10} {'cma us':>10} {'cma/shm':>8}")
-    for r in rows:
-        print(f"{r['n']:>3} {r['KiB']:>6} {r['shm_us']:>10} {r['cma_us']:>10} {r['cma_over_shm']:>8}")
+    print(columns(("N", "KiB", "shm us", "cma us", "cma/shm"), lines, left=(False,) * 5))
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

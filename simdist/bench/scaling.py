@@ -1,23 +1,15 @@
-"""``simdist scale``: projected data-parallel throughput on 1 ... 1024 devices.
+"""``simdist scale``'s library: projected data-parallel throughput on 1 ... 1024 devices.
 
 The projection is a model, not a measurement, and everything it rests on is
-written down (``ASSUMPTIONS``, also in the JSON):
+written down (``ASSUMPTIONS``, also in the report):
 
 * compute: the time of one device's training step (forward, backward and
   SGD update of the example MLP on ``batch`` rows), measured here, on one
   pinned rank of ``World(1)``, with no communication;
 * communication: one allreduce per parameter tensor (what
   :func:`simdist.graph.data_parallel` emits: no fusion, no bucketing), each
-  costed by the alpha-beta model of the chosen algorithm, for a message of
-  ``n`` bytes on ``D`` devices (``alpha``: seconds per message, ``beta``:
-  bytes per second):
-
-  ==================== ==================================================
-  ring                 2(D-1)·alpha + 2(D-1)/D · n/beta
-  recursive_doubling   ceil(log2 D) · (alpha + n/beta)
-  tree                 2·ceil(log2 D) · (alpha + n/beta)   (reduce, then broadcast)
-  ==================== ==================================================
-
+  costed by the alpha-beta model of the chosen algorithm
+  (:mod:`simdist.bench.alpha_beta`);
 * step(D) = compute + Σ allreduce(n_i, D): no overlap of communication with
   compute; weak scaling (the per-device batch is fixed, the global batch is
   ``D·batch``); throughput(D) = D·batch / step(D); efficiency(D) =
@@ -25,41 +17,37 @@ written down (``ASSUMPTIONS``, also in the JSON):
 
 ``alpha`` and ``beta`` default to a least-squares fit of the simulator's own
 allreduce times (a few message sizes on ``World(2)`` and ``World(4)``), so
-the small-N check compares like with like; ``--alpha-us``/``--beta-GBps``
-put in a real network instead (5 µs and 12.5 GB/s: 100 Gb/s). The check
-runs the data-parallel step on ``World(N)`` for N in ``--measure-n`` and
-compares the measured step time with the model's. With more ranks than
-CPUs, the ranks share the CPUs, so the model used for the check scales
-compute by ``max(1, N / cpus)``; the projection itself assumes one device
-per rank. Functions here return data; the table, JSON and plot are made in
-``run``. See docs/scaling.md.
+the small-N check compares like with like; given values put in a real
+network instead (5 µs and 12.5 GB/s: 100 Gb/s). The check runs the
+data-parallel step on ``World(N)`` for N in ``measure_n`` and compares the
+measured step time with the model's. With more ranks than CPUs, the ranks
+share the CPUs, so the model used for the check scales compute by
+``max(1, N / cpus)``; the projection itself assumes one device per rank.
+:func:`scale` returns the report; :func:`format_report` and :func:`plot`
+turn it into text and a chart. See docs/scaling.md.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime
 import importlib.util
-import math
 import os
 import platform
-import sys
 import time
 
 import numpy as np
 
-from .cli import _json as json_report
-from ._errors import InvalidValue
-from ._world import World
+from .._errors import InvalidValue
+from .._world import World
+from .alpha_beta import ALGORITHMS, FORMULAS, allreduce_seconds, fit_alpha_beta, project, step_seconds
+from .sweep import cpu_model
 
 __all__ = [
-    "ALGORITHMS", "ASSUMPTIONS", "allreduce_seconds", "coefficients", "step_seconds", "project",
-    "fit_alpha_beta", "gradient_tensors", "measure_compute", "measure_allreduce", "measure_step",
-    "scale", "add_parser", "run",
+    "ASSUMPTIONS", "DEFAULT_DEVICES", "gradient_tensors", "measure_compute", "measure_allreduce", "measure_step",
+    "scale", "format_report", "plot",
 ]
 
-ALGORITHMS = ("ring", "recursive_doubling", "tree")
 FEATURES, CLASSES = 64, 10  # the digits data set: 8x8 images, 10 classes
 FIT_SIZES = (8, 16 << 10, 256 << 10, 1 << 20)
 DEFAULT_DEVICES = tuple(2 ** k for k in range(11))  # 1 ... 1024
@@ -80,76 +68,6 @@ ASSUMPTIONS = (
 )
 
 
-# -- the model: pure functions ----------------------------------------------------------
-def coefficients(algorithm: str, devices: int) -> tuple[float, float]:
-    """``(a, b)`` with allreduce time = ``a·alpha + b·bytes/beta`` for ``algorithm`` on ``devices``."""
-    if algorithm not in ALGORITHMS:
-        raise InvalidValue(f"scale: algorithm={algorithm!r} is not one of {', '.join(ALGORITHMS)}")
-    if devices < 1:
-        raise InvalidValue(f"scale: devices={devices} must be >= 1")
-    if devices == 1:
-        return 0.0, 0.0
-    if algorithm == "ring":
-        return 2.0 * (devices - 1), 2.0 * (devices - 1) / devices
-    rounds = math.ceil(math.log2(devices))
-    return (float(rounds), float(rounds)) if algorithm == "recursive_doubling" else (2.0 * rounds, 2.0 * rounds)
-
-
-def allreduce_seconds(nbytes: float, devices: int, alpha: float, beta: float, algorithm: str = "ring") -> float:
-    """Alpha-beta time of one allreduce of ``nbytes`` on ``devices`` (``alpha`` s, ``beta`` bytes/s)."""
-    a, b = coefficients(algorithm, devices)
-    return a * alpha + b * nbytes / beta
-
-
-def step_seconds(compute: float, tensor_bytes, devices: int, alpha: float, beta: float,
-                 algorithm: str = "ring") -> tuple[float, float]:
-    """``(step, communication)`` seconds: compute, then one allreduce per tensor, no overlap."""
-    comm = sum(allreduce_seconds(n, devices, alpha, beta, algorithm) for n in tensor_bytes)
-    return compute + comm, comm
-
-
-def project(compute: float, tensor_bytes, batch: int, devices, alpha: float, beta: float,
-            algorithm: str = "ring") -> list[dict]:
-    """One row per device count: step time, throughput, efficiency vs linear scaling."""
-    rows = []
-    for d in devices:
-        step, comm = step_seconds(compute, tensor_bytes, d, alpha, beta, algorithm)
-        rows.append({"devices": d, "compute_s": compute, "allreduce_s": comm, "step_s": step,
-                     "throughput": d * batch / step, "linear_throughput": d * batch / compute,
-                     "efficiency": compute / step})
-    return rows
-
-
-def fit_alpha_beta(samples, algorithm: str = "ring") -> dict:
-    """Least-squares ``alpha`` (s) and ``beta`` (bytes/s) from ``(devices, bytes, seconds)`` samples.
-
-    Each sample says ``seconds = a·alpha + b·bytes·(1/beta)`` with ``(a, b)``
-    from :func:`coefficients`; the residuals are relative (each row divided
-    by its time), so 8-byte and 1 MiB messages count alike. Unknowns are
-    kept non-negative (a negative one is set to 0 and the other refitted).
-    Also returns the largest relative error of the fit.
-    """
-    rows, times = [], []
-    for devices, nbytes, seconds in samples:
-        a, b = coefficients(algorithm, devices)
-        if a == 0 and b == 0:
-            continue
-        rows.append((a / seconds, b * nbytes / seconds))
-        times.append(seconds)
-    if len(rows) < 2:
-        raise InvalidValue("scale: fitting alpha and beta needs at least 2 samples on 2 or more devices")
-    A, y = np.array(rows), np.ones(len(rows))
-    alpha, inv_beta = np.linalg.lstsq(A, y, rcond=None)[0]
-    if alpha < 0:
-        alpha, inv_beta = 0.0, float(A[:, 1] @ y / (A[:, 1] @ A[:, 1]))
-    if inv_beta <= 0:
-        alpha, inv_beta = float(A[:, 0] @ y / (A[:, 0] @ A[:, 0])), 0.0
-    predicted = A @ np.array([alpha, inv_beta])
-    return {"alpha_s": float(alpha), "beta_Bps": (1.0 / inv_beta) if inv_beta > 0 else math.inf,
-            "max_rel_error": float(np.max(np.abs(predicted - 1.0))), "samples": len(rows)}
-
-
-# -- measurements ----------------------------------------------------------------------------
 def gradient_tensors(hidden: int, dtype: str = "float32") -> dict:
     """``{name: bytes}`` of the MLP's gradients (= its parameters), in allreduce order."""
     size = np.dtype(dtype).itemsize
@@ -158,8 +76,8 @@ def gradient_tensors(hidden: int, dtype: str = "float32") -> dict:
 
 
 def _model(hidden: int, batch: int, dtype: str, parallel: bool):
-    from . import graph as g
-    from .train import init_params, mlp
+    from .. import graph as g
+    from ..train import init_params, mlp
 
     model = mlp(FEATURES, hidden, CLASSES, batch, lr=0.1, dtype=dtype)
     step = g.data_parallel(model.step) if parallel else model.step
@@ -264,13 +182,8 @@ def measure_step(n: int, hidden: int, batch: int, dtype: str = "float32", steps:
 
 
 def machine() -> dict:
-    model = ""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            model = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), "")
-    except OSError:
-        pass
-    return {"cpus_usable": len(os.sched_getaffinity(0)), "cpu_model": model,
+    """Where the measurements were taken."""
+    return {"cpus_usable": len(os.sched_getaffinity(0)), "cpu_model": cpu_model(),
             "blas_one_thread_per_rank": blas_threads_limited(), "platform": platform.platform(),
             "python": platform.python_version(), "numpy": np.__version__,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
@@ -322,19 +235,12 @@ def scale(hidden: int = 64, batch: int = 64, devices=DEFAULT_DEVICES, measure_n=
             "alpha_beta_source": "fit to the simulator" if fit and fit["alpha_s"] == alpha and fit["beta_Bps"] == beta
             else ("given" if fit is None else "given in part, fitted in part"),
             "compute_s": compute, "gradient_bytes": sum(tensors.values()), "tensor_bytes": tensors,
-            "formula": _FORMULAS[algorithm], "fit": fit, "fit_samples": samples, "steps": steps, "repeats": repeats,
+            "formula": FORMULAS[algorithm], "fit": fit, "fit_samples": samples, "steps": steps, "repeats": repeats,
         },
         "projection": project(compute, tensors.values(), batch, devices, alpha, beta, algorithm),
         "checks": checks,
         "machine": machine(),
     }
-
-
-_FORMULAS = {
-    "ring": "2(D-1)*alpha + 2(D-1)/D * n/beta, per tensor of n bytes",
-    "recursive_doubling": "ceil(log2 D) * (alpha + n/beta), per tensor of n bytes",
-    "tree": "2*ceil(log2 D) * (alpha + n/beta) (binomial reduce, then broadcast), per tensor of n bytes",
-}
 
 
 def _check_args(hidden, batch, devices, measure_n, fit_n, algorithm, alpha, beta, steps, repeats) -> None:
@@ -356,7 +262,7 @@ def _check_args(hidden, batch, devices, measure_n, fit_n, algorithm, alpha, beta
         raise InvalidValue(f"scale: beta={beta} must be > 0 bytes/s")
 
 
-# -- output: table, plot, command line -----------------------------------------------------------
+# -- output: text and chart ---------------------------------------------------------------------
 def _us(seconds: float) -> str:
     return f"{seconds * 1e6:,.1f}"
 
@@ -428,90 +334,3 @@ def plot(report: dict, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
-
-
-def _counts(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(t) for t in text.split(",") if t.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers, e.g. 1,2,4") from None
-
-
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    """Add ``scale`` to ``subparsers`` (from ``ArgumentParser.add_subparsers``)."""
-    p = subparsers.add_parser(
-        "scale",
-        help="project data-parallel training throughput on 1...1024 devices (alpha-beta model), checked on N ranks",
-        description=(
-            "Measure the example MLP's compute time per step on this machine, cost its gradient allreduces "
-            "with an alpha-beta model (alpha, beta fitted to the simulator unless given), project the "
-            "throughput on each device count, and check the model against data-parallel steps measured on "
-            "the simulator. The assumptions are printed with the table."
-        ),
-        epilog="A real network, e.g. 100 Gb/s: --alpha-us 5 --beta-GBps 12.5. See docs/scaling.md.",
-    )
-    p.add_argument("--model", choices=("digits-mlp",), default="digits-mlp",
-                   help="the model (default digits-mlp: the MLP of simdist train, 64 inputs, 10 classes)")
-    p.add_argument("--hidden", type=int, default=64, help="hidden units (default 64)")
-    p.add_argument("--batch-per-device", type=int, default=64, help="rows per device per step (default 64)")
-    p.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="default float32")
-    p.add_argument("--algorithm", choices=ALGORITHMS, default="ring", help="allreduce algorithm (default ring)")
-    p.add_argument("--alpha-us", type=float, help="latency per message, microseconds (default: fitted)")
-    p.add_argument("--beta-GBps", type=float, help="bandwidth, GB/s (10^9 bytes/s; default: fitted)")
-    p.add_argument("--devices", type=_counts, default=DEFAULT_DEVICES, metavar="1,2,...",
-                   help="device counts to project (default 1,2,4,...,1024)")
-    p.add_argument("--measure-n", type=_counts, default=(1, 2, 4), metavar="1,2,4",
-                   help="simulated world sizes to measure for the check (default 1,2,4; empty: none)")
-    p.add_argument("--fit-n", type=_counts, default=(2, 4), metavar="2,4",
-                   help="simulated world sizes whose allreduce times fit alpha and beta (default 2,4)")
-    p.add_argument("--steps", type=int, default=200,
-                   help="timed steps per measurement (default 200; fewer when 200 steps would take over 1 s)")
-    p.add_argument("--repeats", type=int, default=3, help="repeats of each measurement; the best is kept (default 3)")
-    p.add_argument("--json", metavar="FILE", help="also write the report as JSON ('-': to stdout, instead of the text)")
-    p.add_argument("--plot", metavar="FILE.png", help="plot throughput vs devices (needs matplotlib)")
-    return p
-
-
-def run(args) -> int:
-    """Run ``simdist scale`` with parsed ``args``; return the exit status (2: bad arguments)."""
-    text = args.json != "-"
-    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-    if args.plot and importlib.util.find_spec("matplotlib") is None:
-        print("simdist scale: error: --plot needs matplotlib: pip install 'simdist[bench]'", file=sys.stderr)
-        return 2
-    for flag, value in (("--alpha-us", args.alpha_us), ("--beta-GBps", args.beta_GBps)):
-        if value is not None and not (value > 0 or (flag == "--alpha-us" and value == 0)):
-            print(f"simdist scale: error: {flag} {value:g} must be {'>= 0' if flag == '--alpha-us' else '> 0'}",
-                  file=sys.stderr)
-            return 2
-    try:
-        report = scale(
-            hidden=args.hidden, batch=args.batch_per_device, devices=args.devices, measure_n=args.measure_n,
-            fit_n=args.fit_n, algorithm=args.algorithm,
-            alpha=None if args.alpha_us is None else args.alpha_us * 1e-6,
-            beta=None if args.beta_GBps is None else args.beta_GBps * 1e9,
-            dtype=args.dtype, steps=args.steps, repeats=args.repeats, say=say,
-        )
-    except InvalidValue as error:
-        print(f"simdist scale: error: {str(error).removeprefix('scale: ')}", file=sys.stderr)
-        return 2
-    if text:
-        print(format_report(report))
-    if args.json:
-        json_report.write(report, args.json)
-    if args.plot:
-        plot(report, args.plot)
-        if text:
-            print(f"plot: {args.plot}")
-    return 0
-
-
-def main(argv=None) -> int:
-    """``python -m simdist._scale``: the subcommand on its own, until the CLI wires it."""
-    parser = argparse.ArgumentParser(prog="simdist")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

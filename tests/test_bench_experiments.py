@@ -1,0 +1,36 @@
+"""The experiments behind docs/performance.md (``python -m simdist.bench.<name>``) run, tiny."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from simdist.bench import allreduce_floor, direct_read, python_floor
+
+
+def test_allreduce_floor_times_the_call_two_copies_and_the_targets_limit():
+    (row,) = allreduce_floor.measure([0.25], calls=3)
+    assert row["wrong"] == 0 and row["bytes"] == 1 << 18
+    assert row["call_us"] > 0 and row["two_copies_us"] > 0 and row["limit_us"] > 0
+
+
+def test_python_floor_times_a_barrier_and_a_broadcast_in_python():
+    floor = python_floor.python_floor(2, 200)
+    assert set(floor) == {"barrier", "broadcast"} and all(v > 0 for v in floor.values())
+
+
+def test_direct_read_gets_the_same_alltoall_both_ways():
+    try:
+        got = direct_read.measure(2, 8 << 10, 3)  # each rank asserts its result
+    except SystemExit as exc:
+        pytest.skip(f"process_vm_readv is not allowed here: {exc}")
+    assert got["shm"] > 0 and got["cma"] > 0
+
+
+def test_broadcast_none_runs_as_a_module():
+    done = subprocess.run([sys.executable, "-m", "simdist.bench.broadcast_none", "2", "1"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "broadcast with None" in done.stdout
