@@ -17,8 +17,8 @@ import numpy as np
 
 from ._communicator import OPS
 
-__all__ = ["OPS", "LOGICAL", "ops_for", "accepts", "fold", "fold_in_blocks", "fold_rows", "fold_ufunc", "fold_with", "divide_mean",
-           "quiet_fp"]
+__all__ = ["OPS", "LOGICAL", "ops_for", "accepts", "fold", "fold_in_blocks", "fold_rows", "fold_ufunc", "fold_with",
+           "divide_mean", "quiet_fp"]
 
 _INT_KINDS = "iu"
 _FLOAT_KINDS = "f"

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._communicator import Communicator
 from .. import _whereabouts
+from .._communicator import Communicator
 from .._whereabouts import CALL, USER
 
 
