@@ -2,11 +2,11 @@
 
 The driver owns the arena (``_arena``) and one pipe per worker. During a run
 it watches three things at once: the pipes (results and log records), the
-process sentinels (a worker that died), and the arena's status table, whose
-positions it shows the run's hang watch (``simdist._driver.HangWatch``). To
-stop a failed run it sets the abort word, which wakes every waiting rank;
-workers that have not come back within the grace period are killed and
-replaced.
+process sentinels (a worker that died), and the arena's status table (a
+rank that waits while no rank moves: a hang, which the run's
+``HangWatch`` decides from the positions read there). To stop a failed run
+it sets the abort word, which wakes every waiting rank; workers that have
+not come back within the grace period are killed and replaced.
 """
 
 from __future__ import annotations
