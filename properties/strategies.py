@@ -18,20 +18,14 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from simdist._arguments import DTYPES
+from simdist._communicator import BLOCKED, COLLECTIVES, REDUCTIONS
 from simdist._reduction import ops_for
 
 __all__ = [
     "DTYPES", "world_sizes", "dtypes", "shapes", "ops", "roots", "rank_arrays", "exact_rank_arrays",
     "colors_and_keys", "messages", "programs", "Step",
 ]
-
-#: Every dtype of the contract.
-DTYPES = tuple(np.dtype(t) for t in (
-    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "float32", "float64", "complex64", "complex128"))
-
-COLLECTIVES = ("allreduce", "reduce", "broadcast", "allgather", "gather", "scatter",
-               "reduce_scatter", "alltoall", "barrier")
 
 
 def world_sizes(max_size: int) -> st.SearchStrategy[int]:
@@ -146,10 +140,10 @@ class Step(tuple):
 def steps(draw, size: int, exact: bool = True):
     """One collective call with its per-rank data."""
     collective = draw(st.sampled_from(COLLECTIVES))
-    dtype = draw(dtypes("biufc" if collective in ("allreduce", "reduce", "reduce_scatter") else "biufc"))
-    op = draw(ops(dtype)) if collective in ("allreduce", "reduce", "reduce_scatter") else None
+    dtype = draw(dtypes())
+    op = draw(ops(dtype)) if collective in REDUCTIONS else None
     shape = draw(shapes(large=False))
-    if collective in ("scatter", "reduce_scatter", "alltoall"):
+    if collective in BLOCKED:
         shape = (size, *shape)
     root = draw(roots(size))
     data = draw(rank_arrays(size, dtype, shape, exact=exact, op=op))

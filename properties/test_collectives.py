@@ -14,10 +14,9 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 
 from simdist import reference
+from simdist._communicator import BLOCKED, COLLECTIVES, REDUCTIONS
 
 from . import strategies as s
-
-REDUCTIONS = ("allreduce", "reduce", "reduce_scatter")
 
 
 def call(comm, collective: str, x, op=None, root=0):
@@ -52,13 +51,13 @@ def _inputs(collective, data, root):
 
 
 @st.composite
-def calls(draw, size: int, collectives=s.COLLECTIVES[:-1], exact: bool | None = None):
+def calls(draw, size: int, collectives=COLLECTIVES[:-1], exact: bool | None = None):
     collective = draw(st.sampled_from(collectives))
     reduction = collective in REDUCTIONS
     dtype = draw(s.dtypes())
     op = draw(s.ops(dtype)) if reduction else None
     shape = draw(s.shapes())
-    if collective in ("scatter", "reduce_scatter", "alltoall"):
+    if collective in BLOCKED:
         shape = (size, *shape[:2])
     exact = draw(st.booleans()) if exact is None else exact
     data = draw(s.rank_arrays(size, dtype, shape, exact=exact, op=op))

@@ -14,12 +14,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
 
 from simdist import reference
+from simdist._communicator import BLOCKED, COLLECTIVES, REDUCTIONS
 
 from . import strategies as s
 from .test_collectives import call
 
-#: Collectives whose shapes do not depend on the (sub-)communicator's size.
-SIZE_FREE = ("allreduce", "reduce", "broadcast", "allgather", "gather", "barrier")
+#: Collectives whose shapes do not depend on the (sub-)communicator's size:
+#: those that take no blocks of one per rank.
+SIZE_FREE = tuple(c for c in COLLECTIVES if c not in BLOCKED)
 
 
 def _run_program(comm, program):
@@ -70,7 +72,7 @@ class CollectivePrograms(RuleBasedStateMachine):
     def collective(self, data):
         collective = data.draw(st.sampled_from(SIZE_FREE))
         dtype = data.draw(s.dtypes())
-        op = data.draw(s.ops(dtype)) if collective in ("allreduce", "reduce") else None
+        op = data.draw(s.ops(dtype)) if collective in REDUCTIONS else None
         shape = data.draw(s.shapes(max_dims=2, large=False))
         arrays = data.draw(s.rank_arrays(self.world.size, dtype, shape, op=op))
         root = data.draw(st.integers(0, self.world.size - 1))

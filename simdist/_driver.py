@@ -11,6 +11,10 @@ subclasses.
 Once a rank has failed, the others get a grace period (``GRACE``) to finish
 on their own; ranks still running then are stopped. So a failure never hangs
 the driver, even when a peer of the failed rank computes forever.
+
+A run is hung when a rank waits in a call and no rank has moved for
+``timeout`` seconds: each run has a :class:`HangWatch`, to which the
+backend's ``hang_report`` shows the ranks' positions as it reads them.
 """
 
 from __future__ import annotations
@@ -18,9 +22,47 @@ from __future__ import annotations
 import logging
 import pickle
 import time
+from typing import Sequence
 
 GRACE = 2.0  # seconds the other ranks get after a failure
 POLL = 0.05  # seconds between looks for a hang
+
+
+class HangWatch:
+    """Decides when a run is hung: a rank waits in a call and no rank has
+    moved for ``timeout`` seconds.
+
+    A rank's position is any value that changes whenever the rank moves (its
+    state, its calls completed, the progress of its current call); the
+    backend reads them and passes them to :meth:`hung` at every look.
+    """
+
+    def __init__(self, timeout: float):
+        self.timeout = timeout
+        self.last: list | None = None
+        self.since = time.monotonic()  # when any rank last moved
+        self.rank_since: dict[int, float] = {}  # when each rank last moved
+
+    def hung(self, positions: Sequence, waiting: Sequence[bool]) -> dict[int, float | None] | None:
+        """None while the run is not hung; else, for every rank, the seconds
+        it has waited in its call (None for a rank that does not wait).
+
+        ``positions`` holds each rank's position now and ``waiting`` whether
+        each rank waits in a call.
+        """
+        now = time.monotonic()
+        positions = list(positions)
+        if positions != self.last:
+            previous = self.last or [None] * len(positions)
+            for rank, (old, new) in enumerate(zip(previous, positions)):
+                if old != new:
+                    self.rank_since[rank] = now
+            self.last, self.since = positions, now
+            return None
+        if now - self.since < self.timeout or not any(waiting):
+            return None
+        return {rank: now - self.rank_since.get(rank, self.since) if wait else None
+                for rank, wait in enumerate(waiting)}
 
 
 class Driver:
@@ -31,6 +73,7 @@ class Driver:
 
     def __init__(self) -> None:
         self.run_id = 0
+        self.watch: HangWatch | None = None  # the current run's
 
     # -- for subclasses ---------------------------------------------------------
     def connection(self, rank: int):
@@ -44,7 +87,7 @@ class Driver:
         raise NotImplementedError
 
     def hang_report(self, outcomes: dict) -> dict[int, str] | None:
-        """A per-rank report if the run is hung, else None."""
+        """A per-rank report if the run is hung (``self.watch`` says), else None."""
         raise NotImplementedError
 
     def abort(self, outcomes: dict, dead: dict) -> None:
@@ -56,6 +99,7 @@ class Driver:
         """Send a run to every rank; return (outcomes, dead, hang report)."""
         self.prepare()
         self.run_id += 1
+        self.watch = HangWatch(self.timeout)
         message = pickle.dumps(("run", self.run_id, *payload_parts))
         dead: dict[int, str] = {}
         for rank in range(self.size):

@@ -17,7 +17,8 @@ import numpy as np
 
 from ._communicator import OPS
 
-__all__ = ["OPS", "ops_for", "accepts", "fold", "fold_in_blocks", "fold_rows", "fold_ufunc", "fold_with", "quiet_fp"]
+__all__ = ["OPS", "LOGICAL", "ops_for", "accepts", "fold", "fold_in_blocks", "fold_rows", "fold_ufunc", "fold_with",
+           "divide_mean", "quiet_fp"]
 
 _INT_KINDS = "iu"
 _FLOAT_KINDS = "f"
@@ -52,7 +53,8 @@ _UFUNC = {
     "lxor": np.logical_xor,
 }
 
-_LOGICAL = frozenset(("land", "lor", "lxor"))
+#: The logical ops: on integers they give 0/1 in the input dtype, as MPI_LAND does.
+LOGICAL = frozenset(("land", "lor", "lxor"))
 
 try:  # numpy >= 2: switch floating-point error handling off for ~100 ns
     from numpy._core._multiarray_umath import _extobj_contextvar, _make_extobj
@@ -108,17 +110,29 @@ def fold(op: str, parts: Sequence[np.ndarray], out: np.ndarray, size: int | None
     ufunc = fold_ufunc(op, out.dtype)
     if ufunc is not None:
         fold_with(ufunc, parts, out, divisor)
-    elif op in _LOGICAL:
+    elif op in LOGICAL:
         _fold_logical(op, parts, out)
     elif op == "prod":
         _fold_complex_product(parts, out)
-    else:  # complex mean: divide each component by the (real) size, so the
-        # result is the correctly rounded quotient of each component
-        fold_with(np.add, parts, out)
-        with quiet_fp():
-            np.divide(out.real, divisor, out=out.real)
-            np.divide(out.imag, divisor, out=out.imag)
+    else:  # complex mean
+        divide_mean(fold_with(np.add, parts, out), divisor)
     return out
+
+
+def divide_mean(total: np.ndarray, size: int) -> np.ndarray:
+    """The division that makes a sum a mean: ``total / size`` in place, in
+    ``total``'s dtype, IEEE exceptions silent; returns ``total``.
+
+    A complex total has each component divided by the (real) size, so each
+    is the correctly rounded quotient (numpy's complex division by a complex
+    ``size + 0j`` is not)."""
+    with quiet_fp():
+        if total.dtype.kind == "c":
+            np.divide(total.real, size, out=total.real)
+            np.divide(total.imag, size, out=total.imag)
+        else:
+            np.divide(total, size, out=total)
+    return total
 
 
 #: fold_in_blocks folds this many bytes of each part at a time.
@@ -146,7 +160,7 @@ def fold_in_blocks(op: str, parts: Sequence[np.ndarray], out: np.ndarray, size: 
 def fold_ufunc(op: str, dtype: np.dtype):
     """The one ufunc that folds ``op`` on ``dtype``, or None where the fold
     needs more (logical ops on integers, complex mean and product)."""
-    if (op in _LOGICAL and dtype.kind != "b") or (dtype.kind == "c" and op in ("mean", "prod")):
+    if (op in LOGICAL and dtype.kind != "b") or (dtype.kind == "c" and op in ("mean", "prod")):
         return None
     return _UFUNC[op]
 

@@ -16,13 +16,11 @@ from __future__ import annotations
 import struct
 
 from ._arguments import DTYPES
-from ._communicator import OPS
+from ._communicator import COLLECTIVES, OPS
 from ._errors import CollectiveMismatch
 
-KINDS = (
-    "allreduce", "reduce", "broadcast", "allgather", "gather", "scatter",
-    "reduce_scatter", "alltoall", "barrier", "split", "free",
-)
+#: The calls that sign; a kind's code is its index + 1 (0: nothing signed).
+KINDS = COLLECTIVES + ("split", "free")
 KIND_CODE = {k: i + 1 for i, k in enumerate(KINDS)}
 HEAD_WORDS = 6
 KEY_WORDS = 4  # kind, seq, op, root: what a None must share with the root's row

@@ -242,6 +242,36 @@ def test_ranks_may_catch_invalid_arguments_and_continue(world3):
 # -- no progress: timeouts ------------------------------------------------------------
 
 
+def test_hang_watch_reports_only_when_a_rank_waits_and_no_rank_moved_for_the_timeout():
+    from simdist._driver import HangWatch
+
+    waiting = [True, False]
+    watch = HangWatch(timeout=0.0)
+    assert watch.hung([("call", 1), ("user", 0)], waiting) is None  # the first look: every rank moved
+    assert watch.hung([("call", 2), ("user", 0)], waiting) is None  # rank 0 moved
+    waited = watch.hung([("call", 2), ("user", 0)], waiting)
+    assert waited is not None and sorted(waited) == [0, 1]
+    assert waited[0] >= 0 and waited[1] is None  # only a waiting rank has waited
+    assert watch.hung([("user", 3), ("user", 0)], [False, False]) is None  # moved again
+    assert watch.hung([("user", 3), ("user", 0)], [False, False]) is None  # nobody waits: computing is no hang
+    patient = HangWatch(timeout=60.0)
+    patient.hung([("call", 1)], [True])
+    assert patient.hung([("call", 1)], [True]) is None  # not for long enough
+
+
+def test_whereabouts_sentences_are_the_same_for_every_backend():
+    from simdist import _whereabouts as wa
+
+    assert wa.describe(wa.CALL, 2, "allreduce #3 (float32 (4,), op=sum)", 1.5, 1) == (
+        "waiting in allreduce #3 (float32 (4,), op=sum) for 1.5 s, on rank 1")
+    assert wa.describe(wa.CALL, 2, "barrier #1") == "waiting in barrier #1"
+    assert wa.describe(wa.USER, 2) == "running user code (2 calls completed)"
+    assert wa.describe(wa.RETURNED, 5) == "returned from the function (5 calls completed)"
+    assert wa.describe(wa.FAILED, 5) == "raised an exception"
+    assert wa.describe(wa.IDLE, 0) == "idle"
+
+
+
 def test_rank_stuck_in_user_code_times_out_with_a_report(procs):
     with simdist.World(3, timeout=1.0) as world:
         before = world.pids

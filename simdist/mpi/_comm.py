@@ -89,7 +89,7 @@ from mpi4py import MPI
 from .._arguments import DTYPE_CODE, DTYPES, OP_CODE, as_input, check_blocks, check_int, check_op, check_rank_arg, where
 from .._communicator import Communicator
 from .._errors import CollectiveMismatch, InvalidArgument, InvalidType, InvalidValue, SimdistError
-from .._reduction import quiet_fp
+from .._reduction import LOGICAL, divide_mean
 from .. import _signature as sig
 
 __all__ = ["MpiComm"]
@@ -115,7 +115,6 @@ _OPS = {
 }
 # MPI_C_BOOL takes only the logical ops; on True/False these are the same functions.
 _BOOL_OPS = {**_OPS, "min": MPI.LAND, "band": MPI.LAND, "max": MPI.LOR, "bor": MPI.LOR, "bxor": MPI.LXOR}
-_LOGICAL = frozenset(("land", "lor", "lxor"))
 # 8- and 16-bit integer sums travel as uint32 (see the module docstring):
 # uint32 additions wrap modulo 2**32, and narrowing keeps the low bits.
 _WIDE = np.dtype(np.uint32)
@@ -130,8 +129,7 @@ _K = sig.KIND_CODE
 _DIMS = 8
 _COMPARED = sig.HEAD_WORDS + _DIMS
 _ROW = _COMPARED + 2
-_MAX_DIMS = 64
-_ROOT_ARRAY = frozenset((_K["broadcast"], _K["scatter"]))  # where non-roots may sign None
+_MAX_DIMS = sig.MAX_NDIM
 # A row signing None, from the dtype code on (the words before are root's).
 _NONE_TAIL = np.array([0, -1] + [0] * (_ROW - sig.HEAD_WORDS), np.int64).tobytes()
 
@@ -157,13 +155,8 @@ def _finish(out: np.ndarray | None, op: str, size: int, dtype: np.dtype) -> np.n
     if out.dtype != dtype:
         return out.astype(dtype)  # keeps the low bits: the wrapped sum
     if op == "mean":
-        with quiet_fp():
-            if out.dtype.kind == "c":
-                np.divide(out.real, size, out=out.real)
-                np.divide(out.imag, size, out=out.imag)
-            else:
-                np.divide(out, size, out=out)
-    elif size == 1 and op in _LOGICAL and out.dtype.kind != "b":
+        divide_mean(out, size)
+    elif size == 1 and op in LOGICAL and out.dtype.kind != "b":
         np.copyto(out, out != 0, casting="unsafe")
     return out
 
@@ -260,7 +253,7 @@ class MpiComm(Communicator):
         # identical rows, or non-roots of broadcast/scatter signing None.
         rows_bytes = rows.tobytes()
         uniform = rows_bytes == row.tobytes() * self._size
-        same = uniform or (kind in _ROOT_ARRAY and self._only_nones_differ(rows_bytes, root))
+        same = uniform or (kind in sig.ROOT_ONLY_ARRAY and self._only_nones_differ(rows_bytes, root))
         if (ndim if uniform else int(rows[:, 5].max())) > _DIMS:
             self._gather_shapes(x)
             same = uniform and bool((self._shapes == self._shapes[0]).all())

@@ -8,9 +8,9 @@ refused. The job runs in a process group of its own, killed with the
 driver (PDEATHSIG) or when a run fails: a rank blocked inside MPI cannot
 be unwound, so a failed run ends the job and the next run starts a new one.
 
-Hangs are found as on the simulator -- a rank waits in a call and no rank
-moves for ``timeout`` seconds -- from the ranks' answers to "where are
-you?", asked every quarter second.
+Hangs are found as on the simulator, by the run's hang watch -- a rank
+waits in a call and no rank moves for ``timeout`` seconds -- from the
+ranks' answers to "where are you?", asked every quarter second.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from multiprocessing.connection import AuthenticationError, Connection, answer_c
 
 from .._driver import Driver
 from .._errors import SimdistError
-from .._tracking import CALL, FAILED, RETURNED, Whereabouts
+from .._whereabouts import CALL, FAILED, RETURNED, USER
+from ._tracking import Whereabouts
 
 _log = logging.getLogger("simdist")
 _ASK_EVERY = 0.25  # seconds between "where are you?" during a run
@@ -311,9 +312,6 @@ class MpiDriver(Driver):
             self._launch()
         self._where: dict[int, tuple] = {}
         self._asked = 0.0
-        self._since = time.monotonic()
-        self._last = None
-        self._rank_since: dict[int, float] = {}
 
     def death(self, rank: int) -> str:
         code = self._job.poll()
@@ -349,24 +347,17 @@ class MpiDriver(Driver):
                         self._conns[rank].send_bytes(ask)
                     except OSError:
                         pass
-        snapshot = []
-        for rank in range(self.size):
-            if rank in outcomes:
-                snapshot.append((RETURNED if outcomes[rank][0] == "ok" else FAILED, -1, ()))
-            else:
-                snapshot.append(self._where.get(rank, ("user", 0, ())))
-        if snapshot != self._last:
-            for rank, (old, new) in enumerate(zip(self._last or [None] * self.size, snapshot)):
-                if old != new:
-                    self._rank_since[rank] = now
-            self._last, self._since = snapshot, now
+        positions = [self._position(rank, outcomes) for rank in range(self.size)]
+        waited = self.watch.hung(positions, [p[0] == CALL for p in positions])
+        if waited is None:
             return None
-        if now - self._since < self.timeout or not any(s[0] == CALL for s in snapshot):
-            return None
-        return {
-            rank: Whereabouts.describe(s) + (f" for {now - self._rank_since.get(rank, self._since):.1f} s" if s[0] == CALL else "")
-            for rank, s in enumerate(snapshot)
-        }
+        return {rank: Whereabouts.describe(p, waited[rank]) for rank, p in enumerate(positions)}
+
+    def _position(self, rank: int, outcomes: dict) -> tuple:
+        """``rank``'s last answer to "where are you?" (a Whereabouts snapshot)."""
+        if rank in outcomes:
+            return (RETURNED if outcomes[rank][0] == "ok" else FAILED), -1, ()
+        return self._where.get(rank, (USER, 0, ()))
 
     def abort(self, outcomes, dead) -> None:
         """A rank blocked in MPI cannot be unwound: end the job, start anew."""

@@ -19,8 +19,9 @@ import sys
 import threading
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 
-from .._tracking import FAILED, RETURNED, USER, TrackedComm, Whereabouts
+from .._whereabouts import FAILED, RETURNED, USER
 from .._worker import Channel, die_with_parent, execute, forward_logs
+from ._tracking import TrackedComm, Whereabouts
 
 
 def _connect(address: str, key: bytes) -> Connection:

@@ -3,9 +3,10 @@
 The driver owns the arena (``_arena``) and one pipe per worker. During a run
 it watches three things at once: the pipes (results and log records), the
 process sentinels (a worker that died), and the arena's status table (a
-rank that waits while no rank moves: a hang). To stop a failed run it sets
-the abort word, which wakes every waiting rank; workers that have not come
-back within the grace period are killed and replaced.
+rank that waits while no rank moves: a hang, which the run's
+``HangWatch`` decides from the positions read there). To stop a failed run
+it sets the abort word, which wakes every waiting rank; workers that have
+not come back within the grace period are killed and replaced.
 """
 
 from __future__ import annotations
@@ -69,7 +70,6 @@ class SimDriver(Driver):
         # it dies and whatever their parent process is.
         self._lifeline = os.pipe()
         self._workers: list[_Worker | None] = [None] * size
-        self._watch = None
         self.close = weakref.finalize(self, _shutdown, self._workers, self.arena, self._lifeline)
         try:
             self._start(range(size))
@@ -134,7 +134,6 @@ class SimDriver(Driver):
                 _log.warning("rank %d %s between runs; starting a new worker", rank, _how(self._workers[rank].process))
             self._start(gone)
         self.arena.reset_control()
-        self._watch = _HangWatch(self.arena, self.timeout)
 
     def receive(self, outcomes, dead, timeout) -> None:
         waiting = {}
@@ -152,7 +151,11 @@ class SimDriver(Driver):
                 dead[rank] = self.death(rank)
 
     def hang_report(self, outcomes):
-        return self._watch.check()
+        positions = _positions(self.arena)
+        waited = self.watch.hung(positions, [p[0] == CALL for p in positions])
+        if waited is None:
+            return None
+        return {r: whereabouts(self.arena, r, w) for r, w in waited.items()}
 
     def abort(self, outcomes, dead) -> None:
         """Wake and unwind every rank still running; kill those that do not."""
@@ -175,43 +178,21 @@ class SimDriver(Driver):
             self._start(stuck)
 
 
-class _HangWatch:
-    """Decides when a run is hung: a rank waits in a call and no rank has
-    moved (state, calls completed, current call's progress) for ``timeout``
-    seconds."""
-
-    def __init__(self, arena: Arena, timeout: float):
-        self.arena = arena
-        self.timeout = timeout
-        self.last = None
-        self.since = time.monotonic()
-        self.rank_since: dict[int, float] = {}
-
-    def check(self) -> dict[int, str] | None:
-        arena, lay = self.arena, self.arena.layout
-        q = arena.q
-        now = time.monotonic()
-        snapshot = []
-        for r in range(arena.size):
-            ctx = q[lay.status_word(r, S_CTX)]
-            if ctx >= 0:  # a phase of a collective completes
-                moved = q[lay.arrive_word(r, ctx)]
-            else:  # bytes of a message stream through a ring
-                peer = q[lay.status_word(r, S_P2P_PEER)]
-                sending = q[lay.status_word(r, S_P2P_KIND)] == SEND
-                moved = q[lay.pair_word(r, peer)] if sending else q[lay.pair_word(peer, r) + 1]
-            snapshot.append((q[lay.status_word(r, S_STATE)], q[lay.status_word(r, S_PROGRESS)], ctx, moved))
-        if self.last is None or snapshot != self.last:
-            for r, (old, new) in enumerate(zip(self.last or [None] * len(snapshot), snapshot)):
-                if old != new:
-                    self.rank_since[r] = now
-            self.last = snapshot
-            self.since = now
-            return None
-        if now - self.since < self.timeout or not any(s[0] == CALL for s in snapshot):
-            return None
-        return {r: whereabouts(arena, r, now - self.rank_since.get(r, self.since) if s[0] == CALL else None)
-                for r, s in enumerate(snapshot)}
+def _positions(arena: Arena) -> list[tuple]:
+    """Each rank's position for the hang watch: its state, its calls
+    completed, its current call's context and what moves in that call."""
+    lay, q = arena.layout, arena.q
+    positions = []
+    for r in range(arena.size):
+        ctx = q[lay.status_word(r, S_CTX)]
+        if ctx >= 0:  # a phase of a collective completes
+            moved = q[lay.arrive_word(r, ctx)]
+        else:  # bytes of a message stream through a ring
+            peer = q[lay.status_word(r, S_P2P_PEER)]
+            sending = q[lay.status_word(r, S_P2P_KIND)] == SEND
+            moved = q[lay.pair_word(r, peer)] if sending else q[lay.pair_word(peer, r) + 1]
+        positions.append((q[lay.status_word(r, S_STATE)], q[lay.status_word(r, S_PROGRESS)], ctx, moved))
+    return positions
 
 
 def _how(proc) -> str:

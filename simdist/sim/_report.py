@@ -1,12 +1,14 @@
 """Where is each rank? Read from the arena, for timeouts and mismatch messages.
 
 Used by the driver (which maps the arena too) and by a rank that notices a
-peer has returned while it waits for it.
+peer has returned while it waits for it. The sentences are both backends'
+(``simdist._whereabouts``); this module reads what they say from the arena.
 """
 
 from __future__ import annotations
 
 from .. import _signature as sig
+from .. import _whereabouts
 from ._arena import (
     CALL, FAILED, IDLE, RETURNED, S_CTX, S_P2P_KIND, S_P2P_NBYTES, S_P2P_PEER, S_P2P_SEQ, S_P2P_TAG,
     S_PROGRESS, S_STATE, S_WAITING_FOR, USER,
@@ -45,26 +47,19 @@ def current_call(arena, rank: int) -> str:
     return f"{sig.describe(row)} on {comm_name(ctx)}"
 
 
+#: The arena's state words, by the names of the shared sentences.
+_STATES = {USER: _whereabouts.USER, CALL: _whereabouts.CALL, RETURNED: _whereabouts.RETURNED,
+           FAILED: _whereabouts.FAILED, IDLE: _whereabouts.IDLE}
+
+
 def whereabouts(arena, rank: int, waited: float | None = None) -> str:
     """One line saying what ``rank`` is doing."""
     q = arena.q
     lay = arena.layout
     state = q[lay.status_word(rank, S_STATE)]
     calls = q[lay.status_word(rank, S_PROGRESS)]
-    if state == CALL:
-        line = f"waiting in {current_call(arena, rank)}"
-        if waited is not None:
-            line += f" for {waited:.1f} s"
-        peer = q[lay.status_word(rank, S_WAITING_FOR)] - 1
-        if peer >= 0:
-            line += f", on rank {peer}"
-        return line
-    if state == USER:
-        return f"running user code ({calls} calls completed)"
-    if state == RETURNED:
-        return f"returned from the function ({calls} calls completed)"
-    if state == FAILED:
-        return "raised an exception"
-    if state == IDLE:
-        return "idle"
-    return f"unknown state {state}"
+    if state != CALL:
+        return _whereabouts.describe(_STATES.get(state, state), calls)
+    peer = q[lay.status_word(rank, S_WAITING_FOR)] - 1
+    return _whereabouts.describe(_whereabouts.CALL, calls, current_call(arena, rank), waited,
+                                 peer if peer >= 0 else None)

@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from simdist._arguments import as_input, check_rank_arg
+from simdist._communicator import COLLECTIVES, ROOTED
 
-from ._base import COLLECTIVES, Wrapper, positive_int
+from ._base import Wrapper, positive_int
 
 __all__ = ["WrongRoot", "StaleResult", "AllgatherArrivalOrder", "WrongReduceScatterBlock", "ModifiesInput",
            "ReusedResultBuffer"]
@@ -36,7 +37,7 @@ class WrongRoot(Wrapper):
     """
 
     name = "wrong_root"
-    touches = frozenset(("reduce", "broadcast", "gather", "scatter"))
+    touches = frozenset(ROOTED)
 
     def _shifted(self, root, name: str) -> tuple[int, int]:
         root = check_rank_arg(root, self.size, self.rank, name, "root")  # the base's error for a bad root

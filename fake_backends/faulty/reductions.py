@@ -4,7 +4,7 @@ Each fake here overrides the three reductions through one method,
 ``_reduction(name, x, op, root)``, and leaves every other call to the base.
 Most take the base's result and spoil it, so the result is the base's
 algorithm and order with one mistake on top; :class:`MissingLastRank`
-gathers and folds itself (see :mod:`fake_backends._gathered`).
+gathers and folds itself (see :mod:`fake_backends.faulty._gathered`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 import simdist
-from simdist._reduction import quiet_fp
+from simdist._reduction import divide_mean, quiet_fp
 
 from . import _gathered
 from ._base import ReductionWrapper
@@ -23,18 +23,6 @@ __all__ = ["SumForMean", "WrongMeanDivisor", "MissingLastRank", "NarrowedFloat64
 def _dtype(x) -> np.dtype:
     """The dtype ``x`` would have as an input (object for what is not an array)."""
     return x.dtype if isinstance(x, np.ndarray) else np.asarray(x).dtype
-
-
-def _divide(out: np.ndarray, divisor: int) -> np.ndarray:
-    """``out / divisor`` in place and in ``out``'s dtype, as the simulator's
-    mean divides (complex: each component on its own)."""
-    with quiet_fp():
-        if out.dtype.kind == "c":
-            np.divide(out.real, divisor, out=out.real)
-            np.divide(out.imag, divisor, out=out.imag)
-        else:
-            np.divide(out, divisor, out=out)
-    return out
 
 
 class SumForMean(ReductionWrapper):
@@ -79,7 +67,7 @@ class WrongMeanDivisor(ReductionWrapper):
         if op != "mean" or _dtype(x).kind not in "fc":
             return self._base_reduction(name, x, op, root)
         out = self._base_reduction(name, x, "sum", root)
-        return None if out is None else _divide(out, self.size + self.off_by)
+        return None if out is None else divide_mean(out, self.size + self.off_by)
 
 
 class MissingLastRank(ReductionWrapper):

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import os
 
-from ._base import COLLECTIVES, Wrapper, positive_int
+from simdist._communicator import COLLECTIVES
+
+from ._base import Wrapper, positive_int
 
 __all__ = ["HangingRank", "DyingRank", "NoWaitBarrier", "NEVER_TAG", "EXIT_STATUS"]
 

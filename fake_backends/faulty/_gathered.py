@@ -1,8 +1,8 @@
 """Reductions made of an allgather and a fold in numpy, in an order of our choosing.
 
 The fakes that change *which* arrays a reduction folds, or in *what order*
-(:class:`~fake_backends.reductions.MissingLastRank`,
-:class:`~fake_backends.legal.RandomOrder`), cannot get that from the base's
+(:class:`~fake_backends.faulty.reductions.MissingLastRank`,
+:class:`~fake_backends.faulty.legal.RandomOrder`), cannot get that from the base's
 reduce. They gather every rank's input with the base's ``allgather`` and fold
 the chosen parts locally with simdist's own fold (``simdist._reduction``), in
 the input dtype, so every op and dtype of the contract behaves as the

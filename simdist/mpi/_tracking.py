@@ -1,18 +1,20 @@
-"""Where is this rank? A communicator wrapper that remembers its current call.
+"""Where is this MPI rank? A communicator wrapper that remembers its current call.
 
-Backends whose ranks cannot share a status table with the driver (real MPI)
-wrap their communicator in :class:`TrackedComm`; a thread of the rank
-answers the driver's "where are you?" from it, while the main thread may be
-blocked inside the MPI library.
+An MPI rank cannot share a status table with the driver, as the
+simulator's ranks do: it wraps its communicator in :class:`TrackedComm`,
+and a thread of the rank answers the driver's "where are you?" from it,
+while the main thread may be blocked inside the MPI library. The driver
+words the answers with the sentences both backends share
+(``simdist._whereabouts``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._communicator import Communicator
-
-USER, CALL, RETURNED, FAILED = "user", "call", "returned", "failed"
+from .. import _whereabouts
+from .._communicator import Communicator
+from .._whereabouts import CALL, USER
 
 
 class Whereabouts:
@@ -27,16 +29,14 @@ class Whereabouts:
         return self.state, self.calls, self.current
 
     @staticmethod
-    def describe(snapshot: tuple) -> str:
+    def describe(snapshot: tuple, waited: float | None = None) -> str:
+        """One line saying what the rank of ``snapshot`` is doing."""
         state, calls, current = snapshot
-        if state == CALL:
-            name, seq, details = current
-            return f"waiting in {name} #{seq} ({details})" if details else f"waiting in {name} #{seq}"
-        if state == USER:
-            return f"running user code ({calls} calls completed)"
-        if state == RETURNED:
-            return f"returned from the function ({calls} calls completed)"
-        return "raised an exception"
+        if state != CALL:
+            return _whereabouts.describe(state, calls)
+        name, seq, details = current
+        call = f"{name} #{seq} ({details})" if details else f"{name} #{seq}"
+        return _whereabouts.describe(CALL, calls, call, waited)
 
 
 def _details(x=None, **kw) -> str:

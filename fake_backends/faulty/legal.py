@@ -22,7 +22,7 @@ class RandomOrder(ReductionWrapper):
     call. Otherwise correct: every op and dtype, in the input dtype, with the
     base's argument errors (it gathers the inputs with the base's
     ``allgather`` and folds them with simdist's fold; see
-    :mod:`fake_backends._gathered`).
+    :mod:`fake_backends.faulty._gathered`).
 
     This is what MPI allows (the standard fixes no order; Open MPI and MPICH
     pick algorithms by size and count). Floating-point sums and products may

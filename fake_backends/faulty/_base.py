@@ -20,14 +20,9 @@ import operator
 import numpy as np
 
 import simdist
+from simdist._communicator import REDUCTIONS
 
-__all__ = ["Wrapper", "ReductionWrapper", "COLLECTIVES", "REDUCTIONS", "ROOTED"]
-
-#: The collective calls of the contract (barrier included, split and free not).
-COLLECTIVES = ("allreduce", "reduce", "reduce_scatter", "broadcast", "allgather", "gather", "scatter",
-               "alltoall", "barrier")
-REDUCTIONS = ("allreduce", "reduce", "reduce_scatter")
-ROOTED = ("reduce", "broadcast", "gather", "scatter")
+__all__ = ["Wrapper", "ReductionWrapper"]
 
 
 def _entropy(seed) -> tuple[int, ...]:
