@@ -153,10 +153,10 @@ def execute(rank: int, make_comm, payload: bytes, sys_path, cwd, log_levels, *, 
         return "aborted", exc.reason
     except CollectiveMismatch as exc:
         failed and failed()
-        return "mismatch", (str(exc), exc.calls, traceback.format_exc())
+        return "mismatch", (str(exc), exc.calls, _user_traceback(exc))
     except BaseException as exc:
         failed and failed()
-        return "error", (traceback.format_exc(), _pickled_or_none(exc))
+        return "error", (_user_traceback(exc), _pickled_or_none(exc))
     finally:
         _current = None
     if returned:
@@ -172,6 +172,15 @@ def execute(rank: int, make_comm, payload: bytes, sys_path, cwd, log_levels, *, 
                 f"{type(value).__name__}: {exc}\n",
                 None,
             )
+
+
+def _user_traceback(exc: BaseException) -> str:
+    """The formatted traceback from the user's function down: this module's
+    frame, which only called it, is left out."""
+    tb = exc.__traceback__
+    if tb is not None and tb.tb_frame.f_code is execute.__code__ and tb.tb_next is not None:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
 def _pickled_or_none(exc: BaseException):

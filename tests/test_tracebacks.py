@@ -85,6 +85,7 @@ def _assert_names_the_user_code(traceback_text: str, path: Path, line: int, sour
     assert f'File "{path}", line {line}' in traceback_text, traceback_text
     assert source in traceback_text, traceback_text  # the source line, read back from the user's file
     assert "<dynamic-code>" not in traceback_text
+    assert "simdist/_worker.py" not in traceback_text  # the frame that only called the user's function
 
 
 def _run_program(tmp_path: Path, extra_path: str | None = None) -> dict:
