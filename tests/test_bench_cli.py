@@ -177,6 +177,7 @@ def test_a_wrong_result_is_counted_and_fails_the_run(tmp_path):
     assert row["wrong"] == 2 * (2 + 1)  # each of 2 ranks: 2 warm-up results and the last timed one
 
 
+@pytest.mark.slow
 def test_mpi_backend_runs_under_mpiexec(tmp_path):
     from conftest import mpiexec_or_skip
 
@@ -190,6 +191,7 @@ def test_mpi_backend_runs_under_mpiexec(tmp_path):
     assert {r["collective"]: r["bytes"] for r in rows} == {"allreduce": 1024, "reduce_scatter": 1024, "barrier": 0}
 
 
+@pytest.mark.slow
 def test_plot_writes_a_png(tmp_path):
     try:
         import matplotlib  # noqa: F401

@@ -68,6 +68,7 @@ def test_sys_exit_codes_become_the_exit_status(script):
     assert done.returncode == 3
 
 
+@pytest.mark.slow
 def test_a_hang_ends_at_the_timeout_with_the_report(script):
     done = simdist_run("-n", 2, "--timeout", 2, script.name, "--hang", cwd=script.parent)
     assert done.returncode == 124
@@ -89,6 +90,7 @@ def test_comm_inside_world_run_is_the_functions_communicator():
     assert simdist.run(lambda c: simdist.comm() is c, 2) == [True, True]
 
 
+@pytest.mark.slow
 def test_run_on_real_mpi_runs_the_same_script(script):
     mpiexec_or_skip()
     done = simdist_run("-n", 2, "--backend", "mpi", script.name, "z", cwd=script.parent)

@@ -95,6 +95,7 @@ def test_rank_error_reports_every_failed_rank(world3):
     assert_usable(world3)
 
 
+@pytest.mark.slow
 def test_rank_error_is_raised_while_a_peer_keeps_computing(procs):
     with simdist.World(3, timeout=MISMATCH_TIMEOUT) as world:
         before = world.pids
@@ -272,6 +273,7 @@ def test_whereabouts_sentences_are_the_same_for_every_backend():
 
 
 
+@pytest.mark.slow
 def test_rank_stuck_in_user_code_times_out_with_a_report(procs):
     with simdist.World(3, timeout=1.0) as world:
         before = world.pids
@@ -410,6 +412,7 @@ def test_worker_killed_mid_collective_from_outside(procs):
     assert procs.wait_gone(before + world.pids) == []
 
 
+@pytest.mark.slow
 def test_workers_killed_between_runs_never_break_the_world(procs):
     """Kill a worker while no run is active, then run at once: the run either
     reports the death (RankDied) or replaces the worker quietly; either way

@@ -371,6 +371,7 @@ def test_reordered_messages_swaps_consecutive_sends_and_loses_nothing(worlds):
 # process bugs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("call", [1, 3])
 def test_hanging_rank_blocks_the_last_rank_until_the_world_times_out(call):
     def program(comm):
@@ -490,6 +491,7 @@ def test_simdist_check_catches_a_faulty_fake_and_passes_the_legal_one():
 # the docs
 
 
+@pytest.mark.slow
 def test_the_examples_in_docs_fakes_md_print_what_the_page_shows():
     """Every python block runs; one followed by a text block prints exactly that text."""
     page = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "fakes.md").read_text()

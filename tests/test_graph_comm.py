@@ -144,6 +144,7 @@ ADJOINTS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("shape_for, build", [c[1:] for c in ADJOINTS], ids=[c[0] for c in ADJOINTS])
 def test_adjoint_matches_finite_differences_of_the_global_loss(request, shape_for, build, n):

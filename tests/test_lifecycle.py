@@ -169,6 +169,7 @@ def drivers(procs):
         driver.cleanup(procs)
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_the_driver_stops_every_worker(procs, drivers):
     driver = drivers(DRIVER.replace("{rank0}", "time.sleep(600)"), "fork")
     pids = driver.worker_pids()
@@ -182,6 +183,7 @@ def test_ctrl_c_in_the_driver_stops_every_worker(procs, drivers):
     assert driver.marked_processes(procs) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("start_method", START_METHODS)
 def test_sigkill_of_the_driver_kills_every_worker(procs, drivers, start_method):
     driver = drivers(DRIVER.replace("{rank0}", "while True: pass"), start_method)
@@ -287,6 +289,7 @@ def test_every_start_method_runs_collectives(start_method, procs):
     assert procs.wait_gone(pids) == []
 
 
+@pytest.mark.slow
 def test_world_started_with_small_dev_shm_runs_a_large_allreduce(tmp_path):
     """A 64 MiB /dev/shm (a container's default) must not bound the world."""
     if shutil.which("unshare") is None:

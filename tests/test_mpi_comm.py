@@ -645,6 +645,7 @@ def verdicts(n: int, group: str, tmp_path_factory) -> None:
 size = pytest.mark.parametrize("n", SIZES, ids=lambda n: f"{n}ranks")
 
 
+@pytest.mark.slow
 @size
 def test_allreduce_equals_the_left_fold_for_every_dtype_op_shape_and_layout(n, tmp_path_factory):
     verdicts(n, "allreduce", tmp_path_factory)

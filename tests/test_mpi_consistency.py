@@ -181,6 +181,7 @@ def assert_identical(a, b, where=""):
         assert a == b, (where, a, b)
 
 
+@pytest.mark.slow
 def test_matching_programs_give_the_same_results_as_without_check_calls(checked, plain):
     def every_collective(comm):
         """A matching program using every call of the contract, on inputs whose
@@ -265,6 +266,7 @@ def test_without_check_calls_a_dtype_mismatch_is_not_detected(plain):
     assert_usable(plain)
 
 
+@pytest.mark.slow
 def test_without_check_calls_different_collectives_hang_until_the_timeout():
     with simdist.World(SIZE, backend="mpi", timeout=HANG_TIMEOUT) as world:
         started = time.monotonic()
@@ -277,6 +279,7 @@ def test_without_check_calls_different_collectives_hang_until_the_timeout():
         assert_usable(world)
 
 
+@pytest.mark.slow
 def test_check_calls_cannot_see_a_rank_that_returned_its_peers_time_out():
     """The simulator raises CollectiveMismatch at once when a rank returns
     while its peers wait; over MPI the peers wait in the signature Allgather

@@ -55,6 +55,7 @@ def test_mpi_allreduce_of_exactly_summable_floats_equals_the_simulator_bit_for_b
             assert x.dtype == y.dtype and x.tobytes() == y.tobytes()
 
 
+@pytest.mark.slow
 def test_mpi_rank_error_carries_the_traceback_and_the_world_recovers():
     def program(comm):
         if comm.rank == 1:
@@ -69,6 +70,7 @@ def test_mpi_rank_error_carries_the_traceback_and_the_world_recovers():
         assert world.run(lambda comm: comm.allreduce(np.array([comm.rank]))) == [np.array([3])] * 3
 
 
+@pytest.mark.slow
 def test_mpi_rank_error_is_not_hidden_by_a_hang_report_when_the_timeout_is_short():
     # The peers wait for the failed rank in MPI; with a timeout shorter than
     # the grace period after a failure, that wait must not become a
@@ -84,6 +86,7 @@ def test_mpi_rank_error_is_not_hidden_by_a_hang_report_when_the_timeout_is_short
         assert "ValueError: bad value on rank 1" in info.value.failures[1]
 
 
+@pytest.mark.slow
 def test_mpi_hang_raises_collective_timeout_with_each_ranks_whereabouts():
     with simdist.World(2, backend="mpi", timeout=2.0) as w:
         def program(comm):
@@ -101,6 +104,7 @@ def test_mpi_hang_raises_collective_timeout_with_each_ranks_whereabouts():
         assert w.run(lambda comm: comm.rank) == [0, 1]
 
 
+@pytest.mark.slow
 def test_mpi_rank_that_exits_raises_rank_died_and_the_next_run_works():
     def program(comm):
         if comm.rank == 2:
@@ -216,6 +220,7 @@ def start_stuck_driver(tmp_path, tmpdir):
     return driver, [int(p) for p in driver.stdout.readline().split()]
 
 
+@pytest.mark.slow
 def test_mpi_ranks_and_mpiexec_die_with_a_killed_driver(tmp_path, driver_tmpdir):
     driver, pids = start_stuck_driver(tmp_path, driver_tmpdir)
     try:
@@ -233,6 +238,7 @@ def test_mpi_ranks_and_mpiexec_die_with_a_killed_driver(tmp_path, driver_tmpdir)
             driver.wait()
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_the_driver_leaves_no_mpi_process(tmp_path, driver_tmpdir):
     driver, pids = start_stuck_driver(tmp_path, driver_tmpdir)
     try:
@@ -247,6 +253,7 @@ def test_ctrl_c_in_the_driver_leaves_no_mpi_process(tmp_path, driver_tmpdir):
             driver.wait()
 
 
+@pytest.mark.slow
 def test_runs_stopped_on_purpose_print_nothing_from_mpiexec(tmp_path):
     # After a failure the driver ends the job itself; mpiexec must not add its
     # own report of killed ranks (MPICH's hydra prints a "BAD TERMINATION"
@@ -287,6 +294,7 @@ def test_the_mpi_librarys_dev_shm_files_are_removed_once_every_rank_maps_them(wo
     assert world._driver._segments == set()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("order, algorithm", [("ring", 4), ("recursive_doubling", 3)])
 def test_simulator_in_a_named_order_equals_open_mpi_pinned_to_that_algorithm(monkeypatch, order, algorithm):
     if simdist.mpi._driver.flavor(MPIEXEC) != "openmpi":
@@ -327,6 +335,7 @@ def _stale_session_dir(mpiexec: str, where: str) -> str:
     return os.path.join(where, next(n for n in os.listdir(where) if n.startswith("ompi.")))
 
 
+@pytest.mark.slow
 def test_stale_session_directories_of_killed_jobs_do_not_stop_a_world():
     """A launcher killed with SIGKILL leaves $TMPDIR/ompi.<its pid>; a later
     launcher that gets the same pid fails ("The PMIx server's listener thread

@@ -57,6 +57,7 @@ def test_the_property_suite_passes_on_open_mpi(tmp_path):
     assert re.search(r"\b18 passed\b", done.stdout)
 
 
+@pytest.mark.slow
 def test_a_failing_property_prints_its_example_seed_and_a_command_that_replays_it(tmp_path):
     done = _suite(tmp_path, "--simdist-backend", "fake_backends:wrong_reduce_scatter_block", "-q", "-x",
                   "--hypothesis-seed=7", "properties.test_collectives")
@@ -72,6 +73,7 @@ def test_a_failing_property_prints_its_example_seed_and_a_command_that_replays_i
     assert replay.returncode == 1 and f"::{failed}" in replay.stdout and _shows_example(replay.stdout)
 
 
+@pytest.mark.slow
 def test_comm_fixture_runs_the_test_body_on_every_rank(tmp_path):
     (tmp_path / "test_mine.py").write_text(
         "import numpy as np, pytest\n"

@@ -71,6 +71,7 @@ SMALL = ["scale", "--measure-n", "1,2", "--fit-n", "2", "--devices", "1,2,8,1024
          "--repeats", "1"]
 
 
+@pytest.mark.slow
 def test_small_run_writes_json_with_the_schema(tmp_path, capsys):
     out = tmp_path / "scale.json"
     assert cli.main(SMALL + ["--json", str(out)]) == 0
@@ -103,6 +104,7 @@ def test_bad_fit_sizes_exit_2_with_the_fix(capsys):
     assert "--alpha-us" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_plot_writes_a_png(tmp_path):
     if importlib.util.find_spec("matplotlib") is None:
         if os.environ.get("CI"):

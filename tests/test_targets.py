@@ -241,6 +241,7 @@ def test_targets_run_with_mpi_judges_every_target(tmp_path, capsys):
     assert "targets: big world, N=4" in printed.err and "mpi N=8" in printed.err
 
 
+@pytest.mark.slow
 def test_targets_run_on_the_simulator_alone_says_no_mpi(tmp_path, capsys):
     out = tmp_path / "bench.json"
     args = parse(["--targets", "--backend", "sim", "-n", "2", "--max-bytes", "1M", "--json", str(out), *TINY])

@@ -161,6 +161,7 @@ def test_a_run_script_traceback_names_the_script_and_line(tmp_path):
     _assert_names_the_user_code(done.stdout + done.stderr, script, line, source)
 
 
+@pytest.mark.slow
 def test_a_run_pytest_failure_names_the_test_file_and_line(tmp_path):
     test_file = tmp_path / "test_ranks.py"
     test_file.write_text(textwrap.dedent('''

@@ -33,6 +33,7 @@ MNIST_NAMES = {
     ),
     suffix=st.sampled_from(["", ".gz"]),
 )
+@pytest.mark.slow
 def test_idx_round_trip_keeps_every_bit(tmp_path_factory, array, suffix):
     path = tmp_path_factory.mktemp("idx") / f"a.idx{suffix}"
     write_idx(path, array)

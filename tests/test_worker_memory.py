@@ -55,6 +55,7 @@ def test_a_rank_serves_large_arrays_from_the_heap():
         assert world.run(_mmapped_blocks_of_a_64_mib_array) == [0, 0]
 
 
+@pytest.mark.slow
 def test_a_rank_keeps_freed_memory_during_a_run_and_returns_it_after():
     with simdist.World(2) as world:
         before = world.run(_rss_mib)
