@@ -174,7 +174,7 @@ def format_table(report: dict) -> str:
 def format_properties(report: dict) -> str:
     """The property suite's outcome as text: a summary line, then each failure."""
     if report["skipped"]:
-        return f"property suite: skipped ({report['reason']}); add it with: {report['install']}"
+        return f"property suite: skipped: {report['reason']}; add it with: {report['install']}"
     failed = report["failed"]
     lines = [f"property suite: {report['passed']} passed, {len(failed)} failed in {report['seconds']:.1f} s "
              f"(hypothesis seed {report['seed']})"]
@@ -188,8 +188,8 @@ def format_properties(report: dict) -> str:
 
 def _properties(args, backend: str, factory: str | None) -> dict:
     """Run the property suite after the sweep, announcing it on standard error."""
-    def announce(command: str) -> None:
-        print(f"check: running the property suite ({command}) ...", file=sys.stderr)
+    def announce() -> None:
+        print("check: running the property suite (python -m pytest --pyargs properties) ...", file=sys.stderr)
 
     return run_properties(backend if backend == "mpi" else "sim", factory, args.size, timeout=args.timeout,
                           seed=args.seed, examples=10 if args.quick else 25, announce=announce)

@@ -60,18 +60,18 @@ def _command(backend: str, factory: str | None, size: int, timeout: float, seed:
 
 
 def run_properties(backend: str, factory: str | None, size: int, *, timeout: float, seed: int,
-                   examples: int, announce: Callable[[str], None] | None = None) -> dict:
+                   examples: int, announce: Callable[[], None] | None = None) -> dict:
     """Run the property suite; ``{"ok", "skipped": False, "passed", "failed": [...], "seconds",
     "command"}``, or, when pytest or Hypothesis is missing, ``{"ok": None, "skipped": True,
-    "reason", "missing", "install"}``. ``announce(command)``, if given, is called just before the
-    suite starts."""
+    "reason", "missing", "install"}``. ``announce()``, if given, is called just before the suite
+    starts."""
     missing = missing_requirements()
     if missing:
         return _skipped(missing)
     started = time.perf_counter()
     command = _command(backend, factory, size, timeout, seed)
     if announce is not None:
-        announce(shlex.join(command))
+        announce()
     env = dict(os.environ, SIMDIST_PROPERTY_EXAMPLES=str(examples))
     with tempfile.TemporaryDirectory(prefix="simdist-check-") as tmp:
         xml = os.path.join(tmp, "properties.xml")
@@ -96,12 +96,11 @@ def run_properties(backend: str, factory: str | None, size: int, *, timeout: flo
 
 
 def _skipped(missing: list[str]) -> dict:
-    needs = " and ".join(REQUIREMENTS)
-    which = " and ".join(missing) + (" is" if len(missing) == 1 else " are")
+    verb = "is" if len(missing) == 1 else "are"
     return {
         "ok": None,
         "skipped": True,
-        "reason": f"the property suite needs {needs}; {which} not installed",
+        "reason": f"{' and '.join(missing)} {verb} not installed",
         "missing": missing,
         "install": INSTALL,
     }
