@@ -10,14 +10,10 @@ recv). It returns a report: one row per (collective, dtype, op), and totals.
 
 # How the sweep is organised (read this before changing it)
 #
-# * A *row* is (collective, dtype, op); a *case* is one call of the row's
-#   collective: a shape, a kind of data ("exact": small integers, or powers
-#   of two for products, which every order reduces exactly, judged bit for
-#   bit; "random": judged against the reference's bound), a root, and a
-#   repeat number (fresh data each time).
-# * Inputs are a pure function of (seed, row id, case index, rank): the ranks
-#   make their own, and the driver makes them again to judge the outputs, so
-#   only outputs travel back.
+# * The plan (rows of cases, and each case's inputs as a pure function of
+#   seed, row, case and rank) is in ``_cases``; what the ranks run, and the
+#   contract checks only they can make, in ``_ranks``; the judging of a row
+#   on the driver in ``_judging``. This module runs batches and reports.
 # * Many rows run in one ``world.run`` (a round trip costs ~1 ms); the driver
 #   judges them after the run. A run that raises cannot say how far it got,
 #   so: a rank's exception is wrapped in ``CaseError`` naming its row (that
@@ -30,11 +26,6 @@ recv). It returns a report: one row per (collective, dtype, op), and totals.
 #   or after earlier cases succeeded) is a failure. Ranks that disagree
 #   usually hang or mismatch on the next call, which ends the run; that is
 #   attributed as above.
-# * Contract checks besides the values: inputs are untouched (their bytes
-#   before and after the call); results are writeable, share no memory with
-#   the input, and are not changed by later calls (a result that is a view of
-#   a backend's buffer is overwritten by the next call: every result's digest
-#   is taken right after its call and again at the end of the run).
 
 from __future__ import annotations
 
