@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import simdist
-from simdist._check import load_factory
+from simdist.reference import load_factory
 
 __all__ = ["Backend", "parse_spec", "under_test"]
 

@@ -56,7 +56,7 @@ def _properties(specs: list[str], size: int, examples: int, seed: int, timeout: 
 
 
 def _sweep(spec: str, size: int, timeout: float, dtypes) -> dict:
-    from simdist._check import sweep
+    from simdist.reference import sweep
 
     started = time.perf_counter()
     factory = None if spec == "sim" else spec

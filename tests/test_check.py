@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import simdist
-from simdist import _check_cli
-from simdist._check import COLLECTIVES, sweep
+from simdist.cli import check as check_command
+from simdist.reference import SWEEP_COLLECTIVES, sweep
 
 HERE = "test_check"  # this module's name on the ranks (tests/ is on sys.path)
 
@@ -265,7 +265,7 @@ def test_quick_sweep_passes_on_the_simulator(size):
     report = sweep(size, quick=True)
     assert_all_pass(report)
     # every collective, dtype and op is there, and the float sums were bounded, not all exact
-    assert {r["collective"] for r in report["rows"]} == {"rank/size", *COLLECTIVES}
+    assert {r["collective"] for r in report["rows"]} == {"rank/size", *SWEEP_COLLECTIVES}
     assert len(report["rows"]) == 413
     sums = [r for r in report["rows"] if r["collective"] == "allreduce" and r["op"] == "sum" and r["dtype"] in FLOATS]
     assert all(r["exact"] == (size == 1) for r in sums)
@@ -425,13 +425,13 @@ def test_bad_arguments_are_refused_with_the_fix():
 def parse(argv):
     parser = argparse.ArgumentParser(prog="simdist")
     sub = parser.add_subparsers(dest="command", required=True)
-    _check_cli.add_parser(sub)
+    check_command.add_parser(sub)
     return parser.parse_args(["check", "--no-properties", *argv])  # the property suite is tested on its own
 
 
 def test_cli_prints_the_table_and_exits_0_when_everything_passes(capsys):
-    status = _check_cli.run(parse(["-n", "2", "--quick", "--collectives", "allreduce,barrier",
-                                   "--dtypes", "float32,int8"]))
+    status = check_command.run(parse(["-n", "2", "--quick", "--collectives", "allreduce,barrier",
+                                      "--dtypes", "float32,int8"]))
     out, err = capsys.readouterr()
     assert status == 0
     assert "collective" in out and "max err/bound" in out
@@ -443,8 +443,8 @@ def test_cli_prints_the_table_and_exits_0_when_everything_passes(capsys):
 
 def test_cli_writes_json_and_exits_1_on_a_broken_backend(tmp_path, capsys):
     path = tmp_path / "report.json"
-    status = _check_cli.run(parse(["-n", "3", "--backend", f"{HERE}:reversed_allgather", "--quick",
-                                   "--collectives", "allgather", "--dtypes", "float64,uint8", "--json", str(path)]))
+    status = check_command.run(parse(["-n", "3", "--backend", f"{HERE}:reversed_allgather", "--quick",
+                                      "--collectives", "allgather", "--dtypes", "float64,uint8", "--json", str(path)]))
     out, _ = capsys.readouterr()
     assert status == 1
     report = json.loads(path.read_text())
@@ -455,8 +455,8 @@ def test_cli_writes_json_and_exits_1_on_a_broken_backend(tmp_path, capsys):
 
 
 def test_cli_json_to_stdout_is_valid_json_even_with_infinite_ratios(capsys):
-    status = _check_cli.run(parse(["-n", "2", "--factory", f"{HERE}:summing_mean", "--quick",
-                                   "--collectives", "allreduce", "--dtypes", "float32", "--json", "-"]))
+    status = check_command.run(parse(["-n", "2", "--factory", f"{HERE}:summing_mean", "--quick",
+                                      "--collectives", "allreduce", "--dtypes", "float32", "--json", "-"]))
     out, _ = capsys.readouterr()
     assert status == 1
     report = json.loads(out)  # strict: no bare Infinity
@@ -470,7 +470,7 @@ def test_progress_updates_one_line_on_a_terminal_and_clears_it():
             return True
 
     stream = Terminal()
-    progress = _check_cli._Progress(stream)
+    progress = check_command._Progress(stream)
     progress(0, 10, "allreduce bool min")
     progress(10, 10, "barrier")
     progress.finish()
@@ -480,9 +480,9 @@ def test_progress_updates_one_line_on_a_terminal_and_clears_it():
 
 
 def test_cli_refuses_bad_arguments_with_status_2(capsys):
-    assert _check_cli.run(parse(["-n", "0"])) == 2
-    assert _check_cli.run(parse(["-n", "2", "--backend", "nosuchmodule_xyz:f"])) == 2
-    assert _check_cli.run(parse(["-n", "2", "--backend", f"{HERE}:identity", "--factory", f"{HERE}:identity"])) == 2
+    assert check_command.run(parse(["-n", "0"])) == 2
+    assert check_command.run(parse(["-n", "2", "--backend", "nosuchmodule_xyz:f"])) == 2
+    assert check_command.run(parse(["-n", "2", "--backend", f"{HERE}:identity", "--factory", f"{HERE}:identity"])) == 2
     err = capsys.readouterr().err
     assert "cannot import module 'nosuchmodule_xyz'" in err and "either" in err
 

@@ -20,7 +20,7 @@ import pytest
 import fake_backends as fb
 import simdist
 from simdist import reference
-from simdist._check import load_factory, sweep
+from simdist.reference import load_factory, sweep
 from simdist._arguments import DTYPES
 from simdist._reduction import fold, ops_for
 

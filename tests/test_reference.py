@@ -578,7 +578,8 @@ def test_public_names_of_the_module():
     import simdist.reference as module
 
     assert sorted(module.__all__) == sorted(
-        ["Verdict", "check", "reduction", "gamma", "unit_roundoff", "COLLECTIVES", "ORDERS"]
+        ["Verdict", "check", "reduction", "gamma", "unit_roundoff", "COLLECTIVES", "ORDERS",
+         "sweep", "load_factory", "SWEEP_COLLECTIVES"]
     )
     assert all(hasattr(module, name) for name in module.__all__)
     assert module.ORDERS == ("fold", "ring", "recursive_doubling", "tree")

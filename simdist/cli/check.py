@@ -1,7 +1,237 @@
-"""``simdist check``."""
+"""``simdist check``: the command line over :func:`simdist.reference.sweep`
+and the property suite.
+
+``add_parser(subparsers)`` adds the subcommand to an argparse parser;
+``run(args)`` runs it and returns the exit status: 0 when no row failed, 1
+when one did (or nothing could be checked), 2 for bad arguments. The sweep
+returns data; the table, the progress display and the JSON are made here.
+The property suite runs after the sweep; where its requirements (the
+``check`` extra) are missing it is skipped, with one line saying how to add
+them, and the exit status is the sweep's.
+
+Which communicator is checked:
+
+``--backend sim`` / ``--backend mpi``
+    the world's own communicator (the simulator, or mpi4py under mpiexec);
+``--backend MODULE:FACTORY``
+    a user's communicator on the simulator: ``FACTORY(base)`` gets the
+    simulator's communicator and returns the object to check (``MODULE`` is
+    imported from the current directory or the installed packages);
+``--backend mpi --factory MODULE:FACTORY``
+    the same, wrapping the MPI backend's communicator (``--factory`` alone
+    wraps the simulator's, like ``--backend MODULE:FACTORY``).
+"""
 
 from __future__ import annotations
 
-from .._check_cli import add_parser, run
+import argparse
+import math
+import os
+import sys
+import time
+
+from .._errors import InvalidArgument, SimdistError
+from ..reference import SWEEP_COLLECTIVES, sweep
+from ..reference._properties import run_properties
+from . import _json
 
 __all__ = ["add_parser", "run"]
+
+_REASON_WIDTH = 600  # characters of a reason in the text output; JSON has all of it
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``check`` to ``subparsers`` (from ``ArgumentParser.add_subparsers``)."""
+    p = subparsers.add_parser(
+        "check",
+        help="check a backend's collectives against the reference (a table; exit 1 on any failure)",
+        description=(
+            "Run every collective x dtype x op x root x shape on a backend, with exactly summable inputs "
+            "(checked bit for bit) and random ones (checked against a rigorous error bound), and print a "
+            "table with one row per collective, dtype and op. Exit status 1 when any row fails."
+        ),
+        epilog=(
+            "MODULE:FACTORY names a callable that gets the world's communicator and returns the "
+            "communicator to check: FACTORY(base). --backend MODULE:FACTORY wraps the simulator; "
+            "--backend mpi --factory MODULE:FACTORY wraps the MPI backend. See docs/backends.md."
+        ),
+    )
+    p.add_argument("-n", "--size", type=int, default=4, help="number of ranks (default 4)")
+    p.add_argument("--backend", default="sim", metavar="sim|mpi|MODULE:FACTORY",
+                   help="what to check (default sim)")
+    p.add_argument("--factory", metavar="MODULE:FACTORY",
+                   help="check FACTORY(base), base being the --backend's communicator")
+    p.add_argument("--json", metavar="FILE",
+                   help="also write the report as JSON ('-': to stdout, instead of the table)")
+    p.add_argument("--quick", action="store_true", help="one call per case instead of two, smaller large arrays")
+    p.add_argument("--timeout", type=float, default=10.0,
+                   help="seconds without progress before a call counts as a hang (default 10)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--collectives", metavar="A,B,...",
+                   help=f"only these collectives (default all: {','.join(SWEEP_COLLECTIVES)})")
+    p.add_argument("--dtypes", metavar="A,B,...", help="only these dtypes (default all)")
+    p.add_argument("--no-properties", dest="properties", action="store_false",
+                   help="skip the property suite (python -m pytest --pyargs properties), which runs after the sweep "
+                        "when pytest and hypothesis are installed (pip install \"simdist[check]\")")
+    return p
+
+
+def _target(args) -> tuple[str, str | None]:
+    """(backend, factory) from --backend and --factory; raises ValueError
+    with the message to print when they do not make sense together."""
+    backend, factory = args.backend, args.factory
+    if backend not in ("sim", "mpi"):
+        if ":" not in backend:
+            raise ValueError(f"--backend {backend}: use sim, mpi or MODULE:FACTORY (e.g. mybackend:make_comm)")
+        if factory is not None:
+            raise ValueError("give the factory either as --backend MODULE:FACTORY or as --factory MODULE:FACTORY, "
+                             "not both")
+        backend, factory = "sim", backend
+    return backend, factory
+
+
+def _names(text: str | None) -> list[str] | None:
+    return None if text is None else [t.strip() for t in text.split(",") if t.strip()]
+
+
+class _Progress:
+    """``progress(done, total, label)`` for :func:`sweep`: one line updated
+    in place on a terminal, else a plain line every 10% or 15 s."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.started = time.monotonic()
+        self.last = 0.0
+        self.last_tenth = -1
+        self.width = 0
+
+    def __call__(self, done: int, total: int, label: str) -> None:
+        now = time.monotonic()
+        fraction = done / total if total else 1.0
+        line = f"check: {done}/{total} cases ({100 * fraction:.0f}%), {now - self.started:.0f} s: {label}"
+        if self.tty:
+            if now - self.last < 0.1 and done < total:
+                return
+            self.stream.write("\r" + line.ljust(self.width))
+            self.width = len(line)
+        else:
+            tenth = int(10 * fraction)
+            if tenth == self.last_tenth and now - self.last < 15 and done < total:
+                return
+            self.last_tenth = tenth
+            self.stream.write(line + "\n")
+        self.last = now
+        self.stream.flush()
+
+    def finish(self) -> None:
+        if self.tty and self.width:
+            self.stream.write("\r" + " " * self.width + "\r")
+            self.stream.flush()
+
+
+def _ratio(row: dict) -> str:
+    if row["verdict"] == "unsupported" or not row["cases"] or row["collective"] in ("barrier", "rank/size"):
+        return "-"
+    if row["exact"] and row["verdict"] == "pass":
+        return "exact"
+    ratio = row["max_ratio"]
+    return "inf" if math.isinf(ratio) else f"{ratio:.3g}"
+
+
+def format_table(report: dict) -> str:
+    """The report as a text table, the failures' reasons and a summary line."""
+    header = ("collective", "dtype", "op", "cases", "max err/bound", "verdict")
+    lines = [(r["collective"], r["dtype"] or "-", r["op"] or "-", str(r["cases"]), _ratio(r), r["verdict"])
+             for r in report["rows"]]
+    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]
+    right = (False, False, False, True, True, False)
+
+    def fmt(cells):
+        return "  ".join(c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right)).rstrip()
+
+    out = [fmt(header), fmt(["-" * w for w in widths])] + [fmt(line) for line in lines]
+    notes = [r for r in report["rows"] if r["verdict"] != "pass"]
+    if notes:
+        out.append("")
+        for r in notes:
+            what = " ".join(p for p in (r["collective"], r["dtype"], r["op"]) if p)
+            reason = r["reason"] if len(r["reason"]) <= _REASON_WIDTH else r["reason"][:_REASON_WIDTH] + " ..."
+            if r["verdict"] == "FAIL" and r["cases"] and r["failed_cases"]:
+                reason = f"{r['failed_cases']} of {r['cases']} cases failed; first: {reason}"
+            out.append(f"{r['verdict']} {what}: {reason}")
+    t = report["totals"]
+    where = f"{report['backend']}" + (f" via {report['factory']}" if report["factory"] else "")
+    out.append("")
+    out.append(
+        f"{t['rows']} rows: {t['pass']} passed, {t['fail']} failed, {t['unsupported']} unsupported; "
+        f"{t['cases']} cases on {report['size']} rank(s) ({where}) in {report['seconds']:.1f} s; "
+        f"largest error/bound of a pass {t['max_ratio']:.3g}"
+    )
+    return "\n".join(out)
+
+
+def format_properties(report: dict) -> str:
+    """The property suite's outcome as text: a summary line, then each failure."""
+    if report["skipped"]:
+        return f"property suite: skipped: {report['reason']}; add it with: {report['install']}"
+    failed = report["failed"]
+    lines = [f"property suite: {report['passed']} passed, {len(failed)} failed in {report['seconds']:.1f} s "
+             f"(hypothesis seed {report['seed']})"]
+    if "error" in report:
+        lines.append(f"  the suite did not run: {report['error']}")
+    for case in failed:
+        lines.append(f"FAIL {case['test']}: {case['message']}")
+        lines.append(f"  replay: {case['replay']}")
+    return "\n".join(lines)
+
+
+def _properties(args, backend: str, factory: str | None) -> dict:
+    """Run the property suite after the sweep, announcing it on standard error."""
+    def announce() -> None:
+        print("check: running the property suite (python -m pytest --pyargs properties) ...", file=sys.stderr)
+
+    return run_properties(backend if backend == "mpi" else "sim", factory, args.size, timeout=args.timeout,
+                          seed=args.seed, examples=10 if args.quick else 25, announce=announce)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``simdist check`` with parsed ``args``; return the exit status."""
+    try:
+        backend, factory = _target(args)
+    except ValueError as exc:
+        print(f"simdist check: error: {exc}", file=sys.stderr)
+        return 2
+    if factory is not None and os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # MODULE imports from here, as with python -m (the ranks get sys.path)
+    progress = _Progress(sys.stderr)
+    try:
+        report = sweep(
+            args.size, backend, factory, quick=args.quick, progress=progress, seed=args.seed,
+            timeout=args.timeout, collectives=_names(args.collectives), dtypes=_names(args.dtypes),
+        )
+    except InvalidArgument as exc:
+        progress.finish()
+        print(f"simdist check: error: {exc}", file=sys.stderr)
+        return 2
+    except SimdistError as exc:
+        progress.finish()
+        print(f"simdist check: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        progress.finish()
+        print("simdist check: interrupted", file=sys.stderr)
+        return 130
+    progress.finish()
+    if args.properties:
+        properties = report["properties"] = _properties(args, backend, factory)
+        report["ok"] = report["ok"] and (properties["skipped"] or properties["ok"])
+    if args.json != "-":
+        print(format_table(report))
+        if "properties" in report:
+            print(format_properties(report["properties"]))
+    elif report.get("properties", {}).get("skipped"):  # the JSON has it; say it where a person looks
+        print(format_properties(report["properties"]), file=sys.stderr)
+    if args.json:
+        _json.write(report, args.json)
+    return 0 if report["ok"] else 1

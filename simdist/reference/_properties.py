@@ -5,10 +5,15 @@ the backend in a child process (so that pytest's and Hypothesis' global
 state stay out of the caller) with a fixed Hypothesis seed, and reads the
 outcome of each property from pytest's JUnit XML. Each failure comes back
 with its message and the command that replays it.
+
+The suite needs pytest and Hypothesis, which simdist itself does not: they
+come with the ``check`` extra (:data:`INSTALL`). Where either cannot be
+imported the suite is skipped, and the report says which and how to add them.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shlex
 import subprocess
@@ -16,8 +21,33 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
+from typing import Callable
 
-__all__ = ["run_properties", "format_properties"]
+__all__ = ["run_properties", "missing_requirements", "REQUIREMENTS", "INSTALL"]
+
+#: What the property suite needs besides simdist's own dependencies.
+REQUIREMENTS = ("pytest", "hypothesis")
+#: The command that adds them.
+INSTALL = 'pip install "simdist[check]"'
+
+# Run in a child, like the suite: it sees the same sys.path and environment.
+_IMPORT_EACH = """
+import importlib, sys
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        print(name)
+"""
+
+
+def missing_requirements() -> list[str]:
+    """The names of :data:`REQUIREMENTS` that the suite's Python cannot import."""
+    done = subprocess.run([sys.executable, "-c", _IMPORT_EACH, *REQUIREMENTS], stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True)
+    if done.returncode != 0:  # the probe itself broke: let the suite's run say why
+        return []
+    return done.stdout.split()
 
 
 def _command(backend: str, factory: str | None, size: int, timeout: float, seed: int) -> list[str]:
@@ -30,10 +60,18 @@ def _command(backend: str, factory: str | None, size: int, timeout: float, seed:
 
 
 def run_properties(backend: str, factory: str | None, size: int, *, timeout: float, seed: int,
-                   examples: int) -> dict:
-    """Run the property suite; ``{"ok", "passed", "failed": [...], "seconds", "command"}``."""
+                   examples: int, announce: Callable[[], None] | None = None) -> dict:
+    """Run the property suite; ``{"ok", "skipped": False, "passed", "failed": [...], "seconds",
+    "command"}``, or, when pytest or Hypothesis is missing, ``{"ok": None, "skipped": True,
+    "reason", "missing", "install"}``. ``announce()``, if given, is called just before the suite
+    starts."""
+    missing = missing_requirements()
+    if missing:
+        return _skipped(missing)
     started = time.perf_counter()
     command = _command(backend, factory, size, timeout, seed)
+    if announce is not None:
+        announce()
     env = dict(os.environ, SIMDIST_PROPERTY_EXAMPLES=str(examples))
     with tempfile.TemporaryDirectory(prefix="simdist-check-") as tmp:
         xml = os.path.join(tmp, "properties.xml")
@@ -45,6 +83,7 @@ def run_properties(backend: str, factory: str | None, size: int, *, timeout: flo
         case["replay"] = shlex.join([*command[:3], f"{case['file']}::{case['test']}", *command[5:]])
     report = {
         "ok": done.returncode == 0 and bool(cases),
+        "skipped": False,
         "passed": sum(c["outcome"] == "passed" for c in cases),
         "failed": failed,
         "seconds": round(time.perf_counter() - started, 2),
@@ -56,10 +95,19 @@ def run_properties(backend: str, factory: str | None, size: int, *, timeout: flo
     return report
 
 
-def _cases(path: str) -> list[dict]:
-    import properties
+def _skipped(missing: list[str]) -> dict:
+    verb = "is" if len(missing) == 1 else "are"
+    return {
+        "ok": None,
+        "skipped": True,
+        "reason": f"{' and '.join(missing)} {verb} not installed",
+        "missing": missing,
+        "install": INSTALL,
+    }
 
-    where = os.path.dirname(properties.__file__)
+
+def _cases(path: str) -> list[dict]:
+    where = importlib.util.find_spec("properties").submodule_search_locations[0]  # found, not imported
     out = []
     for case in ET.parse(path).getroot().iter("testcase"):
         problem = case.find("failure")
@@ -79,16 +127,3 @@ def _cases(path: str) -> list[dict]:
 def _first_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[0][:300] if lines else ""
-
-
-def format_properties(report: dict) -> str:
-    """The property suite's outcome as text: a summary line, then each failure."""
-    failed = report["failed"]
-    lines = [f"property suite: {report['passed']} passed, {len(failed)} failed in {report['seconds']:.1f} s "
-             f"(hypothesis seed {report['seed']})"]
-    if "error" in report:
-        lines.append(f"  the suite did not run: {report['error']}")
-    for case in failed:
-        lines.append(f"FAIL {case['test']}: {case['message']}")
-        lines.append(f"  replay: {case['replay']}")
-    return "\n".join(lines)
