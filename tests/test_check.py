@@ -260,7 +260,7 @@ FLOATS = ("float16", "float32", "float64", "complex64", "complex128")
 # no false alarms
 
 
-@pytest.mark.parametrize("size", [1, 2, 3, 4])
+@pytest.mark.parametrize("size", [1, 2, pytest.param(3, marks=pytest.mark.slow), pytest.param(4, marks=pytest.mark.slow)])
 def test_quick_sweep_passes_on_the_simulator(size):
     report = sweep(size, quick=True)
     assert_all_pass(report)
@@ -278,6 +278,7 @@ def test_full_sweep_passes_on_the_simulator_at_4_ranks():
     assert report["totals"]["cases"] > 15000
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", [2, 4])
 def test_quick_sweep_passes_on_open_mpi(size):
     from conftest import mpiexec_or_skip
@@ -393,6 +394,7 @@ def test_a_rank_raising_fails_its_row_and_the_sweep_goes_on():
     assert reason.startswith("rank 2 raised in gather int16") and "RuntimeError: gather int16 is broken" in reason
 
 
+@pytest.mark.slow
 def test_a_hang_fails_its_row_after_the_timeout_and_the_sweep_goes_on():
     started = time.monotonic()
     report = sweep(2, factory=f"{HERE}:hangs_in_scatter", quick=True, collectives=["scatter", "alltoall"],
@@ -487,6 +489,7 @@ def test_cli_refuses_bad_arguments_with_status_2(capsys):
     assert "cannot import module 'nosuchmodule_xyz'" in err and "either" in err
 
 
+@pytest.mark.slow
 def test_simdist_check_is_a_subcommand_of_the_cli(tmp_path):
     import json
 

@@ -301,7 +301,7 @@ def _rank_start_method_program(comm):
     return out
 
 
-@pytest.mark.parametrize("start_method", ["fork", "forkserver", "spawn"])
+@pytest.mark.parametrize("start_method", ["fork", pytest.param("forkserver", marks=pytest.mark.slow), pytest.param("spawn", marks=pytest.mark.slow)])
 def test_results_are_identical_under_every_start_method(start_method):
     """forkserver and spawn re-import this module in the workers."""
     with simdist.World(3, timeout=TIMEOUT, start_method=start_method) as world:
