@@ -141,6 +141,9 @@ S_STATE, S_PROGRESS, S_CTX, S_WAITING_FOR = 0, 1, 2, 4  # WAITING_FOR: rank + 1,
 S_P2P_KIND, S_P2P_PEER, S_P2P_TAG, S_P2P_NBYTES, S_P2P_SEQ = 5, 6, 7, 9, 10
 S_BELL = 8  # int64 word whose low 32 bits are the futex word
 
+# words of a context entry's first line, relative to its arrive word
+E_ARRIVE, E_DONE = 0, 1
+
 # rank states
 IDLE, USER, CALL, RETURNED, FAILED = 0, 1, 2, 3, 4
 
@@ -202,15 +205,22 @@ class Layout:
     def status_word(self, rank: int, word: int) -> int:
         return (self.status + rank * STATUS) // 8 + word
 
-    def arrive_word(self, rank: int, ctx: int) -> int:
+    def entry_word(self, rank: int, ctx: int) -> int:
+        """The first word of ``rank``'s entry for context ``ctx``."""
         return (self.ctx + (rank * self.contexts + ctx) * self.entry) // 8
+
+    def arrive_word(self, rank: int, ctx: int) -> int:
+        return self.entry_word(rank, ctx) + E_ARRIVE
+
+    def done_word(self, rank: int, ctx: int) -> int:
+        return self.entry_word(rank, ctx) + E_DONE
 
     def sleeping_word(self, rank: int) -> int:
         return self.sleeping // 8 + rank
 
     def call_epoch_word(self, rank: int, ctx: int, bank: int) -> int:
         """The first epoch of the call whose signature the bank holds."""
-        return (self.ctx + (rank * self.contexts + ctx) * self.entry + LINE + bank * self.bank) // 8
+        return self.entry_word(rank, ctx) + (LINE + bank * self.bank) // 8
 
     def sig_offset(self, rank: int, ctx: int, bank: int) -> int:
         return self.call_epoch_word(rank, ctx, bank) * 8 + 8
@@ -333,8 +343,8 @@ class Arena:
     def arrive_epochs(self, rank: int) -> np.ndarray:
         """``rank``'s arrive epoch in every context (a view)."""
         lay = self.layout
-        entries = self.array(lay.arrive_word(rank, 0) * 8, np.int64, (lay.contexts, lay.entry // 8))
-        return entries[:, 0]
+        entries = self.array(lay.entry_word(rank, 0) * 8, np.int64, (lay.contexts, lay.entry // 8))
+        return entries[:, E_ARRIVE]
 
     # -- publishing and waking ------------------------------------------------
     def publish(self, word: int, value: int, members) -> None:

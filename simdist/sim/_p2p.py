@@ -51,6 +51,12 @@ _HEAD = struct.Struct("5q")
 SEND, RECV, PROBE = 1, 2, 3
 
 
+def record_bytes(nbytes: int, ndim: int) -> int:
+    """Ring bytes of the record of a message of ``nbytes`` with ``ndim``
+    dimensions: its header (40 + 8 * ndim bytes) and payload, padded to 8."""
+    return _HEAD.size + 8 * ndim + ((nbytes + 7) & ~7)
+
+
 class Mailboxes:
     """The p2p state of one rank for one run."""
 
@@ -210,8 +216,7 @@ class Mailboxes:
         fits in the ring's free space now (only the receiver frees space)."""
         ring = self._ring(self._me, dest)
         q = self._arena.q
-        record = _HEAD.size + 8 * x.ndim + x.nbytes + (-x.nbytes % 8)
-        return ring.cap - (q[ring.head] - q[ring.tail]) >= record
+        return ring.cap - (q[ring.head] - q[ring.tail]) >= record_bytes(x.nbytes, x.ndim)
 
 
 class _Ring:
