@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import simdist
-from simdist.sim._arena import Layout
+from simdist.sim._layout import Layout
 
 RING = Layout(4).ring_bytes  # a pair's ring in worlds of up to 8 ranks (1 MiB)
 BIG = 4 * RING  # streamed by its sender: bigger than the ring

@@ -33,8 +33,8 @@ from .._communicator import Communicator
 from .._errors import InvalidValue, SimdistError
 from .._reduction import fold_ufunc
 from .. import _signature as sig
-from ._arena import USER
 from ._chunked import SMALL_REDUCTION, ChunkedCalls
+from ._layout import USER
 from ._one_phase import OnePhaseCalls
 from ._p2p import Mailboxes
 from ._phases import PhaseProtocol

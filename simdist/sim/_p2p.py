@@ -44,7 +44,9 @@ import struct
 import numpy as np
 
 from .._arguments import DTYPE_CODE, DTYPES
-from ._arena import CALL, S_CTX, S_P2P_KIND, S_P2P_NBYTES, S_P2P_PEER, S_P2P_SEQ, S_P2P_TAG, S_PROGRESS, S_STATE, USER
+from ._layout import (
+    CALL, R_HEAD, R_TAIL, S_CTX, S_P2P_KIND, S_P2P_NBYTES, S_P2P_PEER, S_P2P_SEQ, S_P2P_TAG, S_PROGRESS, S_STATE, USER,
+)
 from ._report import P2P_ANY_SOURCE, P2P_CTX
 
 _HEAD = struct.Struct("5q")
@@ -226,8 +228,8 @@ class _Ring:
         arena = boxes._arena
         lay = arena.layout
         self.arena = arena
-        self.head = lay.pair_word(src, dst)
-        self.tail = self.head + 1
+        self.head = lay.pair_word(src, dst) + R_HEAD
+        self.tail = lay.pair_word(src, dst) + R_TAIL
         self.src, self.dst = src, dst
         self.cap = lay.ring_bytes
         self.bytes = boxes._rings[src * lay.size + dst]

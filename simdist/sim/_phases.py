@@ -24,8 +24,8 @@ from __future__ import annotations
 from .._arguments import DTYPE_CODE
 from .._errors import SimdistError
 from .. import _signature as sig
-from ._arena import CALL, S_CTX, S_PROGRESS, S_STATE, USER
 from ._arena import _acquire as _fence_in, _release as _fence_out  # fence(), spelled out
+from ._layout import CALL, S_CTX, S_PROGRESS, S_STATE, USER
 from ._report import comm_name
 
 #: Indexes of a static signature's fields (the row's, less the sequence number).
