@@ -98,7 +98,7 @@ from simdist._errors import CollectiveMismatch
 
 from ._errors import ERR_TRUNCATE, Exception as MPIException
 
-#: The SimComm tag every record of the stand-in travels with.
+#: The transport tag every record of the stand-in travels with.
 TRANSPORT_TAG = 0x4D5049
 ANY_SOURCE, ANY_TAG, PROC_NULL = -1, -1, -2
 
