@@ -22,9 +22,10 @@ from ._errors import CollectiveMismatch
 #: The calls that sign; a kind's code is its index + 1 (0: nothing signed).
 KINDS = COLLECTIVES + ("split", "free")
 KIND_CODE = {k: i + 1 for i, k in enumerate(KINDS)}
+# The words of a row, by index; the shape starts at HEAD_WORDS.
+KIND_WORD, SEQ_WORD, OP_WORD, ROOT_WORD, DTYPE_WORD, NDIM_WORD = range(6)
 HEAD_WORDS = 6
 KEY_WORDS = 4  # kind, seq, op, root: what a None must share with the root's row
-NDIM_WORD = 5
 MAX_NDIM = 64
 # Collectives where a non-root may pass None instead of root's array.
 ROOT_ONLY_ARRAY = frozenset((KIND_CODE["broadcast"], KIND_CODE["scatter"]))

@@ -1,6 +1,6 @@
-"""SimComm._probe: the simulator's probe, which the mpi4py imitation builds
-MPI_ANY_SOURCE, MPI_ANY_TAG and its progress engine on (see SimComm's
-docstring). Real simulated worlds; every test ends with the probed messages
+"""SimComm.transport: the simulator's probe and non-waiting send, which the
+mpi4py imitation builds MPI_ANY_SOURCE, MPI_ANY_TAG and its progress engine
+on (see the Transport docstring), and what else the transport tells it. Real simulated worlds; every test ends with the probed messages
 received, so a probe that consumed or reordered one fails."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import simdist
-from simdist.sim._arena import Layout
+from simdist.sim._layout import Layout
 
 RING = Layout(4).ring_bytes  # a pair's ring in worlds of up to 8 ranks (1 MiB)
 BIG = 4 * RING  # streamed by its sender: bigger than the ring
@@ -36,9 +36,9 @@ def test_probe_by_source_and_tag_returns_them_and_recv_gets_that_message(world2)
             comm.send(np.array([10]), 0, tag=4)
             comm.send(np.array([20]), 0, tag=6)
             return None
-        found = comm._probe(1, 6)  # past the tag-4 message
-        again = comm._probe(1, 6, block=False)  # not consumed
-        return found, again, comm.recv(1, 6).tolist(), comm._probe(1, 4), comm.recv(1, 4).tolist()
+        found = comm.transport.probe(1, 6)  # past the tag-4 message
+        again = comm.transport.probe(1, 6, block=False)  # not consumed
+        return found, again, comm.recv(1, 6).tolist(), comm.transport.probe(1, 4), comm.recv(1, 4).tolist()
 
     assert world2.run(body)[0] == ((1, 6), (1, 6), [20], (1, 4), [10])
 
@@ -53,13 +53,13 @@ def test_probe_from_any_source_takes_the_lowest_rank_with_a_message(world4):
             if comm.rank == 1:
                 comm.send(np.array([1]), 0, tag=1)
             return None
-        first = comm._probe(None, 1)
+        first = comm.transport.probe(None, 1)
         got = [int(comm.recv(first[0], 1)[0])]
-        second = comm._probe(None, 1, block=False)
+        second = comm.transport.probe(None, 1, block=False)
         got.append(int(comm.recv(second[0], 1)[0]))
-        empty = comm._probe(None, 1, block=False)
+        empty = comm.transport.probe(None, 1, block=False)
         comm.barrier()
-        late = comm._probe(None, 1)  # blocks until rank 1 sends
+        late = comm.transport.probe(None, 1)  # blocks until rank 1 sends
         got.append(int(comm.recv(late[0], 1)[0]))
         return first, second, empty, late, got
 
@@ -73,7 +73,7 @@ def test_blocking_probe_from_any_source_wakes_for_a_late_message(world4):
             comm.send(np.arange(3), 0, tag=9)
         if comm.rank != 0:
             return None
-        found = comm._probe()
+        found = comm.transport.probe()
         return found, comm.recv(*found).tolist()
 
     assert world4.run(body)[0] == ((3, 9), [0, 1, 2])
@@ -86,9 +86,9 @@ def test_probe_for_any_tag_returns_the_earliest_sent_from_that_source(world2):
                 comm.send(np.array([value]), 0, tag=tag)
             return None
         seen = []
-        seen.append(comm._probe(1, 2))  # stashes the first tag-7 message
+        seen.append(comm.transport.probe(1, 2))  # stashes the first tag-7 message
         for _ in range(4):
-            source, tag = comm._probe(1)
+            source, tag = comm.transport.probe(1)
             seen.append((tag, int(comm.recv(source, tag)[0])))
         return seen
 
@@ -113,13 +113,13 @@ def test_probe_any_tag_and_recv_agree_with_the_send_order_over_many_messages(wor
             if order.random() < 0.3:  # recv a tag of some pending message
                 tag = pending[order.randrange(len(pending))][1][0]
             else:
-                source, tag = comm._probe(1, None)
+                source, tag = comm.transport.probe(1, None)
                 assert (source, tag) == (1, pending[0][1][0])
             at = next(k for k, (_, (t, _)) in enumerate(pending) if t == tag)
             i, (_, n) = pending.pop(at)
             got = comm.recv(1, tag)
             assert got.dtype == np.uint8 and got.shape == (n,) and (got == i % 251).all(), (i, tag)
-        return comm._probe(1, None, block=False)
+        return comm.transport.probe(1, None, block=False)
 
     assert world2.run(body)[0] is None
 
@@ -127,17 +127,17 @@ def test_probe_any_tag_and_recv_agree_with_the_send_order_over_many_messages(wor
 def test_nonblocking_probe_returns_none_when_nothing_matches(world4):
     def body(comm):
         if comm.rank == 0:
-            empty = [comm._probe(None, None, block=False), comm._probe(1, 0, block=False)]
+            empty = [comm.transport.probe(None, None, block=False), comm.transport.probe(1, 0, block=False)]
         comm.barrier()
         if comm.rank == 1:
             comm.send(np.array([1.5]), 0, tag=3)
         comm.barrier()
         if comm.rank != 0:
             return None
-        other_tag = comm._probe(1, 4, block=False)
-        other_source = comm._probe(2, 3, block=False)
-        other_source_any_tag = comm._probe(3, None, block=False)
-        found = comm._probe(None, 3, block=False)
+        other_tag = comm.transport.probe(1, 4, block=False)
+        other_source = comm.transport.probe(2, 3, block=False)
+        other_source_any_tag = comm.transport.probe(3, None, block=False)
+        found = comm.transport.probe(None, 3, block=False)
         return empty, other_tag, other_source, other_source_any_tag, found, comm.recv(1, 3).tolist()
 
     assert world4.run(body)[0] == ([None, None], None, None, None, (1, 3), [1.5])
@@ -151,16 +151,16 @@ def test_messages_of_another_communicator_are_not_seen(world4):
         comm.barrier()
         result = None
         if comm.rank == 0:  # sub-rank 1 of {2, 0}
-            result = [sub._probe(None, None, block=False), sub._probe(0, 5, block=False)]
+            result = [sub.transport.probe(None, None, block=False), sub.transport.probe(0, 5, block=False)]
         comm.barrier()
         if comm.rank == 2:  # sub-rank 0
             sub.send(np.array([200]), 1, tag=5)
         if comm.rank == 0:
-            result.append(sub._probe(None, 5))  # blocks for the sub message
-            result.append(comm._probe(None, 5, block=False))  # the world message, in the stash
+            result.append(sub.transport.probe(None, 5))  # blocks for the sub message
+            result.append(comm.transport.probe(None, 5, block=False))  # the world message, in the stash
             result.append(int(sub.recv(0, 5)[0]))
             result.append(int(comm.recv(2, 5)[0]))
-            result.append(sub._probe(None, None, block=False))
+            result.append(sub.transport.probe(None, None, block=False))
         sub.free()
         return result
 
@@ -174,7 +174,7 @@ def test_probe_returns_ranks_of_the_communicator_it_is_called_on(world4):
             sub.send(np.array([1]), 3, tag=0)  # to sub-rank 3: world rank 0
         result = None
         if comm.rank == 0:
-            result = (sub._probe(), sub._probe(2, 0), sub.recv(2, 0).tolist())
+            result = (sub.transport.probe(), sub.transport.probe(2, 0), sub.recv(2, 0).tolist())
         sub.free()
         return result
 
@@ -191,9 +191,9 @@ def test_a_message_larger_than_the_ring_is_probed_from_its_header_and_received(w
             return None
         polled = None
         while polled is None:  # the sender cannot finish before the recv below
-            polled = comm._probe(1, 2, block=False)
+            polled = comm.transport.probe(1, 2, block=False)
             time.sleep(0.01)
-        found = [polled, comm._probe(None, None), comm._probe(1, 2)]
+        found = [polled, comm.transport.probe(None, None), comm.transport.probe(1, 2)]
         big = comm.recv(1, 2)
         small = comm.recv(1, 3)
         return found, bool(np.array_equal(big, np.arange(count, dtype=np.float64))), small.tolist()
@@ -212,11 +212,11 @@ def test_probing_past_a_large_message_moves_it_aside_for_a_later_recv(world2, bl
             return None
         time.sleep(0.2)
         if block:
-            found = comm._probe(1, 2)
+            found = comm.transport.probe(1, 2)
         else:  # moving the large one aside waits only for its sender
             found = None
             while found is None:
-                found = comm._probe(1, 2, block=False)
+                found = comm.transport.probe(1, 2, block=False)
         small = comm.recv(1, 2).tolist()
         large = comm.recv(1, 1)
         return found, small, bool(np.array_equal(large, np.arange(count, dtype=np.int32)))
@@ -229,29 +229,66 @@ def test_try_send_sends_only_what_fits_in_the_ring(world2):
 
     def body(comm):
         if comm.rank == 0:
-            sent = [comm._try_send(np.zeros(BIG // 8), 1, tag=1)]  # larger than the ring: never
-            sent += [comm._try_send(half, 1, tag=2) for _ in range(3)]  # the third finds no room
+            sent = [comm.transport.try_send(np.zeros(BIG // 8), 1, tag=1)]  # larger than the ring: never
+            sent += [comm.transport.try_send(half, 1, tag=2) for _ in range(3)]  # the third finds no room
             comm.barrier()
             comm.barrier()
-            sent.append(comm._try_send(half + 3, 1, tag=2))  # room again
+            sent.append(comm.transport.try_send(half + 3, 1, tag=2))  # room again
             return sent
         comm.barrier()
-        refused = comm._probe(0, 1, block=False)  # moves both tag-2 messages aside
+        refused = comm.transport.probe(0, 1, block=False)  # moves both tag-2 messages aside
         got = [comm.recv(0, tag=2).sum() for _ in range(2)]
         comm.barrier()
         got.append(comm.recv(0, tag=2)[0])
-        return refused, got, comm._probe(0, None, block=False)
+        return refused, got, comm.transport.probe(0, None, block=False)
 
     sent, (refused, got, left) = world2.run(body)
     assert sent == [False, True, True, False, True]
     assert (refused, got, left) == (None, [0.0, 0.0, 3.0], None)
 
 
+def test_the_transport_names_the_context_members_and_ring(world4):
+    def body(comm):
+        sub = comm.split(comm.rank % 2, key=-comm.rank)  # {2, 0} and {3, 1}
+        world, mine = comm.transport, sub.transport
+        seen = (world.rank, world.size, world.context, world.members, world.world_size, world.ring_bytes,
+                mine.rank, mine.size, mine.context != world.context, mine.members)
+        sub.free()
+        try:
+            mine.probe(None, None, block=False)
+        except simdist.SimdistError as exc:
+            return seen, str(exc)
+        return seen, None
+
+    results = world4.run(body)
+    for rank, (seen, freed) in enumerate(results):
+        members = (2, 0) if rank % 2 == 0 else (3, 1)
+        assert seen == (rank, 4, 0, (0, 1, 2, 3), 4, RING, members.index(rank), 2, True, members)
+        assert freed is not None and "probe on a communicator that was freed" in freed
+
+
+def test_record_bytes_is_what_a_message_takes_of_the_ring(world2):
+    def body(comm):
+        record = comm.transport.record_bytes
+        x = np.zeros((RING - record(0, 2)) // 8).reshape(-1, 1)  # exactly fills the ring
+        if comm.rank == 0:
+            sent = [comm.transport.try_send(np.zeros(x.size + 1).reshape(-1, 1), 1), comm.transport.try_send(x, 1)]
+            comm.barrier()
+            return sent, record(1, 0), record(8, 1), record(9, 3)
+        comm.barrier()
+        return comm.recv(0).shape
+
+    sent, *sizes = world2.run(body)[0]
+    assert sent == [False, True]
+    assert sizes == [48, 56, 80]
+
+
 def test_probe_checks_its_arguments(world2):
     def body(comm):
         errors = []
-        for call in (lambda: comm._probe(2), lambda: comm._probe(-1), lambda: comm._probe(0, -3),
-                     lambda: comm._probe(0, 1.5), lambda: comm._probe("1")):
+        probe = comm.transport.probe
+        for call in (lambda: probe(2), lambda: probe(-1), lambda: probe(0, -3),
+                     lambda: probe(0, 1.5), lambda: probe("1")):
             try:
                 call()
             except simdist.SimdistError as exc:
@@ -276,8 +313,8 @@ def test_a_probe_that_never_matches_times_out_with_a_report_naming_the_probe():
         def program(comm):
             if comm.rank == 0:
                 comm.send(np.ones(2), 1, tag=3)  # not what rank 1 probes for
-                return comm._probe()  # nobody sends to rank 0
-            return comm._probe(0, 7)
+                return comm.transport.probe()  # nobody sends to rank 0
+            return comm.transport.probe(0, 7)
 
         started = time.monotonic()
         with pytest.raises(simdist.CollectiveTimeout) as info:
@@ -301,7 +338,7 @@ def test_a_failing_peer_unwinds_a_blocked_probe_quickly(source):
                 time.sleep(0.3)  # rank 0 is asleep in its probe by then
                 raise RuntimeError("rank-1-fails")
             if comm.rank == 0:
-                return comm._probe(source, 4)
+                return comm.transport.probe(source, 4)
             return None
 
         started = time.monotonic()
@@ -320,7 +357,7 @@ def test_a_probe_on_ranks_that_all_returned_raises_a_mismatch():
 
         def program(comm):
             if comm.rank == 0:
-                return comm._probe(None, 2)
+                return comm.transport.probe(None, 2)
             return None
 
         with pytest.raises(simdist.CollectiveMismatch) as info:
@@ -338,7 +375,7 @@ def test_a_rank_that_polls_with_nonblocking_probes_does_not_count_as_progress():
 
         def program(comm):
             if comm.rank == 0:
-                while comm._probe(1, 5, block=False) is None:
+                while comm.transport.probe(1, 5, block=False) is None:
                     pass
             return comm.recv(0, tag=8)
 

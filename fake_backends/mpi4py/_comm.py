@@ -47,7 +47,7 @@ class _SelfComm:
     """The collectives of a one-rank communicator (COMM_SELF and its Dups):
     every result is a copy of the rank's own input."""
 
-    rank, size, _ctx = 0, 1, None
+    rank, size = 0, 1
 
     def allreduce(self, x, op="sum"):
         x = np.asarray(x)
@@ -99,7 +99,8 @@ class _State:
 
 
 def world_state(rt) -> _State:
-    return _State(rt, rt.world, rt.world._ctx, list(rt.world._members), "MPI_COMM_WORLD", True)
+    transport = rt.world.transport
+    return _State(rt, rt.world, transport.context, list(transport.members), "MPI_COMM_WORLD", True)
 
 
 def self_state(rt) -> _State:
@@ -242,7 +243,7 @@ class Comm(BufferCollectives, VectorCollectives, ObjectCollectives):
     def _derived(self, st, sc, how) -> _State:
         if isinstance(sc, _SelfComm):
             return _State(st.rt, sc, st.rt.next_self_ctx(), list(st.members), f"{how} of {st.name}")
-        return _State(st.rt, sc, sc._ctx, list(sc._members), f"{how} of {st.name}")
+        return _State(st.rt, sc, sc.transport.context, list(sc.transport.members), f"{how} of {st.name}")
 
     def Split(self, color: int = 0, key: int = 0) -> "Intracomm":
         """MPI_Comm_split (collective): ranks of one ``color`` (an int >= 0)

@@ -4,13 +4,14 @@ matching, and the progress engine.
 Transport
 ---------
 Every MPI message of every communicator of a rank travels over one
-SimComm, the world's, with one SimComm tag (``TRANSPORT_TAG``), as
-*records*: each record is one ``SimComm`` message, a uint8 array that starts
-with 8 int64 header words. Messages to the rank itself never touch the
-SimComm; their records go to a local queue. The SimComm only carries bytes
-in order, per ordered pair of ranks; MPI's matching (communicator, source or
-ANY_SOURCE, tag or ANY_TAG, in posting and arrival order) is done here, on
-the envelopes the engine has received::
+simulator transport, the world SimComm's (``SimComm.transport``), with one
+tag (``TRANSPORT_TAG``), as *records*: each record is one message of the
+transport, a uint8 array that starts with 8 int64 header words. Messages to
+the rank itself never touch the transport; their records go to a local
+queue. The transport only carries bytes in order, per ordered pair of
+ranks; MPI's matching (communicator, source or ANY_SOURCE, tag or ANY_TAG,
+in posting and arrival order) is done here, on the envelopes the engine
+has received::
 
     EAGER  kind, ctx, source, tag, nbytes, flags | payload   a whole message (up to the eager limit)
     RTS    kind, ctx, source, tag, nbytes, flags, id       a larger message is ready to go
@@ -18,7 +19,7 @@ the envelopes the engine has received::
     DATA   kind, id, offset | payload                      a piece of it
     ACK    kind, consumed                                  flow control (below)
 
-``ctx`` is the communicator's SimComm context (the same on all its ranks),
+``ctx`` is the communicator's transport context (the same on all its ranks),
 ``source`` the sender's rank in that communicator, ``id`` numbers the
 sender's large messages. A message up to the eager limit (64 KiB, less on
 large worlds) goes at once, and its send completes at once, as under MPI.
@@ -26,32 +27,34 @@ A larger one, or any synchronous send (Ssend), is a rendezvous: the sender
 sends RTS; the receiver, once a receive matches the envelope, answers CTS
 and the sender streams DATA records, each at most a quarter of the budget
 below, which the receiver copies into the receive buffer. The send
-completes when its last piece is handed to the SimComm. Unsafe programs
+completes when its last piece is handed to the transport. Unsafe programs
 (both ranks Send a large message, then Recv) therefore hang here as under
 MPI, and are reported as hangs.
 
 Never waiting in a send
 -----------------------
-``SimComm.send`` waits when a record does not fit in the ring's free space,
-until the receiver takes enough bytes. Waiting there could deadlock a
-correct MPI program (two ranks that each Isend 16 MB to the other, then
-Recv, then Wait; or a rank that Isends and enters a Barrier its peer is
-already in). So the engine never waits in a send: it writes a record only
-through ``SimComm._try_send``, only when its credit allows, and otherwise
-queues the record (in order, per destination) for a later attempt.
+The transport's ``send`` waits when a record does not fit in the ring's
+free space, until the receiver takes enough bytes. Waiting there could
+deadlock a correct MPI program (two ranks that each Isend 16 MB to the
+other, then Recv, then Wait; or a rank that Isends and enters a Barrier its
+peer is already in). So the engine never waits in a send: it writes a
+record only through the transport's ``try_send``, only when its credit
+allows, and otherwise queues the record (in order, per destination) for a
+later attempt.
 
 Credit: of each ring of ``R`` bytes, the sender may have at most
-``B = R - 4096`` bytes of records (their full ring size: 48 bytes of
-SimComm header, payload padded to 8) that the receiver has not acknowledged.
-The receiver counts the bytes it takes from each sender and sends an ACK
-(with the running total) whenever it has taken ``B / 4`` since its last
-ACK. ACKs take no credit. Why this never waits and never stalls:
+``B = R - 4096`` bytes of records (their full ring size, the transport's
+``record_bytes``: 48 bytes of header, payload padded to 8) that the
+receiver has not acknowledged. The receiver counts the bytes it takes from
+each sender and sends an ACK (with the running total) whenever it has
+taken ``B / 4`` since its last ACK. ACKs take no credit. Why this never
+waits and never stalls:
 
 * a ring holds at most ``B`` bytes of records plus the ACKs not yet read;
   a sender sends new records only after reading ACKs (reading takes all
   ACKs in order), and ``B`` bytes produce at most 4 ACKs, so the ACKs in a
   ring never exceed 4 x 64 bytes, well within the 4096 reserved: every
-  ``_try_send`` succeeds (a failure only queues the record);
+  ``try_send`` succeeds (a failure only queues the record);
 * a sender short of credit has more than ``3B / 4`` bytes unacknowledged
   (no record exceeds ``B / 4``); once its receiver has taken them, it has
   taken at least ``B / 4`` bytes since its last ACK, so it sends one: a
@@ -64,9 +67,9 @@ The engine runs only inside calls of the stand-in: ``progress()`` takes
 every record that has arrived (matching envelopes, storing pieces,
 noting ACKs) and writes the queued records that have credit. Blocking calls
 (Recv, Wait*, Probe, Send of a large message, ...) run it once, then loop:
-test their condition and, while it does not hold, wait in
-``SimComm._probe`` for the next record from any rank, take it and write
-what it gave credit for. Everything that can make a condition true
+test their condition and, while it does not hold, wait in the transport's
+``probe`` for the next record from any rank, take it and write what it gave
+credit for. Everything that can make a condition true
 arrives as a record (a message, a CTS, an ACK that lets a queued piece go),
 so that wait is never missed, and it is the wait the simulator's hang watch
 sees ("waiting in probe ... from any rank"): a deadlock ends at the timeout
@@ -95,7 +98,7 @@ from simdist._errors import CollectiveMismatch
 
 from ._errors import ERR_TRUNCATE, Exception as MPIException
 
-#: The SimComm tag every record of the stand-in travels with.
+#: The transport tag every record of the stand-in travels with.
 TRANSPORT_TAG = 0x4D5049
 ANY_SOURCE, ANY_TAG, PROC_NULL = -1, -1, -2
 
@@ -104,12 +107,6 @@ EAGER_MAX = 64 << 10
 RESERVE = 4096  # ring bytes kept for ACKs
 EAGER, RTS, CTS, DATA, ACK = 1, 2, 3, 4, 5
 PICKLED = 1  # flags: the payload is a pickle (lowercase API)
-
-
-def ring_size(nbytes: int) -> int:
-    """Bytes a record of ``nbytes`` takes in a SimComm ring (a 1-D uint8
-    array: 40 + 8 bytes of header, the payload padded to 8)."""
-    return 48 + ((nbytes + 7) & ~7)
 
 
 def _record(kind: int, *words: int, payload: np.ndarray | None = None) -> np.ndarray:
@@ -198,15 +195,15 @@ def _matches(env: Envelope, ctx: int, source: int, tag: int) -> bool:
 
 
 class Engine:
-    """The p2p state of one rank for one run, over the world SimComm."""
+    """The p2p state of one rank for one run, over the world SimComm's
+    transport (``SimComm.transport``)."""
 
-    def __init__(self, world):
-        self._world = world
-        self._me = world.rank
-        size = world.size
-        ring = world._arena.layout.ring_bytes
-        self._budget = budget = ring - RESERVE
-        self._piece = budget // 4 - 48 - HEADER - 8  # payload of the largest record
+    def __init__(self, transport):
+        self._transport = transport
+        self._me = transport.rank
+        size = transport.size
+        self._budget = budget = transport.ring_bytes - RESERVE
+        self._piece = budget // 4 - self._ring_size(HEADER) - 8  # payload of the largest record
         self.eager_limit = min(EAGER_MAX, self._piece)
         self._sent = [0] * size  # ring bytes of records sent to each rank
         self._acked = [0] * size  # ... of which each rank has acknowledged
@@ -223,8 +220,8 @@ class Engine:
         self._next_id = 0
 
     def close(self) -> None:
-        """Forget the SimComm and every message (the run is over)."""
-        self._world = None
+        """Forget the transport and every message (the run is over)."""
+        self._transport = None
         self._outq = []
         self._busy.clear()
         self._local.clear()
@@ -292,17 +289,17 @@ class Engine:
 
         ``what`` names the MPI call, for the message when every peer has
         returned without sending what it waits for."""
-        world = self._world
+        transport = self._transport
         self.progress()
         while True:
             value = condition()
             if value:
                 return value
             try:
-                source = world._probe(None, TRANSPORT_TAG, block=True)[0]
+                source = transport.probe(None, TRANSPORT_TAG, block=True)[0]
             except CollectiveMismatch as exc:
                 raise CollectiveMismatch(f"{what}: {exc}", exc.calls) from None
-            self._handle(source, world.recv(source, TRANSPORT_TAG))
+            self._handle(source, transport.recv(source, TRANSPORT_TAG))
             self._settle()
 
     def flush(self) -> None:
@@ -317,12 +314,12 @@ class Engine:
     # -- progress -----------------------------------------------------------------------
     def progress(self) -> None:
         """Take every record that has arrived; send what has credit. Never waits."""
-        world, handle = self._world, self._handle
+        transport, handle = self._transport, self._handle
         while True:
-            hit = world._probe(None, TRANSPORT_TAG, block=False)
+            hit = transport.probe(None, TRANSPORT_TAG, block=False)
             if hit is None:
                 break
-            handle(hit[0], world.recv(hit[0], TRANSPORT_TAG))
+            handle(hit[0], transport.recv(hit[0], TRANSPORT_TAG))
         self._settle()
 
     def _settle(self) -> None:
@@ -344,18 +341,22 @@ class Engine:
             self._outq[dest].append(rec)
             self._busy.add(dest)
 
+    def _ring_size(self, nbytes: int) -> int:
+        """Ring bytes of a record of ``nbytes`` (a 1-D uint8 array)."""
+        return self._transport.record_bytes(nbytes, 1)
+
     def _try(self, dest: int, rec: np.ndarray) -> bool:
-        size = ring_size(rec.size)
+        size = self._ring_size(rec.size)
         if self._sent[dest] - self._acked[dest] + size > self._budget:
             return False
-        if not self._world._try_send(rec, dest, TRANSPORT_TAG):
+        if not self._transport.try_send(rec, dest, TRANSPORT_TAG):
             return False
         self._sent[dest] += size
         return True
 
     def _flush(self) -> None:
         for src in list(self._acks_due):
-            if self._world._try_send(_record(ACK, self._taken[src]), src, TRANSPORT_TAG):
+            if self._transport.try_send(_record(ACK, self._taken[src]), src, TRANSPORT_TAG):
                 self._ack_sent[src] = self._taken[src]
                 self._acks_due.discard(src)
         for dest in list(self._busy):
@@ -424,9 +425,9 @@ class Engine:
             raise RuntimeError(f"mpi4py stand-in: unknown record kind {kind} from rank {src}")
 
     def _take(self, src: int, nbytes: int) -> None:
-        self._taken[src] += ring_size(nbytes)
+        self._taken[src] += self._ring_size(nbytes)
         if self._taken[src] - self._ack_sent[src] >= self._budget // 4:
-            if self._world._try_send(_record(ACK, self._taken[src]), src, TRANSPORT_TAG):
+            if self._transport.try_send(_record(ACK, self._taken[src]), src, TRANSPORT_TAG):
                 self._ack_sent[src] = self._taken[src]
             else:
                 self._acks_due.add(src)

@@ -37,7 +37,7 @@ class Runtime:
 
     def __init__(self, world):
         self.world = world
-        self.engine = Engine(world)
+        self.engine = Engine(world.transport)
         self.finalized = False
         self._self_ctx = -1
         self.states: list = []  # every communicator state of the run (see close)
@@ -69,12 +69,13 @@ def get() -> Runtime:
 
 
 def _check(comm) -> None:
-    if not (hasattr(comm, "_probe") and hasattr(comm, "_try_send") and hasattr(comm, "_members")):
+    transport = getattr(comm, "transport", None)
+    if transport is None:
         raise TypeError(
             f"the mpi4py stand-in needs a simulator communicator (World(n, backend='sim')), not {comm!r}; "
             "on backend='mpi' programs use the real mpi4py"
         )
-    if list(comm._members) != list(range(comm._arena.size)):
+    if list(transport.members) != list(range(transport.world_size)):
         raise TypeError("the mpi4py stand-in needs the world communicator of the rank (simdist.comm()), "
                         "not a sub-communicator")
 

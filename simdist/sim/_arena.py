@@ -10,7 +10,8 @@ collective regions are allocated up front (``posix_fallocate``) so a machine
 short of memory fails at world start with a clear error, never with SIGBUS
 in the middle of a collective.
 
-Layout (all offsets in bytes, every region 64-byte aligned)::
+Layout (all offsets in bytes, every region 64-byte aligned; ``_layout`` computes
+them and names the words)::
 
     header    4096            magic, size, abort word
     sleeping  size x 8        per world rank: its sleeping flag, side by side
@@ -59,7 +60,7 @@ A bank's signature is preceded by the epoch of the call's first phase,
 stored after the signature (and, in a one-phase call, after its payload) and
 before the arrival: a one-phase call reads a member's epoch word, then its
 signature, so one look per member tells both that it arrived and that its
-call matches (``SimComm._meet``).
+call matches (``PhaseProtocol._meet`` in ``_phases``).
 
 Signatures and the payloads of small one-phase calls need no ``done``: they
 alternate between the entry's two banks by the parity of the phase's epoch.
@@ -71,11 +72,11 @@ live in the per-context entries and not in the slots, which every context
 of a rank shares. ``free`` waits until every member is done with the
 context, so a later communicator on it starts with no readers behind.
 
-A parallel fold (``SimComm._fold_in_parallel``) has two phases. Each
-member publishes the slices the others fold; then each folds its slice in
-place, into the slot of the communicator's member 0 (member 1 for member
-0's own slice), and arrives again; then every member copies the folded
-slices and stores ``done``. The slot's owner wrote that slice before its
+A parallel fold (``ChunkedCalls._fold_in_parallel`` in ``_chunked``) has two
+phases. Each member publishes the slices the others fold; then each folds
+its slice in place, into the slot of the communicator's member 0 (member 1
+for member 0's own slice), and arrives again; then every member copies the
+folded slices and stores ``done``. The slot's owner wrote that slice before its
 first arrival, reads it only after the second, and waits for every
 member's ``done`` before it writes its slot again, so the in-place writes
 fall between its own; the slices are disjoint, so each word has one
@@ -124,28 +125,11 @@ import threading
 import numpy as np
 
 from .._errors import Aborted, CollectiveMismatch, SimdistError
+from ._layout import (
+    ABORT_DRIVER, E_ARRIVE, FAILED, H_ABORT, H_MAGIC, H_SIZE, MAGIC, RETURNED, S_BELL, S_STATE, S_WAITING_FOR, Layout,
+)
 
-__all__ = ["Arena", "Layout"]
-
-MAGIC = 0x5349_4D44_4953_5431  # "SIMDIST1"
-LINE = 64
-HEADER = 4096
-STATUS = 128
-SIG_BYTES = 576  # the call's first epoch, then kind, seq, op, root, dtype, ndim and up to 64 dimensions
-
-# header words (int64 index)
-H_MAGIC, H_SIZE, H_ABORT = 0, 1, 2
-
-# status words, relative to a rank's status entry (int64 index)
-S_STATE, S_PROGRESS, S_CTX, S_WAITING_FOR = 0, 1, 2, 4  # WAITING_FOR: rank + 1, 0 if none; 3 and 11 are unused
-S_P2P_KIND, S_P2P_PEER, S_P2P_TAG, S_P2P_NBYTES, S_P2P_SEQ = 5, 6, 7, 9, 10
-S_BELL = 8  # int64 word whose low 32 bits are the futex word
-
-# rank states
-IDLE, USER, CALL, RETURNED, FAILED = 0, 1, 2, 3, 4
-
-# abort reasons (header word H_ABORT)
-ABORT_NONE, ABORT_PEER_FAILED, ABORT_DRIVER = 0, 1, 2
+__all__ = ["Arena"]
 
 _SYS_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}.get(platform.machine().lower())
 _FUTEX_WAIT, _FUTEX_WAKE = 0, 1
@@ -168,68 +152,6 @@ def fence() -> None:
     _release()
 
 
-def _align(n: int, to: int = LINE) -> int:
-    return (n + to - 1) // to * to
-
-
-class Layout:
-    """Sizes and offsets of an arena for ``size`` ranks."""
-
-    def __init__(self, size: int, slot_bytes: int | None = None, ring_bytes: int | None = None, contexts: int = 64):
-        self.size = size
-        self.contexts = contexts
-        if slot_bytes is None:  # 8 MiB per rank up to 16 ranks, then 128 MiB in all
-            slot_bytes = max(256 << 10, min(8 << 20, (128 << 20) // size))
-        if ring_bytes is None:
-            ring_bytes = max(8 << 10, min(1 << 20, (64 << 20) // (size * size)))
-        self.slot_bytes = _align(slot_bytes, 4096)
-        self.ring_bytes = _align(ring_bytes, 4096)
-        # The payload a one-phase call carries in a bank: 3520 bytes up to 16
-        # ranks (a 4 KiB bank), 448 beyond (1 KiB), so that the contexts of
-        # 256 ranks take 37 MiB, not 130.
-        self.inline_bytes = 3520 if size <= 16 else 448
-        self.bank = SIG_BYTES + self.inline_bytes
-        self.entry = LINE + 2 * self.bank  # the arrive/done line, then two banks
-        self.sleeping = HEADER
-        self.status = _align(self.sleeping + size * 8, 4096)
-        self.ctx = _align(self.status + size * STATUS, 4096)
-        self.p2p_index = _align(self.ctx + size * contexts * self.entry, 4096)
-        self.rings = _align(self.p2p_index + size * size * LINE, 4096)
-        self.slots = _align(self.rings + size * size * self.ring_bytes, 4096)
-        self.total = self.slots + size * self.slot_bytes
-
-    # word (int64) indexes
-    def status_word(self, rank: int, word: int) -> int:
-        return (self.status + rank * STATUS) // 8 + word
-
-    def arrive_word(self, rank: int, ctx: int) -> int:
-        return (self.ctx + (rank * self.contexts + ctx) * self.entry) // 8
-
-    def sleeping_word(self, rank: int) -> int:
-        return self.sleeping // 8 + rank
-
-    def call_epoch_word(self, rank: int, ctx: int, bank: int) -> int:
-        """The first epoch of the call whose signature the bank holds."""
-        return (self.ctx + (rank * self.contexts + ctx) * self.entry + LINE + bank * self.bank) // 8
-
-    def sig_offset(self, rank: int, ctx: int, bank: int) -> int:
-        return self.call_epoch_word(rank, ctx, bank) * 8 + 8
-
-    def inline_offset(self, rank: int, ctx: int, bank: int) -> int:
-        return self.call_epoch_word(rank, ctx, bank) * 8 + SIG_BYTES
-
-    def pair_word(self, src: int, dst: int) -> int:
-        """Word index of the (src -> dst) ring's head; the tail follows it."""
-        return (self.p2p_index + (src * self.size + dst) * LINE) // 8
-
-    def ring_offset(self, src: int, dst: int) -> int:
-        return self.rings + (src * self.size + dst) * self.ring_bytes
-
-    def slot_offset(self, rank: int) -> int:
-        return self.slots + rank * self.slot_bytes
-
-
-
 def _sleep(addr, expected: int, ts) -> None:
     """Sleep on a futex word while it holds ``expected`` (its low 32 bits), for at most ``ts``."""
     if _SYS_FUTEX is not None:
@@ -238,6 +160,7 @@ def _sleep(addr, expected: int, ts) -> None:
         _syscall(_SYS_FUTEX, addr, _FUTEX_WAIT, ctypes.c_int(expected), ctypes.byref(ts), None, 0)
     else:  # pragma: no cover - no futex on this platform
         os.sched_yield()
+
 
 class Arena:
     """A mapping of the world's shared memory, in the driver or in a worker.
@@ -333,8 +256,8 @@ class Arena:
     def arrive_epochs(self, rank: int) -> np.ndarray:
         """``rank``'s arrive epoch in every context (a view)."""
         lay = self.layout
-        entries = self.array(lay.arrive_word(rank, 0) * 8, np.int64, (lay.contexts, lay.entry // 8))
-        return entries[:, 0]
+        entries = self.array(lay.entry_word(rank, 0) * 8, np.int64, (lay.contexts, lay.entry // 8))
+        return entries[:, E_ARRIVE]
 
     # -- publishing and waking ------------------------------------------------
     def publish(self, word: int, value: int, members) -> None:

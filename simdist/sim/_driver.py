@@ -23,7 +23,8 @@ import weakref
 
 from .._driver import GRACE, Driver
 from .._errors import RankDied, SimdistError
-from ._arena import ABORT_DRIVER, CALL, H_ABORT, S_CTX, S_P2P_KIND, S_P2P_PEER, S_PROGRESS, S_STATE, Arena, Layout
+from ._arena import Arena
+from ._layout import ABORT_DRIVER, CALL, H_ABORT, S_CTX, S_P2P_KIND, S_P2P_PEER, S_PROGRESS, S_STATE, Layout
 from . import _worker
 from ._p2p import SEND
 from ._report import whereabouts

@@ -44,11 +44,19 @@ import struct
 import numpy as np
 
 from .._arguments import DTYPE_CODE, DTYPES
-from ._arena import CALL, S_CTX, S_P2P_KIND, S_P2P_NBYTES, S_P2P_PEER, S_P2P_SEQ, S_P2P_TAG, S_PROGRESS, S_STATE, USER
+from ._layout import (
+    CALL, R_HEAD, R_TAIL, S_CTX, S_P2P_KIND, S_P2P_NBYTES, S_P2P_PEER, S_P2P_SEQ, S_P2P_TAG, S_PROGRESS, S_STATE, USER,
+)
 from ._report import P2P_ANY_SOURCE, P2P_CTX
 
 _HEAD = struct.Struct("5q")
 SEND, RECV, PROBE = 1, 2, 3
+
+
+def record_bytes(nbytes: int, ndim: int) -> int:
+    """Ring bytes of the record of a message of ``nbytes`` with ``ndim``
+    dimensions: its header (40 + 8 * ndim bytes) and payload, padded to 8."""
+    return _HEAD.size + 8 * ndim + ((nbytes + 7) & ~7)
 
 
 class Mailboxes:
@@ -210,8 +218,7 @@ class Mailboxes:
         fits in the ring's free space now (only the receiver frees space)."""
         ring = self._ring(self._me, dest)
         q = self._arena.q
-        record = _HEAD.size + 8 * x.ndim + x.nbytes + (-x.nbytes % 8)
-        return ring.cap - (q[ring.head] - q[ring.tail]) >= record
+        return ring.cap - (q[ring.head] - q[ring.tail]) >= record_bytes(x.nbytes, x.ndim)
 
 
 class _Ring:
@@ -221,8 +228,8 @@ class _Ring:
         arena = boxes._arena
         lay = arena.layout
         self.arena = arena
-        self.head = lay.pair_word(src, dst)
-        self.tail = self.head + 1
+        self.head = lay.pair_word(src, dst) + R_HEAD
+        self.tail = lay.pair_word(src, dst) + R_TAIL
         self.src, self.dst = src, dst
         self.cap = lay.ring_bytes
         self.bytes = boxes._rings[src * lay.size + dst]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .. import _signature as sig
 from .. import _whereabouts
-from ._arena import (
+from ._layout import (
     CALL, FAILED, IDLE, RETURNED, S_CTX, S_P2P_KIND, S_P2P_NBYTES, S_P2P_PEER, S_P2P_SEQ, S_P2P_TAG,
     S_PROGRESS, S_STATE, S_WAITING_FOR, USER,
 )

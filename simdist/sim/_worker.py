@@ -9,7 +9,8 @@ import pickle
 import signal
 
 from .._worker import Channel, die_with_parent, execute, forward_logs, watch_lifeline
-from ._arena import FAILED, RETURNED, S_STATE, USER, Arena, Layout, _libc
+from ._arena import Arena, _libc
+from ._layout import FAILED, RETURNED, S_STATE, USER, Layout
 from ._comm import SimComm
 from ._p2p import Mailboxes
 

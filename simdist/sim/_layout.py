@@ -1,0 +1,107 @@
+"""The arena's layout: where each region, entry and word lies, and their names.
+
+``Layout`` is the arithmetic of the segment that ``_arena``'s design note
+draws (header, sleeping flags, status entries, context entries, the p2p
+index and rings, the slots): sizes and byte offsets, and int64 word indexes
+into ``Arena.q``. The constants name the words inside an entry (``H_*`` in
+the header, ``S_*`` in a rank's status entry, ``E_*`` in the first line of
+a context entry, ``R_*`` in a pair's line of the p2p index) and the values
+some of them hold (rank states, abort reasons). Nothing here maps memory or
+keeps state, so the driver's reports, the protocol and the tests share it.
+"""
+
+from __future__ import annotations
+
+MAGIC = 0x5349_4D44_4953_5431  # "SIMDIST1"
+LINE = 64
+HEADER = 4096
+STATUS = 128
+SIG_BYTES = 576  # the call's first epoch, then kind, seq, op, root, dtype, ndim and up to 64 dimensions
+
+# header words (int64 index)
+H_MAGIC, H_SIZE, H_ABORT = 0, 1, 2
+
+# status words, relative to a rank's status entry (int64 index)
+S_STATE, S_PROGRESS, S_CTX, S_WAITING_FOR = 0, 1, 2, 4  # WAITING_FOR: rank + 1, 0 if none; 3 and 11 are unused
+S_P2P_KIND, S_P2P_PEER, S_P2P_TAG, S_P2P_NBYTES, S_P2P_SEQ = 5, 6, 7, 9, 10
+S_BELL = 8  # int64 word whose low 32 bits are the futex word
+
+# words of a context entry's first line, relative to the entry's first word
+E_ARRIVE, E_DONE = 0, 1
+
+# words of a pair's line in the p2p index, relative to the line's first word
+R_HEAD, R_TAIL = 0, 1  # the sender's and the receiver's byte counts
+
+# rank states
+IDLE, USER, CALL, RETURNED, FAILED = 0, 1, 2, 3, 4
+
+# abort reasons (header word H_ABORT)
+ABORT_NONE, ABORT_PEER_FAILED, ABORT_DRIVER = 0, 1, 2
+
+
+def _align(n: int, to: int = LINE) -> int:
+    return (n + to - 1) // to * to
+
+
+class Layout:
+    """Sizes and offsets of an arena for ``size`` ranks."""
+
+    def __init__(self, size: int, slot_bytes: int | None = None, ring_bytes: int | None = None, contexts: int = 64):
+        self.size = size
+        self.contexts = contexts
+        if slot_bytes is None:  # 8 MiB per rank up to 16 ranks, then 128 MiB in all
+            slot_bytes = max(256 << 10, min(8 << 20, (128 << 20) // size))
+        if ring_bytes is None:
+            ring_bytes = max(8 << 10, min(1 << 20, (64 << 20) // (size * size)))
+        self.slot_bytes = _align(slot_bytes, 4096)
+        self.ring_bytes = _align(ring_bytes, 4096)
+        # The payload a one-phase call carries in a bank: 3520 bytes up to 16
+        # ranks (a 4 KiB bank), 448 beyond (1 KiB), so that the contexts of
+        # 256 ranks take 37 MiB, not 130.
+        self.inline_bytes = 3520 if size <= 16 else 448
+        self.bank = SIG_BYTES + self.inline_bytes
+        self.entry = LINE + 2 * self.bank  # the arrive/done line, then two banks
+        self.sleeping = HEADER
+        self.status = _align(self.sleeping + size * 8, 4096)
+        self.ctx = _align(self.status + size * STATUS, 4096)
+        self.p2p_index = _align(self.ctx + size * contexts * self.entry, 4096)
+        self.rings = _align(self.p2p_index + size * size * LINE, 4096)
+        self.slots = _align(self.rings + size * size * self.ring_bytes, 4096)
+        self.total = self.slots + size * self.slot_bytes
+
+    # word (int64) indexes
+    def status_word(self, rank: int, word: int) -> int:
+        return (self.status + rank * STATUS) // 8 + word
+
+    def entry_word(self, rank: int, ctx: int) -> int:
+        """The first word of ``rank``'s entry for context ``ctx``."""
+        return (self.ctx + (rank * self.contexts + ctx) * self.entry) // 8
+
+    def arrive_word(self, rank: int, ctx: int) -> int:
+        return self.entry_word(rank, ctx) + E_ARRIVE
+
+    def done_word(self, rank: int, ctx: int) -> int:
+        return self.entry_word(rank, ctx) + E_DONE
+
+    def sleeping_word(self, rank: int) -> int:
+        return self.sleeping // 8 + rank
+
+    def call_epoch_word(self, rank: int, ctx: int, bank: int) -> int:
+        """The first epoch of the call whose signature the bank holds."""
+        return self.entry_word(rank, ctx) + (LINE + bank * self.bank) // 8
+
+    def sig_offset(self, rank: int, ctx: int, bank: int) -> int:
+        return self.call_epoch_word(rank, ctx, bank) * 8 + 8
+
+    def inline_offset(self, rank: int, ctx: int, bank: int) -> int:
+        return self.call_epoch_word(rank, ctx, bank) * 8 + SIG_BYTES
+
+    def pair_word(self, src: int, dst: int) -> int:
+        """The first word of the (src -> dst) ring's line in the p2p index."""
+        return (self.p2p_index + (src * self.size + dst) * LINE) // 8
+
+    def ring_offset(self, src: int, dst: int) -> int:
+        return self.rings + (src * self.size + dst) * self.ring_bytes
+
+    def slot_offset(self, rank: int) -> int:
+        return self.slots + rank * self.slot_bytes

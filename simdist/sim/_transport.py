@@ -1,0 +1,143 @@
+"""A simulator communicator's point-to-point endpoint: what the simulated
+mpi4py builds on.
+
+``SimComm.transport`` is this object. It maps the communicator's ranks to
+world ranks over the rank's ``Mailboxes`` (``_p2p``, the byte rings), and
+``SimComm.send``/``recv`` are its ``send``/``recv``. The mpi4py stand-in
+(``fake_backends.mpi4py``) runs MPI's matching, its eager and rendezvous
+protocols and its progress engine over it, and uses nothing else of the
+simulator but the contract's collectives, ``split`` and ``free``: it needs
+to look at a message before taking it (``probe``), to send without ever
+waiting (``try_send``), the context id that keys a communicator's messages,
+the members' world ranks, and the ring size its flow control budgets.
+
+Every method checks its arguments as the contract's ``send``/``recv`` do
+(``InvalidValue``/``InvalidType`` naming the rank and argument) and raises
+``SimdistError`` once the communicator was freed.
+"""
+
+from __future__ import annotations
+
+from .._arguments import as_input, check_int, check_rank_arg
+from .._errors import SimdistError
+from ._p2p import Mailboxes, record_bytes
+
+
+class Transport:
+    """Point-to-point over one communicator of the simulator.
+
+    Attributes (read-only by convention):
+
+    ``rank``, ``size``
+        This rank in the communicator, and the communicator's size.
+    ``context``
+        The communicator's context id: the same on all its members, unique
+        among the rank's live communicators; messages of one context are
+        never seen by another's ``probe`` or ``recv``.
+    ``members``
+        The members' world ranks, in communicator rank order (a tuple).
+    ``world_size``
+        The number of ranks of the world.
+    ``ring_bytes``
+        The capacity of each ordered pair's ring. A message takes
+        ``record_bytes(nbytes, ndim)`` of it while it is not received.
+    """
+
+    __slots__ = ("rank", "size", "context", "members", "world_size", "ring_bytes", "_mail", "_freed")
+
+    def __init__(self, mailboxes: Mailboxes, members: list[int], ctx: int, rank: int, world_size: int,
+                 ring_bytes: int):
+        self._mail = mailboxes
+        self.members = tuple(members)
+        self.context = ctx
+        self.rank = rank
+        self.size = len(members)
+        self.world_size = world_size
+        self.ring_bytes = ring_bytes
+        self._freed = False
+
+    #: ``record_bytes(nbytes, ndim)``: the ring bytes a message of ``nbytes``
+    #: with ``ndim`` dimensions takes until it is received (its payload plus
+    #: 40 + 8 * ndim bytes of header, padded to 8).
+    record_bytes = staticmethod(record_bytes)
+
+    def close(self) -> None:
+        """The communicator was freed: every later call raises."""
+        self._freed = True
+
+    def send(self, x, dest: int, tag: int = 0) -> None:
+        """The contract's ``send``: waits while the message's record does not
+        fit in the free space of the ring to ``dest`` (see ``try_send``)."""
+        x = as_input(x, self.rank, "send")
+        dest = check_rank_arg(dest, self.size, self.rank, "send", "dest")
+        tag = check_int(tag, self.rank, "send", "tag", minimum=0)
+        self._check_open("send")
+        self._mail.send(x, self.members[dest], tag, self.context)
+
+    def recv(self, source: int, tag: int = 0):
+        """The contract's ``recv``."""
+        source = check_rank_arg(source, self.size, self.rank, "recv", "source")
+        tag = check_int(tag, self.rank, "recv", "tag", minimum=0)
+        self._check_open("recv")
+        return self._mail.recv(self.members[source], tag, self.context)
+
+    def probe(self, source: int | None = None, tag: int | None = None, block: bool = True):
+        """The first message on this communicator from ``source`` (a rank of
+        this communicator; None: any) with ``tag`` (an int >= 0; None: any),
+        as ``(source, tag)``, without receiving it: a following
+        ``recv(source, tag)`` with the returned source and tag returns
+        exactly that message.
+
+        From one source it is the earliest sent that matches. With
+        ``source=None`` the sources are checked in ascending rank order and
+        the first with a matching message *at the time of its check* wins,
+        so which source wins depends on timing, as with MPI_ANY_SOURCE.
+        Messages of other communicators are never seen.
+
+        ``block=False`` returns None at once when nothing matches.
+        ``block=True`` waits as ``recv`` does: the rank is "waiting in probe
+        #n from rank r (tag=t)" (or "from any rank", "tag=any") for the hang
+        watch and its reports, and a peer that fails, or an abort, unwinds
+        it. A message larger than the ring is reported as soon as its header
+        is in the ring; to look past a message that does not match, the
+        probe receives it into the per-rank stash ``recv`` uses, which may
+        wait (in a non-blocking probe too) for its sender to finish writing
+        it, and no longer."""
+        if source is not None:
+            source = check_rank_arg(source, self.size, self.rank, "probe", "source")
+        if tag is not None:
+            tag = check_int(tag, self.rank, "probe", "tag", minimum=0)
+        self._check_open("probe")
+        members = self.members
+        sources = members if source is None else (members[source],)
+        found = self._mail.probe(sources, tag, self.context, bool(block), source is None)
+        if found is None:
+            return None
+        world, found_tag = found
+        return (source if source is not None else members.index(world)), found_tag
+
+    def try_send(self, x, dest: int, tag: int = 0) -> bool:
+        """``send`` if it would not wait, else nothing.
+
+        ``send`` waits whenever the message's record (``record_bytes``) does
+        not fit in the free space of the ring to ``dest`` -- always for a
+        message larger than the ring, but also for a small one behind
+        unreceived messages -- until ``dest`` receives enough of it.
+        ``try_send`` sends and returns True when the record fits now (then
+        the send does not wait, since only the receiver frees space), and
+        returns False without sending otherwise."""
+        x = as_input(x, self.rank, "send")
+        dest = check_rank_arg(dest, self.size, self.rank, "send", "dest")
+        tag = check_int(tag, self.rank, "send", "tag", minimum=0)
+        self._check_open("send")
+        if not self._mail.fits(x, self.members[dest]):
+            return False
+        self._mail.send(x, self.members[dest], tag, self.context)
+        return True
+
+    def _check_open(self, name: str) -> None:
+        if self._freed:
+            raise SimdistError(f"rank {self.rank}: {name} on a communicator that was freed")
+
+    def __repr__(self):
+        return f"<Transport rank {self.rank} of {self.size}, context {self.context}>"
