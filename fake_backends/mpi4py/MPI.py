@@ -56,6 +56,7 @@ from ._errors import (ERR_ARG, ERR_BUFFER, ERR_COMM, ERR_COUNT, ERR_DIMS, ERR_GR
                       ERR_TAG, ERR_TOPOLOGY, ERR_TRUNCATE, ERR_TYPE, ERR_UNKNOWN, ERR_UNSUPPORTED_OPERATION, SUCCESS,
                       Exception, MPIAbort)
 from ._errors import error_string as _error_string
+from ._hints import ERRHANDLER_NULL, ERRORS_ABORT, ERRORS_ARE_FATAL, ERRORS_RETURN, Errhandler, Info
 from ._ops import OP_NULL, Op
 from ._ops import PREDEFINED as _PREDEFINED
 from ._p2p import ANY_SOURCE, ANY_TAG, PROC_NULL
@@ -75,64 +76,6 @@ MAX_OBJECT_NAME, MAX_INFO_KEY, MAX_INFO_VAL, MAX_DATAREP_STRING = 64, 36, 256, 1
 BSEND_OVERHEAD = 128
 CART, GRAPH, DIST_GRAPH = 1, 2, 3
 ORDER_C, ORDER_FORTRAN, ORDER_F = 0, 1, 1
-
-
-class Errhandler:
-    """Error handlers are accepted and ignored: errors always raise."""
-
-    def __init__(self, errhandler=None, *, _name="MPI_ERRHANDLER_NULL"):
-        self._name = _name if errhandler is None else errhandler._name
-
-    def __eq__(self, other):
-        return isinstance(other, Errhandler) and self._name == other._name
-
-    def __hash__(self):
-        return hash(self._name)
-
-    def __bool__(self):
-        return self._name != "MPI_ERRHANDLER_NULL"
-
-    def Free(self):
-        pass
-
-    free = Free
-
-
-ERRHANDLER_NULL = Errhandler()
-ERRORS_RETURN = Errhandler(_name="MPI_ERRORS_RETURN")
-ERRORS_ABORT = Errhandler(_name="MPI_ERRORS_ABORT")
-ERRORS_ARE_FATAL = Errhandler(_name="MPI_ERRORS_ARE_FATAL")
-
-
-class Info(dict):
-    """An MPI info object: a dict of str to str (hints, ignored here)."""
-
-    @classmethod
-    def Create(cls, items=None) -> "Info":
-        return cls(items or {})
-
-    def Free(self) -> None:
-        self.clear()
-
-    free = Free
-
-    def Dup(self) -> "Info":
-        return Info(self)
-
-    def Get(self, key: str):
-        return self.get(key)
-
-    def Set(self, key: str, value: str) -> None:
-        self[key] = value
-
-    def Delete(self, key: str) -> None:
-        del self[key]
-
-    def Get_nkeys(self) -> int:
-        return len(self)
-
-    def Get_nthkey(self, n: int) -> str:
-        return list(self)[n]
 
 
 INFO_NULL = Info()

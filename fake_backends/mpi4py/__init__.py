@@ -22,7 +22,7 @@ This package itself is what a program sees as ``mpi4py``: ``rc``,
 from __future__ import annotations
 
 from ._errors import MPIAbort, unsupported
-from ._runtime import installed
+from ._install import installed
 
 __all__ = ["MPIAbort", "installed", "rc", "get_config", "get_include"]
 

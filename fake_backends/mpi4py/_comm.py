@@ -23,6 +23,7 @@ from . import _runtime
 from ._buffers import parse
 from ._collectives import BufferCollectives
 from ._errors import ERR_ARG, ERR_COMM, ERR_OTHER, ERR_RANK, ERR_TAG, Exception as MPIException, MPIAbort
+from ._hints import ERRORS_RETURN, Info
 from ._objects import ObjectCollectives
 from ._p2p import ANY_SOURCE, ANY_TAG, PICKLED, PROC_NULL, SendOp
 from ._pickle import pickle
@@ -210,8 +211,6 @@ class Comm(BufferCollectives, VectorCollectives, ObjectCollectives):
                 LASTUSEDCODE: 92, UNIVERSE_SIZE: st.rt.world.size}.get(keyval)
 
     def Get_errhandler(self):
-        from .MPI import ERRORS_RETURN
-
         self._st()
         return ERRORS_RETURN
 
@@ -221,8 +220,6 @@ class Comm(BufferCollectives, VectorCollectives, ObjectCollectives):
         self._st()
 
     def Get_info(self):
-        from .MPI import Info
-
         self._st()
         return Info()
 
