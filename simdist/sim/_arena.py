@@ -183,7 +183,7 @@ class Arena:
         # ranks share CPUs, a rank that looks once and yields lets the late
         # rank run sooner: with one look instead of 50, a barrier on 2 CPUs
         # took 12 us instead of 17 at N=4, 34 instead of 48 at N=8 and 103
-        # instead of 125 at N=16 (docs/measurements/wait_spins.py, medians).
+        # instead of 125 at N=16 (docs/performance.md, "Earlier findings").
         self.oversubscribed = layout.size > ncpu
         self.spin_iters = 1 if self.oversubscribed else 1000
         # Yielding lets the ranks that share a core take turns quickly; with

@@ -80,7 +80,7 @@ def keep_freed_memory() -> bool:
     with a fresh ``mmap``, whose pages are faulted in and zeroed as they are
     first written, and returns it to the system when it is freed: a 64 MiB
     allreduce at N=2 took 34.9 ms that way and 19.6 ms from the heap on 2
-    CPUs (docs/measurements/new_arrays.py). So allocations come from the
+    CPUs (docs/performance.md, "Earlier findings"). So allocations come from the
     heap (no mmap) and freed memory stays there; ``release_freed_memory``
     gives it back after each run.
     """
