@@ -23,6 +23,13 @@ import simdist
 from reference import LOGICAL, UFUNC, assert_bits, left_fold, on_rank, values
 
 SIZES = (1, 2, 3, 4)
+#: The fast tier runs every test on 2 and 3 ranks (an even and an odd world);
+#: the full suite adds 1 and 4.
+FAST_SIZES = (2, 3)
+
+
+def _sizes(sizes):
+    return [n if n in FAST_SIZES else pytest.param(n, marks=pytest.mark.slow) for n in sizes]
 TIMEOUT = 30.0
 
 DTYPES = tuple(
@@ -113,18 +120,18 @@ def worlds():
     cache.close()
 
 
-@pytest.fixture(scope="module", params=SIZES, ids=lambda n: f"size{n}")
+@pytest.fixture(scope="module", params=_sizes(SIZES), ids=lambda n: f"size{n}")
 def world(request, worlds):
     return worlds.get(request.param)
 
 
-@pytest.fixture(scope="module", params=SIZES[1:], ids=lambda n: f"size{n}")
+@pytest.fixture(scope="module", params=_sizes(SIZES[1:]), ids=lambda n: f"size{n}")
 def p2p_world(request, worlds):
     """Worlds with at least two ranks (the contract says nothing of sending to oneself)."""
     return worlds.get(request.param)
 
 
-@pytest.fixture(scope="module", params=SIZES, ids=lambda n: f"chunked-size{n}")
+@pytest.fixture(scope="module", params=_sizes(SIZES), ids=lambda n: f"chunked-size{n}")
 def chunked_world(request, worlds):
     """Worlds whose 4 KiB slots cut every message below into many chunks."""
     return worlds.get(request.param, slot_bytes=4096)

@@ -651,7 +651,8 @@ def test_allreduce_equals_the_left_fold_for_every_dtype_op_shape_and_layout(n, t
     verdicts(n, "allreduce", tmp_path_factory)
 
 
-@size
+@pytest.mark.parametrize("n", [n if n == 2 else pytest.param(n, marks=pytest.mark.slow) for n in SIZES],
+                         ids=lambda n: f"{n}ranks")
 def test_reduce_gives_the_fold_on_root_and_none_elsewhere(n, tmp_path_factory):
     verdicts(n, "reduce", tmp_path_factory)
 

@@ -87,7 +87,7 @@ def test_unsharded_data_fails_single_device_check_saying_ranks_train_on_the_same
 # -- other shapes of run -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("n", [2, pytest.param(4, marks=pytest.mark.slow)])
 def test_tensor_parallel_verifies_and_matches_one_device_accuracy(tmp_path, n):
     status, report = train_cli(tmp_path, "-n", str(n), "--epochs", "2", "--parallel", "tensor")
     assert status == 0, report["details"]
@@ -107,6 +107,7 @@ def test_one_and_three_ranks_verify_with_batch_the_multiple_of_n_nearest_64(tmp_
         assert report["details"]["matches_single_device"]["worst_ratio"] == 0
 
 
+@pytest.mark.slow
 def test_mpi_backend_verifies_and_matches_the_simulator(tmp_path):
     mpiexec_or_skip()
     status, report = train_cli(tmp_path, "-n", "2", "--epochs", "2", "--backend", "mpi", "--timeout", "60")
@@ -237,6 +238,7 @@ def test_library_train_returns_the_report_dict():
     json.dumps(report)  # JSON-ready as returned
 
 
+@pytest.mark.slow
 def test_two_runs_with_one_seed_give_identical_losses_and_another_seed_differs():
     config = TrainConfig(size=2, epochs=3)
     first, second = train(config), train(config)
