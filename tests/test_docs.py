@@ -61,8 +61,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 FOR_CONTRIBUTORS = {"architecture.md"}
 PAGES = {p.name: p for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
          if p.name not in FOR_CONTRIBUTORS}
-#: Pages whose blocks run in about a second or two; the others are marked slow.
-FAST_PAGES = {"contract.md", "graph.md"}
+#: Pages whose blocks all run within about a second; the others are marked slow.
+FAST_PAGES = {"README.md", "contract.md", "graph.md", "mpi4py.md", "performance.md"}
 TIMEOUT = 240  # seconds a block or command may take (the slowest takes about a minute)
 
 FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[\w-]*)\s*$")
@@ -115,7 +115,11 @@ def parse_annotation(body: str, where: str) -> Annotation:
 
 def blocks(page: str) -> list[Block]:
     """Every fenced block of a page, with the annotations just before it."""
-    found, pending, lines = [], [], PAGES[page].read_text().splitlines()
+    return parse_blocks(page, PAGES[page].read_text())
+
+
+def parse_blocks(page: str, text: str) -> list[Block]:
+    found, pending, lines = [], [], text.splitlines()
     i = 0
     while i < len(lines):
         line = lines[i]
@@ -123,6 +127,8 @@ def blocks(page: str) -> list[Block]:
             pending.append(parse_annotation(note["body"], f"{page}:{i + 1}"))
             i += 1
             continue
+        if "docs-test" in line:
+            raise ValueError(f"{page}:{i + 1}: a docs-test annotation is a line of its own: <!-- docs-test: KIND: reason -->")
         fence = FENCE.match(line)
         if pending and fence is None:
             raise ValueError(f"{page}:{i + 1}: a docs-test annotation must be just before a ``` fence")
@@ -301,6 +307,34 @@ def test_annotations_are_known_give_a_reason_and_apply(page):
                 assert block.lang == "python", f"{block.where()}: `continues` is for python blocks"
 
 
+@pytest.mark.parametrize("body, error", [
+    (" not run", "gives no reason"),
+    (" exit 1 ", "gives no reason"),
+    (" skip: flaky", "unknown docs-test annotation"),
+    (" exit one: the check fails", "unknown docs-test annotation"),
+])
+def test_an_annotation_that_is_unknown_or_gives_no_reason_is_refused(body, error):
+    with pytest.raises(ValueError, match=error):
+        parse_annotation(body, "page.md:1")
+
+
+@pytest.mark.parametrize("text", [
+    "<!-- docs-test: not run: installs -->\n\n```sh\npip install x\n```\n",
+    "text <!-- docs-test: not run: installs -->\n```sh\npip install x\n```\n",
+])
+def test_an_annotation_away_from_its_fence_is_refused(text):
+    with pytest.raises(ValueError, match="docs-test annotation"):
+        parse_blocks("page.md", text)
+
+
+def test_an_annotation_says_what_to_expect_and_for_which_commands():
+    note = parse_annotation(" exit 1 (sum_for_mean): the check finds the bug ", "page.md:1")
+    assert (note.kind, note.status, note.only, note.reason) == ("exit", 1, "sum_for_mean", "the check finds the bug")
+    block = Block("page.md", 1, "sh", "simdist check --backend a:sum_for_mean\nsimdist check\n", [note])
+    assert block.annotation("simdist check --backend a:sum_for_mean") is note
+    assert block.annotation("simdist check") is None
+
+
 @pytest.mark.parametrize("page", PAGES)
 def test_every_simdist_command_shown_parses(page):
     """Every ``simdist ...`` command a page shows in a sh block, or after ``$ ``
@@ -356,7 +390,7 @@ def test_doc_examples_print_what_their_comments_say(page):
         assert printed == expected, f"{page}: printed {printed}, the page says {expected}"
 
 
-@pytest.mark.parametrize("page", [p for p in PAGES if any(b.lang == "python" and is_session(b) for b in blocks(p))])
+@pytest.mark.parametrize("page", [p for p, path in PAGES.items() if "```python\n>>>" in path.read_text()])
 def test_doc_sessions_match(page):
     parser = doctest.DocTestParser()
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
