@@ -49,21 +49,62 @@ def process_table() -> dict[int, tuple[int, str, str]]:
     return table
 
 
+def _children(pid: int) -> list[int] | None:
+    """The children of ``pid`` from /proc/PID/task/TID/children, or None
+    where the kernel does not provide that file."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    kids = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as fh:
+                kids += [int(k) for k in fh.read().split()]
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended meanwhile
+            return None
+        except OSError:
+            continue
+    return kids
+
+
+def _children_table(root: int) -> dict[int, list[int]] | None:
+    """``{pid: children}`` of ``root``'s tree, walked down from ``root``
+    (a few reads per descendant, instead of one per process on the machine)."""
+    table, todo = {}, [root]
+    while todo:
+        pid = todo.pop()
+        kids = _children(pid)
+        if kids is None:
+            return None
+        table[pid] = kids
+        todo.extend(kids)
+    return table
+
+
 def descendants(root: int | None = None) -> dict[int, str]:
     """``{pid: description}`` of the descendants of ``root`` (default: this
     process), without multiprocessing's long-lived helper processes."""
     root = os.getpid() if root is None else root
-    table = process_table()
-    children = collections.defaultdict(list)
-    for pid, (ppid, _, _) in table.items():
-        children[ppid].append(pid)
-    found, todo = {}, list(children[root])
+    children = _children_table(root)
+    if children is None:  # no /proc/PID/task/TID/children: scan every process
+        children = collections.defaultdict(list)
+        for pid, (ppid, _, _) in process_table().items():
+            children[ppid].append(pid)
+    found, todo = {}, [(kid, root) for kid in children.get(root, ())]
+    cmdlines = {root: _read(f"/proc/{root}/cmdline")}
     while todo:
-        pid = todo.pop()
-        todo.extend(children[pid])
-        ppid, state, cmdline = table[pid]
+        pid, ppid = todo.pop()
+        stat = _read(f"/proc/{pid}/stat")
+        if not stat:
+            continue  # gone meanwhile
+        state = stat.rsplit(")", 1)[1].split()[0]
+        cmdline = cmdlines[pid] = _read(f"/proc/{pid}/cmdline")
+        todo.extend((kid, pid) for kid in children.get(pid, ()))
         is_helper = any(h in cmdline for h in HELPERS)
-        parent_is_helper = any(h in table.get(ppid, (0, "", ""))[2] for h in HELPERS)
+        parent_is_helper = any(h in cmdlines.get(ppid, "") for h in HELPERS)
         if is_helper and not parent_is_helper:
             continue
         found[pid] = f"pid {pid} (state {state}): {cmdline[:120] or '?'}"

@@ -324,6 +324,7 @@ def test_recv_deadlock_times_out_and_the_report_names_the_recv():
         assert_usable(world)
 
 
+@pytest.mark.slow
 def test_deadlock_across_communicators_reports_each_call_and_communicator():
     with simdist.World(3, timeout=1.0) as world:
 
@@ -343,6 +344,7 @@ def test_deadlock_across_communicators_reports_each_call_and_communicator():
         assert_usable(world)
 
 
+@pytest.mark.slow
 def test_ranks_computing_without_waiting_are_never_timed_out():
     with simdist.World(2, timeout=0.5) as world:
 

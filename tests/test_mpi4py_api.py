@@ -386,6 +386,7 @@ def test_large_isend_exchange_does_not_deadlock(tmp_path, capfd):
     assert lines(capfd) == ["exchanged", "exchanged"]
 
 
+@pytest.mark.slow
 def test_many_small_sends_to_a_rank_in_a_barrier_neither_block_nor_get_lost(tmp_path):
     # more than a ring of queued messages: the sender's Isends and the
     # Barrier must not wait for the receiver, and the rank returning right
@@ -402,6 +403,7 @@ def test_many_small_sends_to_a_rank_in_a_barrier_neither_block_nor_get_lost(tmp_
     """, timeout=60)
 
 
+@pytest.mark.slow
 def test_both_ranks_sending_large_messages_first_hangs_as_under_mpi(tmp_path):
     outcome = run(tmp_path, """
         peer = 1 - rank
@@ -412,6 +414,7 @@ def test_both_ranks_sending_large_messages_first_hangs_as_under_mpi(tmp_path):
     assert "rank 0: waiting in probe" in outcome.error and "rank 1: waiting in probe" in outcome.error
 
 
+@pytest.mark.slow
 def test_a_large_send_to_a_rank_in_a_barrier_waits_for_it_a_documented_difference(tmp_path):
     # MPI libraries move messages inside a Barrier, so this correct program
     # ends under mpiexec; here messages move only in point-to-point calls,
@@ -495,15 +498,15 @@ def test_in_place_where_mpi_allows_it(tmp_path):
 
 @pytest.mark.parametrize("op, dtype, values, expected", [
     ("SUM", "i", "rank + 1", "sum(r + 1 for r in range(size))"),
-    ("PROD", "d", "rank + 2.0", "float(np.prod([r + 2.0 for r in range(size)]))"),
-    ("MIN", "i", "5 - rank", "5 - (size - 1)"),
-    ("MAX", "f", "rank * 1.5", "(size - 1) * 1.5"),
-    ("LAND", "?", "rank != 1", "False"),
-    ("LOR", "?", "rank == 1", "True"),
+    pytest.param("PROD", "d", "rank + 2.0", "float(np.prod([r + 2.0 for r in range(size)]))", marks=pytest.mark.slow),
+    pytest.param("MIN", "i", "5 - rank", "5 - (size - 1)", marks=pytest.mark.slow),
+    pytest.param("MAX", "f", "rank * 1.5", "(size - 1) * 1.5", marks=pytest.mark.slow),
+    pytest.param("LAND", "?", "rank != 1", "False", marks=pytest.mark.slow),
+    pytest.param("LOR", "?", "rank == 1", "True", marks=pytest.mark.slow),
     ("LXOR", "?", "True", "size % 2 == 1"),
-    ("BAND", "i", "rank | 12", "12 & 13 & 14"),
-    ("BOR", "i", "1 << rank", "7"),
-    ("BXOR", "i", "rank + 1", "1 ^ 2 ^ 3"),
+    pytest.param("BAND", "i", "rank | 12", "12 & 13 & 14", marks=pytest.mark.slow),
+    pytest.param("BOR", "i", "1 << rank", "7", marks=pytest.mark.slow),
+    pytest.param("BXOR", "i", "rank + 1", "1 ^ 2 ^ 3", marks=pytest.mark.slow),
 ])
 def test_predefined_ops_on_buffers(tmp_path, op, dtype, values, expected):
     ok(tmp_path, f"""
@@ -660,6 +663,7 @@ def test_mismatched_collectives_raise_collective_mismatch(tmp_path):
 
 
 # -- failures, environment ---------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_hang_ends_with_status_124_and_the_report(tmp_path):
     outcome = run(tmp_path, """
         comm.Barrier()

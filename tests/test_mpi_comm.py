@@ -642,84 +642,85 @@ def verdicts(n: int, group: str, tmp_path_factory) -> None:
     assert all(reports[r][group]["checks"] > 0 for r in range(n)), f"{group}: a rank made no checks"
 
 
-size = pytest.mark.parametrize("n", SIZES, ids=lambda n: f"{n}ranks")
+#: Every size in the full suite; the fast tier starts only the 2-rank job.
+size_two_fast = pytest.mark.parametrize(
+    "n", [n if n == 2 else pytest.param(n, marks=pytest.mark.slow) for n in SIZES], ids=lambda n: f"{n}ranks")
 
 
 @pytest.mark.slow
-@size
+@size_two_fast
 def test_allreduce_equals_the_left_fold_for_every_dtype_op_shape_and_layout(n, tmp_path_factory):
     verdicts(n, "allreduce", tmp_path_factory)
 
 
-@pytest.mark.parametrize("n", [n if n == 2 else pytest.param(n, marks=pytest.mark.slow) for n in SIZES],
-                         ids=lambda n: f"{n}ranks")
+@size_two_fast
 def test_reduce_gives_the_fold_on_root_and_none_elsewhere(n, tmp_path_factory):
     verdicts(n, "reduce", tmp_path_factory)
 
 
-@size
+@size_two_fast
 def test_reduce_scatter_gives_each_rank_the_fold_of_its_block(n, tmp_path_factory):
     verdicts(n, "reduce_scatter", tmp_path_factory)
 
 
-@size
+@size_two_fast
 def test_broadcast_copies_roots_array_to_non_roots_passing_none(n, tmp_path_factory):
     verdicts(n, "broadcast", tmp_path_factory)
 
 
-@size
+@size_two_fast
 def test_scatter_gives_rank_r_block_r_of_roots_array(n, tmp_path_factory):
     verdicts(n, "scatter", tmp_path_factory)
 
 
-@size
+@size_two_fast
 def test_allgather_stacks_every_rank_in_rank_order(n, tmp_path_factory):
     verdicts(n, "allgather", tmp_path_factory)
 
 
-@size
+@size_two_fast
 def test_gather_stacks_on_root_and_gives_none_elsewhere(n, tmp_path_factory):
     verdicts(n, "gather", tmp_path_factory)
 
 
-@size
+@size_two_fast
 def test_alltoall_transposes_blocks_and_twice_is_the_identity(n, tmp_path_factory):
     verdicts(n, "alltoall", tmp_path_factory)
 
 
-@size
+@size_two_fast
 def test_send_recv_keeps_order_per_source_and_tag(n, tmp_path_factory):
     if n == 1:
         pytest.skip("send/recv needs two ranks (the contract says nothing of sending to oneself)")
     verdicts(n, "send_recv", tmp_path_factory)
 
 
-@size
+@size_two_fast
 def test_split_orders_by_key_gives_none_for_no_color_and_free_releases(n, tmp_path_factory):
     verdicts(n, "split", tmp_path_factory)
 
 
-@size
+@size_two_fast
 def test_barrier_returns_none(n, tmp_path_factory):
     verdicts(n, "barrier", tmp_path_factory)
 
 
-@size
+@size_two_fast
 def test_float_results_agree_across_ranks_and_stay_within_the_bound(n, tmp_path_factory):
     verdicts(n, "float_agreement", tmp_path_factory)
 
 
-@size
+@size_two_fast
 def test_bad_arguments_raise_the_simulators_errors_on_every_rank(n, tmp_path_factory):
     verdicts(n, "argument_errors", tmp_path_factory)
 
 
-@size
+@size_two_fast
 def test_a_dtype_the_library_cannot_carry_raises_invalid_type_naming_the_backend(n, tmp_path_factory):
     verdicts(n, "unsupported_dtype", tmp_path_factory)
 
 
-@size
+@size_two_fast
 def test_world_and_constructor(n, tmp_path_factory):
     verdicts(n, "construction", tmp_path_factory)
 

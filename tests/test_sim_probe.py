@@ -307,6 +307,7 @@ def test_probe_checks_its_arguments(world2):
 # -- waiting: hangs, failures, returns ---------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_probe_that_never_matches_times_out_with_a_report_naming_the_probe():
     with simdist.World(2, timeout=2) as world:
 
@@ -367,6 +368,7 @@ def test_a_probe_on_ranks_that_all_returned_raises_a_mismatch():
         assert "ranks 1, 2 have returned" in message
 
 
+@pytest.mark.slow
 def test_a_rank_that_polls_with_nonblocking_probes_does_not_count_as_progress():
     """The driver's hang watch still sees the peer blocked in recv; the
     polling rank is reported as running user code and unwinds on the abort."""
