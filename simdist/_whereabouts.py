@@ -15,10 +15,11 @@ __all__ = ["USER", "CALL", "RETURNED", "FAILED", "IDLE", "describe"]
 USER, CALL, RETURNED, FAILED, IDLE = "user", "call", "returned", "failed", "idle"
 
 
-def describe(state, calls: int, call: str = "", waited: float | None = None, peer: int | None = None) -> str:
+def describe(state, calls: int | None, call: str = "", waited: float | None = None, peer: int | None = None) -> str:
     """One line saying what a rank is doing.
 
-    ``calls`` counts the calls the rank has completed; ``call`` is the text
+    ``calls`` counts the calls the rank has completed (None: not known, as
+    for an MPI rank that returned since it last answered); ``call`` is the text
     of the call it waits in (``allreduce #3 (float32 (4,), op=sum)``),
     ``waited`` how long it has waited there in seconds, ``peer`` the rank it
     waits for, where known. A state that is none of the names is shown as is.
@@ -33,7 +34,7 @@ def describe(state, calls: int, call: str = "", waited: float | None = None, pee
     if state == USER:
         return f"running user code ({calls} calls completed)"
     if state == RETURNED:
-        return f"returned from the function ({calls} calls completed)"
+        return "returned from the function" + ("" if calls is None else f" ({calls} calls completed)")
     if state == FAILED:
         return "raised an exception"
     if state == IDLE:

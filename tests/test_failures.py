@@ -268,6 +268,7 @@ def test_whereabouts_sentences_are_the_same_for_every_backend():
     assert wa.describe(wa.CALL, 2, "barrier #1") == "waiting in barrier #1"
     assert wa.describe(wa.USER, 2) == "running user code (2 calls completed)"
     assert wa.describe(wa.RETURNED, 5) == "returned from the function (5 calls completed)"
+    assert wa.describe(wa.RETURNED, None) == "returned from the function"  # a count not known is not made up
     assert wa.describe(wa.FAILED, 5) == "raised an exception"
     assert wa.describe(wa.IDLE, 0) == "idle"
 

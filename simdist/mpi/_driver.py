@@ -356,7 +356,7 @@ class MpiDriver(Driver):
     def _position(self, rank: int, outcomes: dict) -> tuple:
         """``rank``'s last answer to "where are you?" (a Whereabouts snapshot)."""
         if rank in outcomes:
-            return (RETURNED if outcomes[rank][0] == "ok" else FAILED), -1, ()
+            return (RETURNED if outcomes[rank][0] == "ok" else FAILED), None, ()  # its count is not sent back
         return self._where.get(rank, (USER, 0, ()))
 
     def abort(self, outcomes, dead) -> None:
