@@ -26,6 +26,14 @@ def _shows_example(out: str) -> bool:
     return "Falsifying example" in out or "Failing test case" in out
 
 
+def test_the_property_suite_passes_on_the_simulator_at_two_ranks(tmp_path):
+    """Every property, a few examples each: the fast tier's run of the suite."""
+    done = _suite(tmp_path, "--simdist-np", "2", "--hypothesis-seed=0", examples=3)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    passed = re.search(r"\b(\d+) passed\b", done.stdout)
+    assert passed and int(passed.group(1)) >= 18 and "skipped" not in done.stdout, done.stdout[-2000:]
+
+
 @pytest.fixture(scope="module")
 def table():
     rows = kill_table(size=4, examples=10, seed=0, timeout=3.0, first_failure=True,
