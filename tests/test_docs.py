@@ -58,6 +58,7 @@ from simdist import cli
 from simdist.cli import run as cli_run
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+#: docs/architecture.md is the map of the code for contributors: it names modules by design.
 FOR_CONTRIBUTORS = {"architecture.md"}
 PAGES = {p.name: p for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
          if p.name not in FOR_CONTRIBUTORS}
@@ -398,3 +399,12 @@ def test_doc_sessions_match(page):
         if block.lstrip().startswith(">>>"):
             runner.run(parser.get_doctest(block, {}, f"{page}[{i}]", page, 0))
     assert runner.failures == 0
+
+
+#: A dotted or slashed name with a private component, e.g. simdist._check or simdist/sim/_comm.py.
+PRIVATE = re.compile(r"\b(?:simdist|fake_backends|properties)(?:[./][A-Za-z0-9_]+)*[./]_[a-z][A-Za-z0-9_]*")
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_no_doc_for_users_names_a_private_module(page):
+    assert not sorted(set(PRIVATE.findall(PAGES[page].read_text())))

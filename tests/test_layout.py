@@ -1,6 +1,6 @@
-"""The code's layout holds: no import cycles, no module over 600 lines,
-neither backend importing the other, and no doc for users naming a private
-module.
+"""The code's layout holds: no import cycles, no module over 600 lines, and
+neither backend importing the other (that no doc for users names a private
+module is checked with the docs, in test_docs.py).
 
 The import graph is read with ``ast`` (no module is imported): an edge
 ``a -> b`` for every ``import b``/``from b import ...`` of a module of the
@@ -14,7 +14,6 @@ Importing a module also imports its parent packages, so their
 from __future__ import annotations
 
 import ast
-import re
 from pathlib import Path
 
 import pytest
@@ -126,15 +125,3 @@ def test_neither_backend_imports_the_other(backend, other):
     crossing = {m: sorted(t for t in targets if t == other or t.startswith(other + "."))
                 for m, targets in graph.items() if m == backend or m.startswith(backend + ".")}
     assert not {m: t for m, t in crossing.items() if t}
-
-
-#: A dotted or slashed name with a private component, e.g. simdist._check or simdist/sim/_comm.py.
-PRIVATE = re.compile(r"\b(?:simdist|fake_backends|properties)(?:[./][A-Za-z0-9_]+)*[./]_[a-z][A-Za-z0-9_]*")
-#: docs/architecture.md is the map of the code for contributors: it names modules by design.
-FOR_CONTRIBUTORS = {"architecture.md"}
-
-
-def test_no_doc_for_users_names_a_private_module():
-    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-    named = {p.name: sorted(set(PRIVATE.findall(p.read_text()))) for p in pages if p.name not in FOR_CONTRIBUTORS}
-    assert not {page: names for page, names in named.items() if names}

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._communicator import REDUCTIONS
 from . import _node as n
 from ._executor import schedule
 from ._node import Node
@@ -87,7 +88,7 @@ def _magnitude(x: Node, m: list[Node], size: int) -> Node:
         return n.maximum(m[0], m[1])
     if op == "relu_grad":
         return Node("relu_grad", (x.inputs[0], m[1]), x.shape, x.dtype)
-    if op in ("allreduce", "reduce", "reduce_scatter") and x.attrs["op"] in ("sum", "mean"):
+    if op in REDUCTIONS and x.attrs["op"] in ("sum", "mean"):
         total = Node(op, m, x.shape, x.dtype, {**x.attrs, "op": "sum"})
         return total / float(size) if x.attrs["op"] == "mean" else total
     if op in ("allgather", "broadcast"):
@@ -108,7 +109,7 @@ def summands(node: Node, size: int = 1) -> int:
             total += int(np.prod([x.inputs[0].shape[a] for a in x.attrs["axes"]], dtype=np.int64))
         elif x.op == "softmax":
             total += x.shape[x.attrs["axis"]] + 3      # exp, the subtraction and the division
-        elif x.op in ("allreduce", "reduce", "reduce_scatter"):
+        elif x.op in REDUCTIONS:
             total += size
         elif x.op in _ROUNDING:
             total += 1

@@ -68,11 +68,8 @@ class Transport:
     def send(self, x, dest: int, tag: int = 0) -> None:
         """The contract's ``send``: waits while the message's record does not
         fit in the free space of the ring to ``dest`` (see ``try_send``)."""
-        x = as_input(x, self.rank, "send")
-        dest = check_rank_arg(dest, self.size, self.rank, "send", "dest")
-        tag = check_int(tag, self.rank, "send", "tag", minimum=0)
-        self._check_open("send")
-        self._mail.send(x, self.members[dest], tag, self.context)
+        x, world_dest, tag = self._outgoing(x, dest, tag)
+        self._mail.send(x, world_dest, tag, self.context)
 
     def recv(self, source: int, tag: int = 0):
         """The contract's ``recv``."""
@@ -126,14 +123,19 @@ class Transport:
         ``try_send`` sends and returns True when the record fits now (then
         the send does not wait, since only the receiver frees space), and
         returns False without sending otherwise."""
+        x, world_dest, tag = self._outgoing(x, dest, tag)
+        if not self._mail.fits(x, world_dest):
+            return False
+        self._mail.send(x, world_dest, tag, self.context)
+        return True
+
+    def _outgoing(self, x, dest: int, tag: int) -> tuple:
+        """A send's checked arguments: the array, the destination's world rank, the tag."""
         x = as_input(x, self.rank, "send")
         dest = check_rank_arg(dest, self.size, self.rank, "send", "dest")
         tag = check_int(tag, self.rank, "send", "tag", minimum=0)
         self._check_open("send")
-        if not self._mail.fits(x, self.members[dest]):
-            return False
-        self._mail.send(x, self.members[dest], tag, self.context)
-        return True
+        return x, self.members[dest], tag
 
     def _check_open(self, name: str) -> None:
         if self._freed:
