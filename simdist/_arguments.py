@@ -21,6 +21,8 @@ DTYPES = tuple(
     )
 )
 DTYPE_CODE = {dt: i + 1 for i, dt in enumerate(DTYPES)}
+#: The most dimensions a numpy array can have (64 since numpy 2, 32 before).
+MAX_DIMS = 64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32
 OP_CODE = {op: i + 1 for i, op in enumerate(OPS)}
 #: (op, dtype code) pairs that are defined; everything else is an error.
 OP_DTYPE_OK = frozenset((op, DTYPE_CODE[dt]) for op in OPS for dt in DTYPES if accepts(op, dt))
@@ -89,4 +91,13 @@ def check_blocks(x: np.ndarray, size: int, rank: int, collective: str, arg: str 
         raise InvalidValue(
             f"{where(rank, collective)}: {arg} has shape {x.shape}; it must have shape (size, ...) = "
             f"({size}, ...), one block per rank"
+        )
+
+
+def check_stackable(x: np.ndarray, rank: int, collective: str) -> None:
+    """``x`` must leave room for the rank axis that gather and allgather add."""
+    if x.ndim >= MAX_DIMS:
+        raise InvalidValue(
+            f"{where(rank, collective)}: x has {x.ndim} dimensions; the result stacks the ranks' arrays along "
+            f"a new first axis and numpy arrays have at most {MAX_DIMS}: reshape x to {MAX_DIMS - 1} or fewer"
         )

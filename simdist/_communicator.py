@@ -98,6 +98,8 @@ class Communicator(abc.ABC):
 
         Every rank passes the same dtype and shape; the result is
         ``np.stack([x_0, ..., x_{size-1}])``, of shape ``(size, *x.shape)``.
+        The stack has one dimension more than ``x``, so ``x`` may have one
+        fewer than numpy's limit (63 of 64): more raises InvalidValue.
         """
 
     @abc.abstractmethod

@@ -44,17 +44,24 @@ class RankError(SimdistError):
     ``failures`` maps each failed rank to the formatted traceback it raised;
     ``exceptions`` maps it to the exception object when it could be pickled
     back to the driver (else ``None``). Ranks that were only interrupted
-    because a peer failed are listed in ``aborted``.
+    because a peer failed are listed in ``aborted``. Ranks whose process
+    died in the same run (which the world has replaced) are in ``died``,
+    mapped to how, as in :class:`RankDied`.
     """
 
     __module__ = "simdist"
 
-    def __init__(self, failures: dict[int, str], exceptions=None, aborted=()):
+    def __init__(self, failures: dict[int, str], exceptions=None, aborted=(), died=None):
         self.failures = dict(sorted(failures.items()))
         self.exceptions = dict(exceptions or {})
         self.aborted = sorted(aborted)
+        self.died = dict(sorted((died or {}).items()))
         ranks = ", ".join(str(r) for r in self.failures)
         parts = [f"{len(self.failures)} rank(s) raised: {ranks}"]
+        if self.died:
+            replaced = "it" if len(self.died) == 1 else "them"
+            parts[0] += "; " + "; ".join(f"rank {r} {how}" for r, how in self.died.items())
+            parts[0] += f" (the world has replaced {replaced})"
         for rank, tb in self.failures.items():
             parts.append(f"--- rank {rank} ---\n{tb.rstrip()}")
         if self.aborted:
@@ -62,7 +69,7 @@ class RankError(SimdistError):
         super().__init__("\n".join(parts))
 
     def __reduce__(self):
-        return type(self), (self.failures, self.exceptions, self.aborted)
+        return type(self), (self.failures, self.exceptions, self.aborted, self.died)
 
 
 class CollectiveMismatch(SimdistError):
@@ -108,6 +115,8 @@ class CollectiveTimeout(SimdistError):
 class RankDied(SimdistError):
     """A worker process died (killed by a signal, or exited) during a run.
 
+    Raised when no rank raised; when ranks raised too, the run raises
+    :class:`RankError` and lists the dead ranks in its ``died``.
     ``ranks`` maps each dead rank to a description such as ``"killed by
     SIGKILL"`` or ``"exited with status 3"``.
     """

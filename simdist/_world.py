@@ -11,6 +11,7 @@ import io
 import os
 import pickle
 import sys
+import threading
 from typing import Any, Callable
 
 from . import _pickling
@@ -61,6 +62,12 @@ class World:
     real MPI libraries, ``"ring"`` or ``"recursive_doubling"`` (see
     :mod:`simdist.reference`), to compare a backend pinned to that
     algorithm bit for bit. Every order is deterministic.
+
+    One World runs one function at a time: ``run`` called from several
+    threads runs their functions one after the other, in the order the
+    threads get the world, and ``close`` from another thread waits for the
+    current run to end. ``run`` called from inside a run of the same world
+    (a logging handler that calls it) raises SimdistError.
     """
 
     def __init__(
@@ -96,6 +103,8 @@ class World:
         self.timeout = float(timeout)
         self.start_method = start_method
         self._closed = False
+        self._turn = threading.Lock()  # one run (or close) at a time
+        self._runner: int | None = None  # the thread running, for re-entry
         if backend == "mpi":
             from .mpi._driver import MpiDriver  # imported only when used
 
@@ -109,8 +118,13 @@ class World:
         """Stop every worker and release the shared memory. Idempotent."""
         if self._closed:
             return
-        self._closed = True
-        self._driver.close()
+        if self._runner == threading.get_ident():
+            raise SimdistError("World.close: called from inside a run of this world")
+        with self._turn:
+            if self._closed:
+                return
+            self._closed = True
+            self._driver.close()
 
     def __enter__(self) -> "World":
         return self
@@ -134,19 +148,34 @@ class World:
         Raises RankError, CollectiveMismatch, CollectiveTimeout or RankDied
         (all SimdistError) when the run fails; the world stays usable.
         """
-        if self._closed:
-            raise SimdistError("World.run: the world is closed")
         if not callable(fn):
             raise InvalidType(f"World.run: fn={fn!r} is not callable")
+        if self._runner == threading.get_ident():
+            raise SimdistError(
+                "World.run: called from inside a run of this world (from a logging handler?); "
+                "a world runs one function at a time"
+            )
         try:
             payload = _pickling.dumps((fn, args, kwargs))
         except Exception as exc:
             raise InvalidType(f"World.run: cannot pickle the function or its arguments: {exc}") from exc
-        outcomes, dead, report = self._driver.run((payload, list(sys.path), os.getcwd(), log_levels()))
+        with self._turn:
+            if self._closed:
+                raise SimdistError("World.run: the world is closed")
+            self._runner = threading.get_ident()
+            try:
+                outcomes, dead, report = self._driver.run((payload, list(sys.path), os.getcwd(), log_levels()))
+            finally:
+                self._runner = None
         return self._verdict(outcomes, dead, report)
 
     def _verdict(self, outcomes, dead, report):
-        if dead:
+        results = {r: _result(r, data) for r, (kind, data) in outcomes.items() if kind == "ok"}
+        for rank, result in results.items():  # a value that cannot be rebuilt here fails its rank
+            if isinstance(result, _Unreadable):
+                outcomes[rank] = ("error", (result.traceback, None))
+        errors = {r: data for r, (kind, data) in outcomes.items() if kind == "error"}
+        if dead and not errors:
             raise RankDied(dead, " during World.run; the world has replaced it")
         if report is not None:
             raise CollectiveTimeout(self.timeout, report)
@@ -155,14 +184,34 @@ class World:
             first = min(mismatches)
             message, calls, _ = mismatches[first]
             raise CollectiveMismatch(message, calls)
-        errors = {r: data for r, (kind, data) in outcomes.items() if kind == "error"}
         if errors:  # ranks without an outcome were stopped after the grace period
-            aborted = [r for r in range(self.size) if r not in outcomes or outcomes[r][0] == "aborted"]
+            aborted = [r for r in range(self.size) if r not in dead and (r not in outcomes or outcomes[r][0] == "aborted")]
             exceptions = {r: _unpickle(exc) for r, (_, exc) in errors.items()}
-            raise RankError({r: tb for r, (tb, _) in errors.items()}, exceptions, aborted)
+            raise RankError({r: tb for r, (tb, _) in errors.items()}, exceptions, aborted, dead)
         if any(kind == "aborted" for kind, _ in outcomes.values()):
             raise SimdistError("the run was aborted")  # pragma: no cover - needs a failure above
-        return [pickle.loads(outcomes[r][1]) for r in range(self.size)]
+        return [results[r] for r in range(self.size)]
+
+
+class _Unreadable:
+    """A rank's return value that the driver could not unpickle."""
+
+    def __init__(self, traceback: str):
+        self.traceback = traceback
+
+
+def _result(rank: int, data: bytes):
+    """Rank ``rank``'s return value, or _Unreadable if unpickling it raises
+    (anything but Ctrl-C: a ``__reduce__`` may even call ``sys.exit``)."""
+    try:
+        return pickle.loads(data)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:
+        return _Unreadable(
+            f"rank {rank} returned a value that the driver cannot unpickle: {type(exc).__name__}: {exc}\n"
+            "(return plain data: numbers, strings, numpy arrays, or objects importable in the driver)\n"
+        )
 
 
 class _DriverUnpickler(pickle.Unpickler):

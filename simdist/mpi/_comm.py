@@ -86,7 +86,7 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from .._arguments import DTYPE_CODE, DTYPES, OP_CODE, as_input, check_blocks, check_int, check_op, check_rank_arg, where
+from .._arguments import DTYPE_CODE, DTYPES, OP_CODE, as_input, check_blocks, check_int, check_op, check_rank_arg, check_stackable, where
 from .._communicator import Communicator
 from .._errors import CollectiveMismatch, InvalidArgument, InvalidType, InvalidValue, SimdistError
 from .._reduction import LOGICAL, divide_mean
@@ -408,6 +408,7 @@ class MpiComm(Communicator):
     def allgather(self, x):
         self._open("allgather")
         x = as_input(x, self._rank, "allgather")
+        check_stackable(x, self._rank, "allgather")
         if self._check:
             self._sign(_K["allgather"], x)
         datatype = self._type(x.dtype, "allgather")
@@ -418,6 +419,7 @@ class MpiComm(Communicator):
     def gather(self, x, root=0):
         self._open("gather")
         x = as_input(x, self._rank, "gather")
+        check_stackable(x, self._rank, "gather")
         root = check_rank_arg(root, self._size, self._rank, "gather", "root")
         if self._check:
             self._sign(_K["gather"], x, 0, root)

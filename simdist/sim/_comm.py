@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._arguments import OP_CODE, as_input, check_blocks, check_int, check_op, check_rank_arg
+from .._arguments import OP_CODE, as_input, check_blocks, check_int, check_op, check_rank_arg, check_stackable
 from .._communicator import Communicator
 from .._errors import InvalidValue, SimdistError
 from .._reduction import fold_ufunc
@@ -138,12 +138,14 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
             if plan is not None:
                 return self._exchange(x, plan, self._stack_all)
         x = as_input(x, self._rank, "allgather")
+        check_stackable(x, self._rank, "allgather")
         if x.nbytes <= self._half_bytes and not self._freed:
             return self._exchange(x, self._plan((_ALLGATHER, x.dtype, x.shape, -1), x, 0, -1), self._stack_all)
         return self._gather("allgather", _ALLGATHER, x, -1)
 
     def gather(self, x, root=0):
         x = as_input(x, self._rank, "gather")
+        check_stackable(x, self._rank, "gather")
         root = check_rank_arg(root, self._size, self._rank, "gather", "root")
         return self._gather("gather", _GATHER, x, root)
 

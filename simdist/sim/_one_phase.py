@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from .._arguments import DTYPE_CODE, DTYPES
+from .._arguments import DTYPE_CODE, DTYPES, MAX_DIMS
 from .._reduction import fold_new, fold_rows
 from .. import _signature as sig
 from ._phases import CACHE_LIMIT, STATIC_ROOT
@@ -79,9 +79,10 @@ class OnePhaseCalls:
 
     def _stacked(self, offsets: list[int], dtype: np.dtype, shape: tuple) -> np.ndarray | None:
         """One strided view of an array at each of ``offsets`` (one per
-        member, in rank order), or None unless they are evenly spaced."""
+        member, in rank order), or None unless they are evenly spaced and
+        the view's extra axis fits in numpy's dimensions."""
         stride = offsets[1] - offsets[0] if len(offsets) > 1 else 1
-        if stride <= 0 or any(b - a != stride for a, b in zip(offsets, offsets[1:])):
+        if len(shape) >= MAX_DIMS or stride <= 0 or any(b - a != stride for a, b in zip(offsets, offsets[1:])):
             return None
         item = np.empty(shape, dtype)
         return np.ndarray((len(offsets), *shape), dtype, self._arena.mm, offsets[0], (stride, *item.strides))
