@@ -202,6 +202,9 @@ class Arena:
         # is free). Context 0 is the world's; bit 63 stays clear to fit int64.
         self.initial_free_contexts = ((1 << min(layout.contexts, 63)) - 1) & ~1
         self.free_contexts = self.initial_free_contexts
+        # This rank's communicators of the current run not yet freed, by
+        # context: closed when the run's function returns (``_comm.close_run``).
+        self.live_comms: dict = {}
 
     # -- creation -------------------------------------------------------
     @classmethod
