@@ -93,7 +93,8 @@ halves' readers.
 
 Epochs only grow within a run; a sub-communicator starts at an epoch above
 every stale value of its members' entries (see ``SimComm.split``), so no
-stale word satisfies a wait.
+stale word satisfies a wait, and its messages' key (that epoch and the
+context) is not that of a freed communicator's.
 
 Waiting spins briefly (looks once when ranks share CPUs), then yields, then
 sleeps on the waiter's own futex word after raising its ``sleeping`` flag.

@@ -50,7 +50,8 @@ _BARRIER_CALL = (_BARRIER, 0, -1, 0, -1)  # its static signature (see _phases)
 # The words each member contributes to split, in its slot: its color, its
 # key, the contexts it has free, then its arrive epoch in every context.
 _COLOR, _KEY, _FREE_CONTEXTS, _ARRIVE_EPOCHS = 0, 1, 2, 3
-#: A message context holds the context index in its low bits (below 63).
+#: A message key holds the context index in its low bits (indexes are
+#: below 63: see ``Arena.initial_free_contexts``).
 _INDEX_BITS = 6
 
 
@@ -238,9 +239,10 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
         group = sorted((int(table[j, _KEY]), j) for j in range(self._size) if table[j, _COLOR] == color)
         ranks = [j for _, j in group]
         # Above every stale epoch of the new members' entries of that context.
-        # So the new communicator's message context (index and first epoch)
-        # is not that of an earlier one on the index: any two members of
-        # both freed the earlier one, arriving above its first epoch.
+        # So the new communicator's message key (index and first epoch) is
+        # not that of any earlier one on the index whose message a member
+        # could receive: that member freed the earlier one, arriving above
+        # its first epoch, before this split.
         epoch = int(arrive[ranks, ctx].max())
         arena.free_contexts &= ~(1 << ctx)
         return SimComm(arena, self._mail, [self._members[j] for j in ranks], ctx, epoch, self._order)
