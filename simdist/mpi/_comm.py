@@ -144,7 +144,7 @@ _NONE_TAIL = np.array([0, -1] + [0] * (_ROW - sig.HEAD_WORDS), np.int64).tobytes
 # Why a communicator refuses every call (see _open).
 _FREED = "that was freed"
 _EARLIER_RUN = ("that belongs to an earlier run; a communicator lasts only for the World.run call that made it: "
-                "use the one passed to this run's function")
+                "use the one this run passes to the function (and split it again)")
 
 
 def _unsupported(rank: int, name: str, dtype: np.dtype) -> InvalidType:

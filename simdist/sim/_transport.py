@@ -28,7 +28,7 @@ from ._p2p import Mailboxes, record_bytes
 #: communicator of a run when its function returns).
 FREED = "that was freed"
 EARLIER_RUN = ("that belongs to an earlier run; a communicator lasts only for the World.run call that made it: "
-               "use the one passed to this run's function")
+               "use the one this run passes to the function (and split it again)")
 
 
 def closed_error(rank: int, name: str, why: str) -> SimdistError:
