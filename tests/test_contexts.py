@@ -18,6 +18,9 @@ ranks import it (by reference) and its globals outlive a run there.
 
 from __future__ import annotations
 
+import pathlib
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -116,6 +119,21 @@ def _mpi4py_stale_then_fresh(comm, make):
 @pytest.mark.parametrize("make", [lambda w: w.Split(0, w.rank), lambda w: w.Dup()], ids=["Split", "Dup"])
 def test_the_simulated_mpi4py_never_delivers_a_freed_communicators_message(make):
     assert simdist.run(_mpi4py_stale_then_fresh, 2, make)[1] == (False, 222.0)
+
+
+def test_simdist_run_never_delivers_a_freed_communicators_message():
+    # The reproducer as a program (compared with mpiexec's output in
+    # test_mpi4py_programs, a slow test): under `simdist run` it gave 111.0.
+    program = pathlib.Path(__file__).parent / "mpi4py_programs" / "simdist_freed_messages.py"
+    done = subprocess.run([sys.executable, "-m", "simdist", "run", "-n", "3", str(program)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.splitlines()) == [
+        "Dup: rank 1 probed False before the send and received 444.0",
+        "Split of two, then of all: rank 1 probed False before the send and received 666.0",
+        "Split: rank 1 probed False before the send and received 222.0",
+        "['rank 1 done', 'rank 2 done']",
+    ]
 
 
 # -- a message of an earlier run ----------------------------------------------------------
