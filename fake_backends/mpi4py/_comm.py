@@ -22,7 +22,7 @@ from simdist._errors import SimdistError
 from . import _runtime
 from ._buffers import parse
 from ._collectives import BufferCollectives
-from ._errors import ERR_ARG, ERR_COMM, ERR_OTHER, ERR_RANK, ERR_TAG, Exception as MPIException, MPIAbort
+from ._errors import ERR_ARG, ERR_COMM, ERR_OTHER, ERR_RANK, ERR_TAG, Exception as MPIException, MPIAbort, earlier_run
 from ._hints import ERRORS_RETURN, Info
 from ._objects import ObjectCollectives
 from ._p2p import ANY_SOURCE, ANY_TAG, PICKLED, PROC_NULL, SendOp
@@ -145,12 +145,15 @@ class Comm(BufferCollectives, VectorCollectives, ObjectCollectives):
         return None if st is None or st.freed else st
 
     def _st(self) -> _State:
-        """The state, or the error of a null, freed or finalized communicator."""
+        """The state, or the error of a null, freed, finalized communicator
+        or one of an earlier run."""
         st = self._state
-        if st is None or st.rt is not _runtime.current:
-            if self._fixed is not None or st is not None:
+        if st is None:
+            if self._fixed is not None:
                 raise SimdistError(_runtime.NOT_RUNNING)
             raise MPIException(ERR_COMM, "the communicator is MPI.COMM_NULL")
+        if st.rt is not _runtime.current:  # only one runtime is ever open: st's has ended
+            raise earlier_run(st.members[st.rank], f"{st.name}, a communicator")
         if st.freed:
             raise MPIException(ERR_COMM, f"the communicator ({st.name}) was freed")
         if st.rt.finalized:

@@ -10,13 +10,17 @@ Error codes and strings are Open MPI's (the MPI that ``pip install -e
 ".[mpi]"`` brings), so a program that compares ``exc.Get_error_code()`` with
 ``MPI.ERR_TRUNCATE`` behaves as under ``mpiexec``. Errors that simdist
 itself detects (mismatched collectives, hangs, bad arguments of a
-collective) keep simdist's own types: ``simdist.CollectiveMismatch``,
-``simdist.InvalidType``, ...
+collective, a communicator kept from an earlier run: ``earlier_run``) keep
+simdist's own types: ``simdist.CollectiveMismatch``, ``simdist.InvalidType``,
+``simdist.SimdistError``, ...
 """
 
 from __future__ import annotations
 
 import builtins
+import sys
+
+from simdist._errors import SimdistError
 
 # Open MPI's error classes (mpi.h), and the strings MPI_Error_string gives.
 SUCCESS = 0
@@ -133,6 +137,27 @@ class MPIAbort(BaseException):
 
     def __reduce__(self):
         return type(self), (self.code, self.rank)
+
+
+def earlier_run(rank: int, what: str) -> SimdistError:
+    """The error of a call on ``what`` (a communicator, request or message)
+    that an ended run made: the stand-in's objects last only for their run."""
+    return SimdistError(
+        f"rank {rank}: {_calling_method()} on {what} of an earlier run of the mpi4py stand-in; communicators, "
+        "requests and messages last only as long as the run that made them (the program under `simdist run`, "
+        "or one `installed()` block): make them again in this run"
+    )
+
+
+def _calling_method() -> str:
+    """The stand-in's method the program called: the outermost caller of
+    ``earlier_run`` in this package (``allreduce``, not the ``allgather``
+    it calls)."""
+    frame, name = sys._getframe(2), "a call"
+    while frame is not None and frame.f_globals.get("__package__") == __package__:
+        name = frame.f_code.co_name
+        frame = frame.f_back
+    return name
 
 
 def unsupported(call: str, instead: str) -> NotImplementedError:

@@ -96,7 +96,7 @@ import numpy as np
 
 from simdist._errors import CollectiveMismatch
 
-from ._errors import ERR_TRUNCATE, Exception as MPIException
+from ._errors import ERR_TRUNCATE, Exception as MPIException, earlier_run
 
 #: The transport tag every record of the stand-in travels with.
 TRANSPORT_TAG = 0x4D5049
@@ -194,6 +194,16 @@ def _matches(env: Envelope, ctx: int, source: int, tag: int) -> bool:
     return env.ctx == ctx and (source == ANY_SOURCE or source == env.source) and (tag == ANY_TAG or tag == env.tag)
 
 
+class _Ended:
+    """The transport of an engine whose run has ended: any use raises."""
+
+    def __init__(self, rank: int):
+        self._rank = rank
+
+    def __getattr__(self, name):
+        raise earlier_run(self._rank, "a request or message")
+
+
 class Engine:
     """The p2p state of one rank for one run, over the world SimComm's
     transport (``SimComm.transport``)."""
@@ -220,8 +230,9 @@ class Engine:
         self._next_id = 0
 
     def close(self) -> None:
-        """Forget the transport and every message (the run is over)."""
-        self._transport = None
+        """Forget the transport and every message (the run is over): a
+        request or message kept for a later run is refused there."""
+        self._transport = _Ended(self._me)
         self._outq = []
         self._busy.clear()
         self._local.clear()

@@ -78,6 +78,14 @@ library's choice is kept: the point of this backend is to run real MPI):
   ``MpiComm`` is built on belongs to its caller, so ``free`` raises there,
   as on the simulator's world communicator.
 
+Runs of a World (``RunComms``): each ``World.run`` gets a fresh duplicate of
+MPI_COMM_WORLD, so a message an earlier run left unreceived never matches a
+receive of a later one (MPI matches within one communicator's context).
+The next run closes the earlier run's communicators, its splits included:
+a call on one kept past its run raises, as on the simulator, and their MPI
+communicators are freed (after the new duplicate is made, so it cannot
+take their context).
+
 Importing this module initialises MPI (mpi4py's default).
 """
 
@@ -92,7 +100,7 @@ from .._errors import CollectiveMismatch, InvalidArgument, InvalidType, InvalidV
 from .._reduction import LOGICAL, divide_mean
 from .. import _signature as sig
 
-__all__ = ["MpiComm"]
+__all__ = ["MpiComm", "RunComms"]
 
 _LIBRARY = MPI.Get_library_version().splitlines()[0].split(",")[0].strip()
 
@@ -132,6 +140,11 @@ _ROW = _COMPARED + 2
 _MAX_DIMS = sig.MAX_NDIM
 # A row signing None, from the dtype code on (the words before are root's).
 _NONE_TAIL = np.array([0, -1] + [0] * (_ROW - sig.HEAD_WORDS), np.int64).tobytes()
+
+# Why a communicator refuses every call (see _open).
+_FREED = "that was freed"
+_EARLIER_RUN = ("that belongs to an earlier run; a communicator lasts only for the World.run call that made it: "
+                "use the one this run passes to the function (and split it again)")
 
 
 def _unsupported(rank: int, name: str, dtype: np.dtype) -> InvalidType:
@@ -174,14 +187,20 @@ class MpiComm(Communicator):
     docstring); communicators returned by ``split`` inherit it.
     """
 
-    def __init__(self, comm, *, check_calls: bool = False, _owned: bool = False, _name: str | None = None):
+    def __init__(self, comm, *, check_calls: bool = False, _owned: bool = False, _name: str | None = None,
+                 _run: list | None = None):
         if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
             raise InvalidType(f"MpiComm: comm={comm!r} must be an mpi4py intracommunicator, such as MPI.COMM_WORLD")
         self._comm = comm
         self._rank = comm.Get_rank()
         self._size = comm.Get_size()
         self._owned = _owned
-        self._freed = False
+        self._closed = None  # why every call raises: _FREED, _EARLIER_RUN
+        # The live communicators of the World.run this one belongs to (None:
+        # not a run's); its splits join it, and free leaves it (RunComms).
+        self._run = _run
+        if _run is not None:
+            _run.append(self)
         self._tag_ub = MPI.COMM_WORLD.Get_attr(MPI.TAG_UB)
         self._check = bool(check_calls)
         if self._check:
@@ -216,8 +235,8 @@ class MpiComm(Communicator):
         return self._size
 
     def _open(self, name: str) -> None:
-        if self._freed:
-            raise SimdistError(f"rank {self._rank}: {name} on a communicator that was freed")
+        if self._closed:
+            raise SimdistError(f"rank {self._rank}: {name} on a communicator {self._closed}")
 
     def _type(self, dtype: np.dtype, name: str):
         datatype = TYPES.get(dtype)
@@ -495,8 +514,9 @@ class MpiComm(Communicator):
         group = sorted((k, r) for r, (c, k) in enumerate(table) if c == color)
         sub = self._comm.Split(colors.index(color), group.index((key, self._rank)))
         if self._check:
-            return MpiComm(sub, check_calls=True, _owned=True, _name=f"a sub-communicator (color {color})")
-        return MpiComm(sub, _owned=True)
+            return MpiComm(sub, check_calls=True, _owned=True, _name=f"a sub-communicator (color {color})",
+                           _run=self._run)
+        return MpiComm(sub, _owned=True, _run=self._run)
 
     def free(self):
         if not self._owned:
@@ -504,9 +524,33 @@ class MpiComm(Communicator):
                 f"rank {self._rank}: free: the communicator MpiComm was built on (the world, or one its "
                 "caller owns) cannot be freed; only communicators returned by split can"
             )
-        if self._freed:
+        if self._closed is _FREED:
             return
+        self._open("free")
         if self._check:
             self._sign(_K["free"])
         self._comm.Free()
-        self._freed = True
+        self._closed = _FREED
+        if self._run is not None:
+            self._run.remove(self)
+
+
+class RunComms:
+    """The communicators of an MPI worker's runs (see the module docstring).
+
+    ``start()`` is collective over MPI_COMM_WORLD; every rank calls it at
+    the start of each run, so their duplicates match.
+    """
+
+    def __init__(self, **options):
+        self._options = options
+        self._live: list[MpiComm] = []  # the last run's communicators not freed
+
+    def start(self) -> MpiComm:
+        """The world communicator of a new run; closes the last run's."""
+        earlier, self._live = self._live, []
+        comm = MpiComm(MPI.COMM_WORLD.Dup(), _run=self._live, **self._options)
+        for old in earlier:
+            old._closed = _EARLIER_RUN
+            old._comm.Free()
+        return comm

@@ -1,5 +1,6 @@
 """An MPI rank's process, started by ``mpiexec``: runs the functions its
-driver sends, with an :class:`MpiComm` over ``MPI_COMM_WORLD``.
+driver sends, each with an :class:`MpiComm` over a duplicate of
+``MPI_COMM_WORLD`` of its own (``RunComms``).
 
 It reaches the driver over loopback TCP and proves it knows the world's
 secret (``SIMDIST_AUTHKEY``, from the environment) before anything is
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     options = {"check_calls": True} if os.environ.pop("SIMDIST_CHECK_CALLS", "") == "1" else {}
     from mpi4py import MPI
 
-    from ._comm import MpiComm
+    from ._comm import RunComms
 
     left = _unlink_segments_once_mapped(MPI.COMM_WORLD)  # before anything can fail
     conn = _connect(argv[0], key)
@@ -98,6 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     channel.send(("hello", rank, os.getpid(), MPI.COMM_WORLD.Get_size(), library))
     channel.send(("segments", left))
     where = Whereabouts()
+    runs = RunComms(**options)
     commands: queue.Queue = queue.Queue()
     threading.Thread(target=_read_commands, args=(conn, channel, where, commands), daemon=True).start()
 
@@ -111,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
         where.__init__()
         outcome = execute(
             rank,
-            lambda: TrackedComm(MpiComm(MPI.COMM_WORLD, **options), where),
+            lambda: TrackedComm(runs.start(), where),
             *msg[2:],
             started=lambda: set_state(USER),
             failed=lambda: set_state(FAILED),

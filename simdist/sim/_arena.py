@@ -93,7 +93,8 @@ halves' readers.
 
 Epochs only grow within a run; a sub-communicator starts at an epoch above
 every stale value of its members' entries (see ``SimComm.split``), so no
-stale word satisfies a wait.
+stale word satisfies a wait, and its messages' key (that epoch and the
+context) is not that of a freed communicator's.
 
 Waiting spins briefly (looks once when ranks share CPUs), then yields, then
 sleeps on the waiter's own futex word after raising its ``sleeping`` flag.
@@ -202,6 +203,9 @@ class Arena:
         # is free). Context 0 is the world's; bit 63 stays clear to fit int64.
         self.initial_free_contexts = ((1 << min(layout.contexts, 63)) - 1) & ~1
         self.free_contexts = self.initial_free_contexts
+        # This rank's communicators of the current run not yet freed, by
+        # context: closed when the run's function returns (``_comm.close_run``).
+        self.live_comms: dict = {}
 
     # -- creation -------------------------------------------------------
     @classmethod

@@ -14,7 +14,8 @@
 Here each public method checks its arguments and picks the path: a call
 whose plan is cached goes straight to the one-phase exchange, a small one
 builds its plan, any other runs in phases. ``split`` and ``free`` manage
-the communicator contexts.
+the communicator contexts; ``close_run`` closes a run's communicators when
+its function returns, so one kept past its run is refused.
 
 The three collective parts are mixins rather than separate objects: they
 share one rank's state (its words, banks and caches), and the hot path of
@@ -38,7 +39,7 @@ from ._layout import USER
 from ._one_phase import OnePhaseCalls
 from ._p2p import Mailboxes
 from ._phases import PhaseProtocol
-from ._transport import Transport
+from ._transport import EARLIER_RUN, FREED, Transport, closed_error
 
 _K = sig.KIND_CODE
 _ALLREDUCE, _REDUCE, _BROADCAST = _K["allreduce"], _K["reduce"], _K["broadcast"]
@@ -49,6 +50,23 @@ _BARRIER_CALL = (_BARRIER, 0, -1, 0, -1)  # its static signature (see _phases)
 # The words each member contributes to split, in its slot: its color, its
 # key, the contexts it has free, then its arrive epoch in every context.
 _COLOR, _KEY, _FREE_CONTEXTS, _ARRIVE_EPOCHS = 0, 1, 2, 3
+#: A message key holds the context index in its low bits (indexes are
+#: below 63: see ``Arena.initial_free_contexts``).
+_INDEX_BITS = 6
+
+
+def message_context(ctx: int, epoch: int) -> int:
+    """The key of a communicator's point-to-point messages: its context
+    index ``ctx`` and the ``epoch`` it starts at (see ``SimComm.split``)."""
+    return epoch << _INDEX_BITS | ctx
+
+
+def close_run(arena) -> None:
+    """The run's function returned: close every communicator it made on this
+    rank and did not free, so that one kept for a later run is refused."""
+    for comm in arena.live_comms.values():
+        comm._close(EARLIER_RUN)
+    arena.live_comms.clear()
 
 
 class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
@@ -57,6 +75,7 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
     ``members`` are the world ranks of the communicator in its rank order;
     ``ctx`` is the context index its members' control entries use; ``epoch``
     the last epoch any member's entry of that context holds (see ``split``).
+    It stays in ``arena.live_comms`` until freed or closed by ``close_run``.
     """
 
     def __init__(self, arena, mailboxes: Mailboxes, members: list[int], ctx: int, epoch: int = 0, order: str = "fold"):
@@ -66,7 +85,9 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
         self._init_slots(lay, members)
         self._mail = mailboxes
         self._order = order
-        self._transport = Transport(mailboxes, members, ctx, self._rank, arena.size, lay.ring_bytes)
+        self._transport = Transport(mailboxes, members, message_context(ctx, epoch), self._rank, arena.size,
+                                    lay.ring_bytes)
+        arena.live_comms[ctx] = self
 
     @property
     def rank(self) -> int:
@@ -91,7 +112,7 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
         x = as_input(x, self._rank, "allreduce")
         check_op(op, x.dtype, self._rank, "allreduce")
         ufunc = fold_ufunc(op, x.dtype)
-        if (ufunc is not None and x.nbytes <= min(SMALL_REDUCTION, self._half_bytes) and not self._freed
+        if (ufunc is not None and x.nbytes <= min(SMALL_REDUCTION, self._half_bytes) and not self._closed
                 and self._order == "fold"):
             divisor = self._size if op == "mean" else None
             plan = self._plan((_ALLREDUCE, x.dtype, x.shape, op), x, OP_CODE[op], -1, ufunc, divisor)
@@ -113,7 +134,7 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
         check_blocks(x, self._size, self._rank, "reduce_scatter")
         check_op(op, x.dtype, self._rank, "reduce_scatter")
         ufunc = fold_ufunc(op, x.dtype)
-        if ufunc is not None and x.nbytes <= self._half_bytes and not self._freed and self._order == "fold":
+        if ufunc is not None and x.nbytes <= self._half_bytes and not self._closed and self._order == "fold":
             divisor = self._size if op == "mean" else None
             plan = self._plan((_REDUCE_SCATTER, x.dtype, x.shape, op), x, OP_CODE[op], -1, ufunc, divisor)
             return self._exchange(x, plan, self._fold_mine)
@@ -128,7 +149,7 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
         root = check_rank_arg(root, self._size, self._rank, "broadcast", "root")
         if x is not None or self._rank == root:
             x = as_input(x, self._rank, "broadcast")
-        if x is not None and x.nbytes <= self._half_bytes and not self._freed:
+        if x is not None and x.nbytes <= self._half_bytes and not self._closed:
             return self._small_broadcast(x, self._plan((_BROADCAST, x.dtype, x.shape, root), x, 0, root))
         return self._broadcast_phases(x, root)
 
@@ -139,7 +160,7 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
                 return self._exchange(x, plan, self._stack_all)
         x = as_input(x, self._rank, "allgather")
         check_stackable(x, self._rank, "allgather")
-        if x.nbytes <= self._half_bytes and not self._freed:
+        if x.nbytes <= self._half_bytes and not self._closed:
             return self._exchange(x, self._plan((_ALLGATHER, x.dtype, x.shape, -1), x, 0, -1), self._stack_all)
         return self._gather("allgather", _ALLGATHER, x, -1)
 
@@ -165,13 +186,13 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
                 return self._exchange(x, plan, self._take_mine)
         x = as_input(x, self._rank, "alltoall")
         check_blocks(x, self._size, self._rank, "alltoall")
-        if x.nbytes <= self._half_bytes and not self._freed:
+        if x.nbytes <= self._half_bytes and not self._closed:
             return self._exchange(x, self._plan((_ALLTOALL, x.dtype, x.shape, -1), x, 0, -1), self._take_mine)
         return self._alltoall_phases(x)
 
     def barrier(self):
-        if self._freed:
-            raise SimdistError(f"rank {self._rank}: barrier on a communicator that was freed")
+        if self._closed:
+            raise closed_error(self._rank, "barrier", self._closed)
         try:
             self._meet(_BARRIER_CALL)
         finally:  # _end, written out
@@ -220,6 +241,10 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
         group = sorted((int(table[j, _KEY]), j) for j in range(self._size) if table[j, _COLOR] == color)
         ranks = [j for _, j in group]
         # Above every stale epoch of the new members' entries of that context.
+        # So the new communicator's message key (index and first epoch) is
+        # not that of any earlier one on the index whose message a member
+        # could receive: that member freed the earlier one, arriving above
+        # its first epoch, before this split.
         epoch = int(arrive[ranks, ctx].max())
         arena.free_contexts &= ~(1 << ctx)
         return SimComm(arena, self._mail, [self._members[j] for j in ranks], ctx, epoch, self._order)
@@ -227,7 +252,7 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
     def free(self):
         if self._ctx == 0:
             raise InvalidValue(f"rank {self._rank}: free: the world communicator cannot be freed")
-        if self._freed:
+        if self._closed is FREED:
             return
         nbytes = self._begin("free", _FREE, None)
         try:
@@ -239,10 +264,15 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
             self._release()
         finally:
             self._end()
-        self._freed = True
-        self._transport.close()
-        self._plans.clear()  # the fast path must see the freed check
+        self._close(FREED)
+        del self._arena.live_comms[self._ctx]
         self._arena.free_contexts |= 1 << self._ctx
+
+    def _close(self, why: str) -> None:
+        """Refuse every later call, saying ``why``."""
+        self._closed = why
+        self._transport.close(why)
+        self._plans.clear()  # the fast path must see the check
 
     def __repr__(self):
         return f"<SimComm rank {self._rank} of {self._size} on {self._name}>"

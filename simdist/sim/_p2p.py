@@ -4,7 +4,10 @@ The sender of a pair writes records into its ring and advances ``head``; the
 receiver copies them out and advances ``tail`` (both in the arena's p2p
 index, each with one writer). A record is a header of int64 words
 ``ctx, tag, dtype code, ndim, nbytes, shape...`` and the payload, padded to
-8 bytes. A message that does not fit in the ring's free space is streamed:
+8 bytes. ``ctx`` is the communicator's message key (``Transport.context``),
+which no other communicator of the rank's run has, freed ones included;
+the driver empties the rings between runs. So a message matches only a
+receive on the communicator, and in the run, it was sent in. A message that does not fit in the ring's free space is streamed:
 the sender waits for the receiver to make room, so ``send`` returns at once
 for small messages and waits for the matching ``recv`` for large ones, as a
 standard-mode MPI send may.

@@ -22,11 +22,11 @@ number: ``(kind, op, root, dtype code, ndim, *shape)``, with
 from __future__ import annotations
 
 from .._arguments import DTYPE_CODE
-from .._errors import SimdistError
 from .. import _signature as sig
 from ._arena import _acquire as _fence_in, _release as _fence_out  # fence(), spelled out
 from ._layout import CALL, S_CTX, S_PROGRESS, S_STATE, USER
 from ._report import comm_name
+from ._transport import closed_error
 
 #: Indexes of a static signature's fields (the row's, less the sequence number).
 STATIC_KIND, STATIC_OP, STATIC_ROOT, STATIC_DTYPE, STATIC_NDIM = range(5)
@@ -49,7 +49,7 @@ class PhaseProtocol:
         self._ctx = ctx
         self._epoch = epoch
         self._seq = 0
-        self._freed = False
+        self._closed = None  # why every call raises once closed: FREED, EARLIER_RUN (_transport)
         self._name = comm_name(ctx)
         self._peers = [m for m in members if m != me]
         self._peer_arrive = [lay.arrive_word(m, ctx) for m in self._peers]
@@ -88,8 +88,8 @@ class PhaseProtocol:
         """Enter a call that reads the slots, and writes this rank's unless
         ``slot`` is False (see ``_enter``). Returns the signature's length
         in bytes."""
-        if self._freed:
-            raise SimdistError(f"rank {self._rank}: {name} on a communicator that was freed")
+        if self._closed:
+            raise closed_error(self._rank, name, self._closed)
         if x is None:
             static = (kind, op, root, 0, -1)
         else:

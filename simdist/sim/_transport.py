@@ -13,7 +13,8 @@ the members' world ranks, and the ring size its flow control budgets.
 
 Every method checks its arguments as the contract's ``send``/``recv`` do
 (``InvalidValue``/``InvalidType`` naming the rank and argument) and raises
-``SimdistError`` once the communicator was freed.
+``SimdistError`` once the communicator is closed: freed, or left from an
+earlier run (``close``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,18 @@ from __future__ import annotations
 from .._arguments import as_input, check_int, check_rank_arg
 from .._errors import SimdistError
 from ._p2p import Mailboxes, record_bytes
+
+#: Why a communicator refuses every call (``closed_error``): ``free`` was
+#: called, or the run that made it has ended (the worker closes every
+#: communicator of a run when its function returns).
+FREED = "that was freed"
+EARLIER_RUN = ("that belongs to an earlier run; a communicator lasts only for the World.run call that made it: "
+               "use the one this run passes to the function (and split it again)")
+
+
+def closed_error(rank: int, name: str, why: str) -> SimdistError:
+    """The error of a call ``name`` on a closed communicator (``why``)."""
+    return SimdistError(f"rank {rank}: {name} on a communicator {why}")
 
 
 class Transport:
@@ -31,9 +44,12 @@ class Transport:
     ``rank``, ``size``
         This rank in the communicator, and the communicator's size.
     ``context``
-        The communicator's context id: the same on all its members, unique
-        among the rank's live communicators; messages of one context are
-        never seen by another's ``probe`` or ``recv``.
+        The key of the communicator's messages: the same on all its
+        members, and never that of another communicator the rank had in the
+        run, live or freed (it holds the context index and the first epoch:
+        see ``SimComm.split``); messages of one context are never seen by
+        another's ``probe`` or ``recv``, so a message left unreceived on a
+        freed communicator never reaches one that reuses its index.
     ``members``
         The members' world ranks, in communicator rank order (a tuple).
     ``world_size``
@@ -43,7 +59,7 @@ class Transport:
         ``record_bytes(nbytes, ndim)`` of it while it is not received.
     """
 
-    __slots__ = ("rank", "size", "context", "members", "world_size", "ring_bytes", "_mail", "_freed")
+    __slots__ = ("rank", "size", "context", "members", "world_size", "ring_bytes", "_mail", "_closed")
 
     def __init__(self, mailboxes: Mailboxes, members: list[int], ctx: int, rank: int, world_size: int,
                  ring_bytes: int):
@@ -54,16 +70,16 @@ class Transport:
         self.size = len(members)
         self.world_size = world_size
         self.ring_bytes = ring_bytes
-        self._freed = False
+        self._closed = None  # why every call raises: FREED, EARLIER_RUN (see close)
 
     #: ``record_bytes(nbytes, ndim)``: the ring bytes a message of ``nbytes``
     #: with ``ndim`` dimensions takes until it is received (its payload plus
     #: 40 + 8 * ndim bytes of header, padded to 8).
     record_bytes = staticmethod(record_bytes)
 
-    def close(self) -> None:
-        """The communicator was freed: every later call raises."""
-        self._freed = True
+    def close(self, why: str) -> None:
+        """Every later call raises, saying ``why`` (``FREED``, ``EARLIER_RUN``)."""
+        self._closed = why
 
     def send(self, x, dest: int, tag: int = 0) -> None:
         """The contract's ``send``: waits while the message's record does not
@@ -138,8 +154,8 @@ class Transport:
         return x, self.members[dest], tag
 
     def _check_open(self, name: str) -> None:
-        if self._freed:
-            raise SimdistError(f"rank {self.rank}: {name} on a communicator that was freed")
+        if self._closed:
+            raise closed_error(self.rank, name, self._closed)
 
     def __repr__(self):
         return f"<Transport rank {self.rank} of {self.size}, context {self.context}>"

@@ -11,7 +11,7 @@ import signal
 from .._worker import Channel, die_with_parent, execute, forward_logs, watch_lifeline
 from ._arena import Arena, _libc
 from ._layout import FAILED, RETURNED, S_STATE, USER, Layout
-from ._comm import SimComm
+from ._comm import SimComm, close_run
 from ._p2p import Mailboxes
 
 
@@ -137,11 +137,14 @@ def _run(arena: Arena, rank: int, order: str, payload: bytes, sys_path, cwd, log
         if value != USER:  # peers waiting on us re-check and see it
             arena.wake_sleepers()
 
-    return execute(
-        rank,
-        lambda: SimComm(arena, Mailboxes(arena), list(range(arena.size)), 0, order=order),
-        payload, sys_path, cwd, log_levels,
-        started=lambda: set_state(USER),
-        failed=lambda: set_state(FAILED),
-        returned=lambda: set_state(RETURNED),
-    )
+    try:
+        return execute(
+            rank,
+            lambda: SimComm(arena, Mailboxes(arena), list(range(arena.size)), 0, order=order),
+            payload, sys_path, cwd, log_levels,
+            started=lambda: set_state(USER),
+            failed=lambda: set_state(FAILED),
+            returned=lambda: set_state(RETURNED),
+        )
+    finally:
+        close_run(arena)  # a communicator kept for a later run is refused there
