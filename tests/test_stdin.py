@@ -86,19 +86,26 @@ def test_without_input_every_rank_reads_end_of_file(tmp_path, backend, stdin):
 # lets rank 0 of a world read the rest.
 DRIVER = textwrap.dedent("""
     import os, sys, simdist
-    first = os.read(0, len("first line\\n"))
-    with simdist.World(2, backend=sys.argv[1]) as world:
-        print(repr(first.decode()), world.run(lambda comm: sys.stdin.read()), flush=True)
+    if __name__ == "__main__":
+        first = os.read(0, len("first line\\n"))
+        backend, start_method = sys.argv[1:]
+        options = {"start_method": start_method} if backend == "sim" else {}
+        with simdist.World(2, backend=backend, **options) as world:
+            print(repr(first.decode()), world.run(lambda comm: sys.stdin.read()), flush=True)
 """)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_world_run_gives_rank_0_the_drivers_input_from_where_the_driver_stands(tmp_path, text_file, backend):
+@pytest.mark.parametrize("backend, start_method", [("sim", "fork"),
+                                                   pytest.param("sim", "forkserver", marks=pytest.mark.slow),
+                                                   pytest.param("sim", "spawn", marks=pytest.mark.slow),
+                                                   pytest.param("mpi", "-", marks=pytest.mark.slow)])
+def test_world_run_gives_rank_0_the_drivers_input_from_where_the_driver_stands(tmp_path, text_file, backend,
+                                                                                start_method):
     script = tmp_path / "driver.py"
     script.write_text(DRIVER)
     with open(text_file) as stdin:
-        done = subprocess.run([sys.executable, str(script), _mpi(backend)], stdin=stdin, capture_output=True,
-                              text=True, timeout=120)
+        done = subprocess.run([sys.executable, str(script), _mpi(backend), start_method], stdin=stdin,
+                              capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == repr("first line\n") + " " + repr(["second line\n", ""])
 
