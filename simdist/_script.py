@@ -2,8 +2,11 @@
 
 Each rank executes the script (or module) as ``__main__`` with the given
 ``sys.argv``; inside, :func:`simdist.comm` returns the rank's communicator.
-The ranks' output goes straight to the terminal. A ``sys.exit(code)`` ends
-the rank with that code; an exception fails the run with its traceback.
+The ranks' output goes straight to the terminal; rank 0 reads the
+standard input of ``simdist run`` and the other ranks read end of file, as
+under mpiexec (the worlds hand it over: ``simdist._stdin``). A
+``sys.exit(code)`` ends the rank with that code; an exception fails the run
+with its traceback.
 
 On the simulator, ``mpi4py`` is the stand-in of ``fake_backends.mpi4py``
 while the script runs, so ``from mpi4py import MPI`` gives a simulated MPI

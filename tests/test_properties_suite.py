@@ -26,12 +26,23 @@ def _shows_example(out: str) -> bool:
     return "Falsifying example" in out or "Failing test case" in out
 
 
-def test_the_property_suite_passes_on_the_simulator_at_two_ranks(tmp_path):
-    """Every property, a few examples each: the fast tier's run of the suite."""
-    done = _suite(tmp_path, "--simdist-np", "2", "--hypothesis-seed=0", examples=3)
+def _suite_passes_on_the_simulator(tmp_path, size):
+    done = _suite(tmp_path, "--simdist-np", str(size), "--hypothesis-seed=0", examples=3)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     passed = re.search(r"\b(\d+) passed\b", done.stdout)
     assert passed and int(passed.group(1)) >= 18 and "skipped" not in done.stdout, done.stdout[-2000:]
+
+
+def test_the_property_suite_passes_on_the_simulator_at_three_ranks(tmp_path):
+    """Every property, a few examples each: the fast tier's run of the suite,
+    at an odd size, where a mean's division by the size rounds."""
+    _suite_passes_on_the_simulator(tmp_path, 3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("size", [2, 5])
+def test_the_property_suite_passes_on_the_simulator_at_other_sizes(tmp_path, size):
+    _suite_passes_on_the_simulator(tmp_path, size)
 
 
 @pytest.fixture(scope="module")
@@ -58,9 +69,10 @@ def test_the_simulator_and_legal_nondeterminism_pass_both(table, name):
 
 
 @pytest.mark.slow
-def test_the_property_suite_passes_on_open_mpi(tmp_path):
+@pytest.mark.parametrize("size", [2, 3])
+def test_the_property_suite_passes_on_open_mpi(tmp_path, size):
     mpiexec_or_skip()
-    done = _suite(tmp_path, "--simdist-backend", "mpi", "--simdist-np", "2", "-q", "--hypothesis-seed=0")
+    done = _suite(tmp_path, "--simdist-backend", "mpi", "--simdist-np", str(size), "-q", "--hypothesis-seed=0")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert re.search(r"\b18 passed\b", done.stdout)
 

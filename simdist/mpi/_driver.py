@@ -24,20 +24,20 @@ import secrets
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import time
-from multiprocessing.connection import AuthenticationError, Connection, answer_challenge, deliver_challenge, wait
+from multiprocessing.connection import Connection, wait
 
+from .. import _stdin as stdin
 from .._driver import Driver
 from .._errors import SimdistError
 from .._whereabouts import CALL, FAILED, RETURNED, USER
+from ._handshake import Handshakes, Refused, authenticate, refused
 from ._tracking import Whereabouts
 
 _log = logging.getLogger("simdist")
 _ASK_EVERY = 0.25  # seconds between "where are you?" during a run
-_HANDSHAKE = 10.0  # seconds a connecting peer gets to prove it has the secret
 
 
 def find_mpiexec() -> str:
@@ -147,12 +147,6 @@ def _wait_gone(pids, within: float) -> None:
             time.sleep(0.02)
 
 
-def _timeouts(sock: socket.socket, seconds: float) -> None:
-    tv = struct.pack("ll", int(seconds), int((seconds % 1) * 1e6))
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
-
-
 class MpiDriver(Driver):
     def __init__(self, size: int, timeout: float, mpiexec: str | None = None, *, check_calls: bool = False):
         super().__init__()
@@ -190,6 +184,7 @@ class MpiDriver(Driver):
 
     def _environment(self) -> dict[str, str]:
         env = dict(launch_environment(self.mpiexec, self._tmpdir), SIMDIST_AUTHKEY=self._key.hex())
+        env[stdin.VARIABLE] = stdin.stdin_for_rank_0()  # mpiexec gets /dev/null: rank 0 opens it itself
         if self.check_calls:
             env["SIMDIST_CHECK_CALLS"] = "1"
         return env
@@ -207,47 +202,47 @@ class MpiDriver(Driver):
             raise SimdistError(f"backend 'mpi': cannot start {self.mpiexec}: {exc.strerror}") from None
         limit = max(self.timeout, 60.0)
         deadline = time.monotonic() + limit
-        self._listener.settimeout(0.2)
-        while None in self._conns:
-            if self._job.poll() is not None:
-                raise SimdistError(
-                    f"backend 'mpi': mpiexec exited with status {self._job.returncode} before every rank "
-                    f"connected ({self._conns.count(None)} of {self.size} missing); command: {' '.join(self.command())}"
-                )
-            if time.monotonic() > deadline:
-                self._kill_job()
-                raise SimdistError(f"backend 'mpi': the ranks did not connect within {limit:.0f} s")
-            try:
-                sock, _ = self._listener.accept()
-            except socket.timeout:
-                continue
-            try:
-                self._admit(sock)
-            except SimdistError:
-                self._kill_job()
-                raise
+        handshakes = Handshakes(self._listener, self._key)  # concurrent: no peer delays the ranks
+        try:
+            while None in self._conns:
+                if self._job.poll() is not None:
+                    raise SimdistError(
+                        f"backend 'mpi': mpiexec exited with status {self._job.returncode} before every rank "
+                        f"connected ({self._conns.count(None)} of {self.size} missing); command: {' '.join(self.command())}"
+                    )
+                if time.monotonic() > deadline:
+                    self._kill_job()
+                    raise SimdistError(f"backend 'mpi': the ranks did not connect within {limit:.0f} s")
+                admitted = handshakes.take(0.2)
+                if admitted is not None:
+                    try:
+                        self._enrol(*admitted)
+                    except SimdistError:
+                        self._kill_job()
+                        raise
+        finally:
+            handshakes.close()
 
     def _admit(self, sock: socket.socket) -> None:
-        """Authenticate a connecting rank; refuse anything else."""
-        sock.setblocking(True)
-        _timeouts(sock, _HANDSHAKE)
-        conn = Connection(os.dup(sock.fileno()))
+        """The handshake of one connection, to its end (``_launch`` runs
+        many at once): enrol a rank, refuse anything else."""
         try:
-            deliver_challenge(conn, self._key)
-            answer_challenge(conn, self._key)
-            hello = pickle.loads(conn.recv_bytes(1024))
-            kind, rank, pid, size, library = hello
-            if kind != "hello" or not (isinstance(size, int) and isinstance(library, str)):
-                raise AuthenticationError(f"unexpected greeting {hello!r}")
-            if size == self.size and (not 0 <= rank < size or self._conns[rank] is not None):
-                raise AuthenticationError(f"unexpected greeting {hello!r}")
-        except (AuthenticationError, OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError) as exc:
-            _log.warning("backend 'mpi': refused a connection to the world's listener: %s", exc)
-            conn.close()
+            admitted = authenticate(sock, self._key)
+        except Refused as exc:
+            refused(exc)
             return
         finally:
-            _timeouts(sock, 0)  # no timeouts after the handshake (the options live on the socket)
             sock.close()
+        self._enrol(*admitted)
+
+    def _enrol(self, hello: tuple, conn: Connection) -> None:
+        """Take an authenticated rank's connection (or refuse it), or say
+        why the job cannot work (it ends then)."""
+        _, rank, pid, size, library = hello
+        if size == self.size and (not 0 <= rank < size or self._conns[rank] is not None):
+            conn.close()
+            refused(Refused(f"unexpected greeting {hello!r}"))
+            return
         if size != self.size:  # e.g. MPICH's mpiexec starting ranks whose mpi4py uses Open MPI
             conn.close()
             raise SimdistError(

@@ -20,6 +20,7 @@ import sys
 import threading
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 
+from .._stdin import VARIABLE, mpi_rank_stdin, take_stdin
 from .._whereabouts import FAILED, RETURNED, USER
 from .._worker import Channel, die_with_parent, execute, forward_logs
 from ._tracking import TrackedComm, Whereabouts
@@ -93,6 +94,8 @@ def main(argv: list[str] | None = None) -> None:
     channel = Channel(conn)
     rank = MPI.COMM_WORLD.Get_rank()
     forward_logs(channel)
+    # rank 0 reads the driver's standard input, the others /dev/null, as under mpiexec (see simdist._stdin)
+    take_stdin(mpi_rank_stdin(rank, os.environ.pop(VARIABLE, "")))
     # The world's size and the library let the driver tell an mpiexec of
     # another MPI (whose ranks each find a world of 1) from a slow start.
     library = MPI.Get_library_version().splitlines()[0].split(",")[0].strip()

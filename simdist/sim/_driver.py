@@ -23,6 +23,7 @@ import weakref
 
 from .._driver import GRACE, Driver
 from .._errors import RankDied, SimdistError
+from .._stdin import driver_stdin
 from ._arena import Arena
 from ._layout import ABORT_DRIVER, CALL, H_ABORT, S_CTX, S_P2P_KIND, S_P2P_PEER, S_PROGRESS, S_STATE, Layout
 from . import _worker
@@ -99,14 +100,17 @@ class SimDriver(Driver):
         started = []
         for rank in ranks:
             parent, child = self._mp.Pipe()
+            stdin = driver_stdin() if rank == 0 else None  # rank 0 reads the driver's, as under mpiexec
             proc = self._mp.Process(
                 target=_worker.main,
-                args=(rank, layout_args, fd, child, lifeline, inherited, self.order),
+                args=(rank, layout_args, fd, child, lifeline, inherited, self.order, None if stdin is None else _SharedFd(stdin)),
                 name=f"simdist-rank-{rank}",
                 daemon=True,
             )
             proc.start()
             child.close()
+            if stdin is not None:
+                os.close(stdin)
             self._workers[rank] = _Worker(proc, parent)
             started.append(rank)
         limit = max(self.timeout, 60.0)

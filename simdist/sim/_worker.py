@@ -8,6 +8,7 @@ import os
 import pickle
 import signal
 
+from .._stdin import take_stdin
 from .._worker import Channel, die_with_parent, execute, forward_logs, watch_lifeline
 from ._arena import Arena, _libc
 from ._layout import FAILED, RETURNED, S_STATE, USER, Layout
@@ -97,9 +98,11 @@ def release_freed_memory() -> None:
         trim(0)
 
 
-def main(rank: int, layout_args: dict, shared_fd, conn, lifeline, inherited_write_end, order: str = "fold") -> None:
-    """Entry point of a worker process."""
+def main(rank: int, layout_args: dict, shared_fd, conn, lifeline, inherited_write_end, order: str = "fold",
+         stdin=None) -> None:
+    """Entry point of a worker process; ``stdin``, rank 0's, is the driver's standard input."""
     die_with_parent()
+    take_stdin(None if stdin is None else stdin.fd)  # the others keep multiprocessing's /dev/null
     watch_lifeline(lifeline, inherited_write_end)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C
     channel = Channel(conn)
