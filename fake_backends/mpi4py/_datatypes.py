@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._errors import unsupported
+from ._errors import ERR_ARG, ERR_TYPE, unsupported
+from ._errors import Exception as MPIException
 
 _DERIVED = "derived datatypes are not supported; send the numpy array with its element type and a count instead"
 
@@ -25,10 +26,15 @@ class Datatype:
     """An MPI datatype: ``name`` (``MPI_INT``), ``dtype`` (numpy; None for a
     type without one, which only fails when used), ``size`` in bytes."""
 
+    _constant = False  # True on the predefined objects MPI.DOUBLE, ...: Free refuses them
+
     def __init__(self, datatype: "Datatype | None" = None, *, _name: str = "MPI_DATATYPE_NULL", _dtype=None,
                  _key: str = "DATATYPE_NULL"):
-        if datatype is not None:  # Datatype(other): the same handle, as in mpi4py
-            _name, _dtype, _key = datatype._name, datatype._dtype, datatype._key
+        # Datatype(other) is another handle on the same datatype, as in mpi4py; ``_id`` is the
+        # MPI handle: the key of a predefined datatype, a new object for each Dup.
+        self._id = _key
+        if datatype is not None:
+            _name, _dtype, _key, self._id = datatype._name, datatype._dtype, datatype._key, datatype._id
         self._name = _name
         self._dtype = None if _dtype is None else np.dtype(_dtype)
         self._key = _key
@@ -37,23 +43,21 @@ class Datatype:
     def __eq__(self, other):
         if not isinstance(other, Datatype):
             return NotImplemented
-        return (self._name, self._key) == (other._name, other._key)
-
-    def __ne__(self, other):
-        result = self.__eq__(other)
-        return result if result is NotImplemented else not result
+        return self._id is other._id or self._id == other._id
 
     def __hash__(self):
-        return hash((self._name, self._key))
+        return hash(self._id)
 
     def __bool__(self):
-        return self._key != "DATATYPE_NULL"
+        return self._id != "DATATYPE_NULL"
 
     def __repr__(self):
         return f"<mpi4py.MPI.Datatype {self._name} (simdist)>"
 
-    def __reduce__(self):
-        return self._key  # a predefined type pickles as its name in this module
+    def _valid(self, call: str) -> "Datatype":
+        if not self:
+            raise MPIException(ERR_TYPE, f"Datatype.{call} of MPI.DATATYPE_NULL")
+        return self
 
     # -- queries ----------------------------------------------------------------------
     @property
@@ -66,6 +70,7 @@ class Datatype:
         return self._dtype
 
     def Get_size(self) -> int:
+        self._valid("Get_size")
         return 0 if self._dtype is None else self._dtype.itemsize
 
     def Get_extent(self) -> tuple[int, int]:
@@ -78,18 +83,37 @@ class Datatype:
         return self._name
 
     def Set_name(self, name: str) -> None:
-        self._name = str(name)
+        self._valid("Set_name")._name = str(name)
 
     def Commit(self) -> "Datatype":
-        return self
+        return self._valid("Commit")
 
     def Free(self) -> None:
-        pass
+        """Free a Dup; the handle becomes MPI.DATATYPE_NULL. A predefined
+        datatype cannot be freed (MPI_ERR_TYPE, as under Open MPI)."""
+        if self._valid("Free")._id == self._key:
+            raise MPIException(ERR_TYPE, f"Datatype.Free of {self._name}, a predefined datatype")
+        self.__init__()
 
-    free = Free
+    def free(self) -> None:
+        """Free unless null or predefined (mpi4py's ``free``)."""
+        if self and self._id != self._key:
+            self.Free()
 
     def Dup(self) -> "Datatype":
-        return Datatype(self)
+        """A new datatype of the same layout (not equal to this one, as in MPI)."""
+        dup = Datatype(self._valid("Dup"), _name=self._name)
+        dup._id = object()
+        return dup
+
+    @classmethod
+    def Match_size(cls, typeclass: int, size: int) -> "Datatype":
+        """The Fortran datatype of ``typeclass`` (MPI.TYPECLASS_INTEGER, ...) and ``size`` bytes, as Open MPI
+        answers."""
+        try:
+            return TYPES[_MATCH_SIZE[typeclass][size]]
+        except KeyError:
+            raise MPIException(ERR_ARG, f"Datatype.Match_size({typeclass}, {size}): no such datatype") from None
 
     Create_dup = Dup
 
@@ -118,7 +142,7 @@ class Datatype:
 
     def __getattr__(self, name):
         if name.startswith(("Create_", "Pack", "Unpack", "Get_envelope", "Get_contents", "decode")) or name in (
-            "Resized", "Match_size", "Get_value_index", "envelope", "contents", "combiner",
+            "Resized", "Get_value_index", "envelope", "contents", "combiner",
         ):
             raise unsupported(f"Datatype.{name}", _DERIVED)
         raise AttributeError(f"'Datatype' object has no attribute {name!r}")
@@ -168,7 +192,15 @@ TYPES: dict[str, Datatype] = {
     for key, dtype in _PREDEFINED.items()
 }
 TYPES.update({alias: TYPES[key] for alias, key in _ALIASES.items()})
-globals().update(TYPES)  # so that pickle finds each by its name (Datatype.__reduce__)
+for _datatype in TYPES.values():
+    _datatype._constant = True
+#: Datatype.Match_size: typeclass -> size -> the datatype Open MPI gives.
+_MATCH_SIZE = {
+    1: {1: "INTEGER1", 2: "INTEGER2", 4: "INTEGER", 8: "INTEGER8"},  # MPI.TYPECLASS_INTEGER
+    2: {4: "REAL", 8: "REAL8", 16: "REAL16"},  # MPI.TYPECLASS_REAL
+    3: {8: "COMPLEX", 16: "COMPLEX16", 32: "COMPLEX32"},  # MPI.TYPECLASS_COMPLEX
+    4: {1: "LOGICAL1", 2: "LOGICAL2", 4: "LOGICAL4", 8: "LOGICAL8"},  # MPI.TYPECLASS_LOGICAL
+}
 
 #: Buffer format characters -> datatypes, as mpi4py's ``MPI._typedict``.
 _typedict: dict[str, Datatype] = {

@@ -88,6 +88,8 @@ class Op:
         self._key = _key
         self._function = _function  # user ops: function(inbuf, inoutbuf, datatype)
         self._commute = bool(_commute)
+        # the MPI handle: a predefined op's key; each user op its own (copies share it)
+        self._id = op._id if op is not None else (_key if _function is None else object())
 
     def __call__(self, x, y):
         if self._function is not None:
@@ -100,25 +102,16 @@ class Op:
     def __eq__(self, other):
         if not isinstance(other, Op):
             return NotImplemented
-        return self._key == other._key and self._function is other._function
-
-    def __ne__(self, other):
-        result = self.__eq__(other)
-        return result if result is NotImplemented else not result
+        return self._id is other._id or self._id == other._id
 
     def __hash__(self):
-        return hash((self._key, id(self._function)))
+        return hash(self._id)
 
     def __bool__(self):
         return self._key != "OP_NULL"
 
     def __repr__(self):
         return f"<mpi4py.MPI.Op MPI_{self._key} (simdist)>"
-
-    def __reduce__(self):
-        if self._function is not None:
-            raise TypeError("a user-defined MPI.Op cannot be pickled; create it on every rank")
-        return self._key
 
     @classmethod
     def Create(cls, function, commute: bool = False) -> "Op":
@@ -129,11 +122,16 @@ class Op:
         return cls(_key="USER", _function=function, _commute=commute)
 
     def Free(self) -> None:
+        """Free a user op; the handle becomes MPI.OP_NULL (MPI_ERR_OP for a
+        predefined op or OP_NULL, as under Open MPI)."""
         if self._function is None:
-            raise MPIException(ERR_OP, "a predefined op cannot be freed")
-        self._key, self._function = "OP_NULL", None
+            raise MPIException(ERR_OP, f"Op.Free of MPI.{self._key}, a predefined op")
+        self.__init__()
 
-    free = Free
+    def free(self) -> None:
+        """Free unless null or predefined (mpi4py's ``free``)."""
+        if self._function is not None:
+            self.Free()
 
     def Is_commutative(self) -> bool:
         return self._commute
@@ -154,7 +152,6 @@ class Op:
 
 OP_NULL = Op()
 PREDEFINED = {key: Op(_key=key) for key in _OBJECT_FUNCS}
-globals().update(PREDEFINED)  # so that pickle finds each by its name (Op.__reduce__)
 
 
 def simdist_op(op) -> str | None:
