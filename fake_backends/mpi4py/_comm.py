@@ -98,7 +98,7 @@ class _State:
         self.sc, self.ctx, self.members = sc, ctx, members
         self.rank, self.size = sc.rank, sc.size
         self.name, self.predefined, self.freed = name, predefined, False
-        self.errhandler = _errhandlers.RETURN  # mpi4py's policy, on every communicator it makes
+        self.errhandler = _errhandlers.default()
         rt.states.append(self)
 
 
@@ -228,13 +228,25 @@ class Comm(BufferCollectives, VectorCollectives, ObjectCollectives):
 
     def Get_errhandler(self):
         """A new handle on the communicator's error handler (see ``_errhandlers``)."""
-        return _errhandlers.handle(self._st().errhandler)
+        return _errhandlers.Errhandler(self._st().errhandler)
 
     def Set_errhandler(self, errhandler) -> None:
         """MPI.ERRORS_RETURN: errors raise MPI.Exception; MPI.ERRORS_ARE_FATAL
-        and MPI.ERRORS_ABORT: an error ends the job."""
+        and MPI.ERRORS_ABORT: an error ends the job; a user handler is called,
+        then the error raises."""
         st = self._st()
         st.errhandler = _errhandlers.checked(errhandler, "Set_errhandler")
+
+    @classmethod
+    def Create_errhandler(cls, errhandler_fn):
+        """A user error handler: ``errhandler_fn(comm, errorcode)``."""
+        return _errhandlers.Errhandler._user(errhandler_fn)
+
+    def Call_errhandler(self, errorcode: int) -> None:
+        """Apply the communicator's error handler to ``errorcode``; under
+        MPI.ERRORS_RETURN nothing happens, as in MPI."""
+        st = self._st()
+        _errhandlers.invoke(self, st, MPIException(errorcode, "Call_errhandler"), "Comm.Call_errhandler")
 
     def Get_info(self):
         self._st()

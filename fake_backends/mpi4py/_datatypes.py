@@ -18,7 +18,7 @@ import sys
 
 import numpy as np
 
-from ._errors import ERR_ARG, ERR_TYPE, unsupported
+from ._errors import ERR_ARG, ERR_KEYVAL, ERR_TYPE, unsupported
 from ._errors import Exception as MPIException
 
 _DERIVED = "derived datatypes are not supported; send the numpy array with its element type and a count instead"
@@ -109,6 +109,12 @@ class Datatype:
         dup = Datatype(self._valid("Dup"), _name=self._name)
         dup._id = object()
         return dup
+
+    def Get_attr(self, keyval: int):
+        """User attributes are not simulated: there is no attribute to get."""
+        self._valid("Get_attr")
+        raise MPIException(ERR_KEYVAL, f"Datatype.Get_attr({keyval!r}) on {self._name}: no such keyval (user "
+                           "attributes are not simulated)")
 
     @classmethod
     def Match_size(cls, typeclass: int, size: int) -> "Datatype":

@@ -48,8 +48,10 @@ def _reduce_null_or_refused(obj):
 
 def _reduce_same_handle(obj):
     """Errhandlers (all predefined), datatypes, ops: a new handle on the same one."""
-    if getattr(obj, "_function", None) is not None:  # a user op
-        return type(obj).Create, (obj._function, obj._commute)
+    if getattr(obj, "_function", None) is not None:
+        if not hasattr(obj, "_commute"):
+            _refused(obj)  # a user error handler
+        return type(obj).Create, (obj._function, obj._commute)  # a user op
     if isinstance(getattr(obj, "_id", ""), str):  # a handle on a predefined one
         return type(obj), (_constant_where(type(obj), lambda value: value == obj),)
     return _dup_of, (_constant_where(type(obj), lambda value: value._id == obj._key),)  # a Dup'ed datatype
@@ -69,6 +71,8 @@ def _dup_of(datatype):
 def _reduce_info(info):
     if not info:
         return type(info), ()
+    if info == _NAMESPACE.get("INFO_ENV"):  # another handle on MPI.INFO_ENV
+        return type(info), (_NAMESPACE["INFO_ENV"],)
     return type(info).Create, (info.items(),)
 
 

@@ -12,6 +12,7 @@ handles survive ``Free``.
 
 from __future__ import annotations
 
+import copyreg
 import os
 import platform
 import socket
@@ -24,12 +25,18 @@ MAX_INFO_KEY, MAX_INFO_VAL = 36, 256
 
 
 class Errhandler:
-    """An error handler: ``Errhandler(other)`` is another handle on the same one."""
+    """An error handler: ``Errhandler(other)`` is another handle on the same one.
+
+    ``_name`` identifies it: "MPI_ERRORS_RETURN", ... for a predefined one,
+    a new object for each user handler (``Comm.Create_errhandler``), whose
+    ``_function(comm, errorcode)`` the communicator calls on an error.
+    """
 
     _constant = False  # True on MPI.ERRORS_RETURN, ...: Free leaves them as they are
 
     def __init__(self, errhandler: "Errhandler | None" = None):
         self._name = None if errhandler is None else errhandler._name  # None: MPI.ERRHANDLER_NULL
+        self._function = None if errhandler is None else errhandler._function
 
     @classmethod
     def _predefined(cls, name: str) -> "Errhandler":
@@ -37,10 +44,22 @@ class Errhandler:
         handler._name, handler._constant = name, True
         return handler
 
+    @classmethod
+    def _user(cls, function) -> "Errhandler":
+        """A user handler: at most MAX_USER_ERRHANDLERS live at once, as in mpi4py."""
+        if not callable(function):
+            raise TypeError(f"Create_errhandler: {function!r} is not callable")
+        if len(_USER_ERRHANDLERS) >= MAX_USER_ERRHANDLERS:
+            raise RuntimeError("cannot create too many user-defined error handlers")
+        handler = cls()
+        handler._name, handler._function = object(), function
+        _USER_ERRHANDLERS.add(handler._name)
+        return handler
+
     def __eq__(self, other):
         if not isinstance(other, Errhandler):
             return NotImplemented
-        return self._name == other._name
+        return self._name is other._name or self._name == other._name
 
     def __hash__(self):
         return hash(self._name)
@@ -49,18 +68,28 @@ class Errhandler:
         return self._name is not None
 
     def __repr__(self):
-        return f"<mpi4py.MPI.Errhandler {self._name or 'MPI_ERRHANDLER_NULL'} (simdist)>"
+        name = self._name if isinstance(self._name, str) else "user" if self._name else "MPI_ERRHANDLER_NULL"
+        return f"<mpi4py.MPI.Errhandler {name} (simdist)>"
+
+    def __reduce__(self):  # the same as pickling does (``_handles``): a user handler cannot be pickled
+        return copyreg.dispatch_table[type(self)](self)
 
     def Free(self) -> None:
         """Release this handle (a predefined handler itself stays valid)."""
         if self._name is None:
             raise MPIException(ERR_ARG, "Errhandler.Free of MPI.ERRHANDLER_NULL")
         if not self._constant:
-            self._name = None
+            _USER_ERRHANDLERS.discard(self._name)
+            self._name = self._function = None
 
-    free = Free
+    def free(self) -> None:
+        """Free unless null or predefined (mpi4py's ``free``)."""
+        if self and not self._constant:
+            self.Free()
 
 
+MAX_USER_ERRHANDLERS = 32
+_USER_ERRHANDLERS: set = set()  # the live user handlers
 ERRHANDLER_NULL = Errhandler()
 ERRHANDLER_NULL._constant = True
 ERRORS_RETURN = Errhandler._predefined("MPI_ERRORS_RETURN")
@@ -118,6 +147,15 @@ class Info:
         if items is not None:
             info.update(items)
         return info
+
+    @classmethod
+    def Create_env(cls, args=None) -> "Info":
+        """A new info with what MPI_INFO_ENV holds (``args``: the command line, if given)."""
+        items = _environment()
+        if args is not None:
+            args = [str(arg) for arg in args]
+            items.update(command=args[0] if args else "", argv=" ".join(args[1:]))
+        return cls.Create(items)
 
     def Free(self) -> None:
         self._live("Free")

@@ -78,6 +78,10 @@ _UFUNCS = {"max": np.maximum, "min": np.minimum, "sum": np.add, "prod": np.multi
            "lxor": np.logical_xor}
 
 
+MAX_USER_OPS = 32
+_USER_OPS: set = set()  # the live user ops
+
+
 class Op:
     """An MPI reduction operation. Calling it on two objects applies it
     (``MPI.SUM(1, 2) == 3``), as mpi4py's ops do."""
@@ -119,13 +123,18 @@ class Op:
         ``inbuf op inoutbuf`` into ``inoutbuf`` (memoryviews of the bytes)."""
         if not callable(function):
             raise TypeError(f"Op.Create: function={function!r} is not callable")
-        return cls(_key="USER", _function=function, _commute=commute)
+        if len(_USER_OPS) >= MAX_USER_OPS:  # mpi4py's registry of user functions has room for 32
+            raise RuntimeError("cannot create too many user-defined reduction operations")
+        op = cls(_key="USER", _function=function, _commute=commute)
+        _USER_OPS.add(op._id)
+        return op
 
     def Free(self) -> None:
         """Free a user op; the handle becomes MPI.OP_NULL (MPI_ERR_OP for a
         predefined op or OP_NULL, as under Open MPI)."""
         if self._function is None:
             raise MPIException(ERR_OP, f"Op.Free of MPI.{self._key}, a predefined op")
+        _USER_OPS.discard(self._id)
         self.__init__()
 
     def free(self) -> None:

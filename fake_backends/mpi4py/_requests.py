@@ -23,6 +23,9 @@ class Status:
 
     def __init__(self, status: "Status | None" = None):
         self.source, self.tag, self.error, self._nbytes, self.cancelled = ANY_SOURCE, ANY_TAG, SUCCESS, 0, False
+        if status is not None and not isinstance(status, Status):
+            raise TypeError(f"Argument 'status' has incorrect type (expected mpi4py.MPI.Status, got "
+                            f"{type(status).__name__})")
         if status is not None:
             self.source, self.tag, self.error = status.source, status.tag, status.error
             self._nbytes, self.cancelled = status._nbytes, status.cancelled
@@ -84,7 +87,7 @@ class Status:
     def Set_cancelled(self, flag: bool) -> None:
         self.cancelled = bool(flag)
 
-    count = property(Get_count)
+    count = property(Get_count, lambda self, count: self.Set_elements(TYPES["BYTE"], count))
 
 
 class _Done:
