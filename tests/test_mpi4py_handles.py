@@ -58,6 +58,9 @@ NULL_INFO = """
     info.Free()
     assert info == MPI.INFO_NULL and not info and dup.Get("a") == "1"
     assert MPI.INFO_ENV and MPI.INFO_ENV.Get("wdir")
+    env = MPI.Info.Create_env()
+    assert env.Get("wdir") == MPI.INFO_ENV.Get("wdir") and env != MPI.INFO_ENV
+    env.Free()
 """
 
 PICKLED_HANDLES = """
@@ -71,7 +74,7 @@ PICKLED_HANDLES = """
         handle = getattr(MPI, name)
         assert pickle.loads(pickle.dumps(handle)) is handle, name
     for copy in (MPI.Datatype(MPI.DOUBLE), MPI.Op(MPI.MAX), MPI.Errhandler(MPI.ERRORS_RETURN), MPI.Comm(),
-                 MPI.Info(), MPI.Request(), MPI.Message(), comm.Get_errhandler()):
+                 MPI.Info(), MPI.Info(MPI.INFO_ENV), MPI.Request(), MPI.Message(), comm.Get_errhandler()):
         again = pickle.loads(pickle.dumps(copy))
         assert again == copy and type(again) is type(copy), copy
     info = pickle.loads(pickle.dumps(MPI.Info.Create({"k": "v"})))
@@ -116,6 +119,21 @@ ERRHANDLERS = """
         else:
             raise AssertionError("no ERR_ARG")
     assert comm.Get_errhandler() == MPI.ERRORS_RETURN
+    comm.Call_errhandler(MPI.ERR_OTHER)                      # under ERRORS_RETURN: nothing happens
+    seen = []
+    mine = MPI.Comm.Create_errhandler(lambda where, code: seen.append((where == comm, code)))
+    comm.Set_errhandler(mine)
+    assert comm.Get_errhandler() == mine and mine != MPI.ERRORS_RETURN
+    comm.Call_errhandler(MPI.ERR_OTHER)
+    try:
+        comm.Send(np.zeros(1), dest=size)
+    except MPI.Exception as exc:                             # the handler returned: the error raises
+        assert exc.Get_error_class() == MPI.ERR_RANK, exc
+    else:
+        raise AssertionError("no ERR_RANK")
+    assert seen == [(True, MPI.ERR_OTHER), (True, MPI.ERR_RANK)], seen
+    comm.Set_errhandler(MPI.ERRORS_RETURN)
+    mine.Free()
     for call in (MPI.COMM_NULL.Get_errhandler, lambda: MPI.COMM_NULL.Set_errhandler(MPI.ERRORS_RETURN)):
         try:
             call()
@@ -165,6 +183,16 @@ EXCEPTIONS = """
     assert dup == MPI.DATATYPE_NULL and MPI.DOUBLE.Get_size() == 8
     assert MPI.Datatype.Match_size(MPI.TYPECLASS_REAL, 8) == MPI.REAL8
     assert MPI.Datatype.Match_size(MPI.TYPECLASS_INTEGER, 4) == MPI.INTEGER
+    ops = [MPI.Op.Create(lambda a, b, datatype: None) for _ in range(32)]   # mpi4py has room for 32
+    try:
+        MPI.Op.Create(lambda a, b, datatype: None)
+    except RuntimeError as err:
+        assert "too many user-defined reduction operations" in str(err)
+    else:
+        raise AssertionError("a 33rd user op")
+    for op in ops:
+        op.Free()
+    MPI.Op.Create(lambda a, b, datatype: None).Free()
     assert MPI.COMM_NULL.Get_name() == "MPI_COMM_NULL" and MPI.DATATYPE_NULL.Get_name() == "MPI_DATATYPE_NULL"
 """
 
