@@ -24,7 +24,24 @@ from ._errors import Exception as MPIException
 _DERIVED = "derived datatypes are not supported; send the numpy array with its element type and a count instead"
 
 
-class Datatype:
+def _missing(name: str) -> Exception:
+    """NotImplementedError for the calls of derived datatypes, else AttributeError."""
+    if name.startswith(("Create_", "Pack", "Unpack", "Get_envelope", "Get_contents", "decode")) or name in (
+        "Resized", "Get_value_index", "envelope", "contents", "combiner",
+    ):
+        return unsupported(f"Datatype.{name}", _DERIVED)
+    return AttributeError(f"'Datatype' object has no attribute {name!r}")
+
+
+class _DatatypeClass(type):
+    """So that ``MPI.Datatype.Create_struct(...)`` (a class method in mpi4py)
+    raises NotImplementedError too, which mpi4py's tests skip on."""
+
+    def __getattr__(cls, name):
+        raise _missing(name)
+
+
+class Datatype(metaclass=_DatatypeClass):
     """An MPI datatype: ``name`` (``MPI_INT``), ``dtype`` (numpy; None for a
     type without one, which only fails when used), ``size`` in bytes."""
 
@@ -151,11 +168,7 @@ class Datatype:
         return lookup(code)
 
     def __getattr__(self, name):
-        if name.startswith(("Create_", "Pack", "Unpack", "Get_envelope", "Get_contents", "decode")) or name in (
-            "Resized", "Get_value_index", "envelope", "contents", "combiner",
-        ):
-            raise unsupported(f"Datatype.{name}", _DERIVED)
-        raise AttributeError(f"'Datatype' object has no attribute {name!r}")
+        raise _missing(name)
 
 
 def _pair(value) -> np.dtype:

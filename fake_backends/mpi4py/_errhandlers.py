@@ -48,7 +48,7 @@ def invoke(comm, st, error: MPIException, call: str) -> None:
     caller then raises ``error``."""
     handler = st.errhandler
     if handler._name in _ENDS_THE_JOB:
-        raise ErrorsAreFatal(error, call, st.name, handler._name) from error
+        raise ErrorsAreFatal(error, call, st.name, handler._name) from None  # the message says it all
     if handler._function is not None:
         handler._function(comm, error.Get_error_code())
 
