@@ -181,6 +181,8 @@ EXCEPTIONS = """
     assert dup != MPI.DOUBLE and dup.Get_size() == 8
     dup.Free()
     assert dup == MPI.DATATYPE_NULL and MPI.DOUBLE.Get_size() == 8
+    assert [t.tocode() for t in (MPI.DOUBLE, MPI.C_BOOL, MPI.Datatype(MPI.C_FLOAT_COMPLEX), MPI.COUNT)] == \
+        ["d", "b1", "F", "p"]
     assert MPI.Datatype.Match_size(MPI.TYPECLASS_REAL, 8) == MPI.REAL8
     assert MPI.Datatype.Match_size(MPI.TYPECLASS_INTEGER, 4) == MPI.INTEGER
     ops = [MPI.Op.Create(lambda a, b, datatype: None) for _ in range(32)]   # mpi4py has room for 32

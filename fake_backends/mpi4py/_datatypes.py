@@ -145,10 +145,11 @@ class Datatype(metaclass=_DatatypeClass):
     Create_dup = Dup
 
     def tocode(self) -> str:
-        for code, datatype in _typedict.items():
-            if datatype is self:
-                return code
-        raise ValueError(f"cannot map {self._name} to a type code")
+        """The type code of the datatype, as mpi4py's (``"d"`` for MPI.DOUBLE)."""
+        try:
+            return _TOCODE[self._key]
+        except KeyError:
+            raise ValueError("cannot map to character code or type string") from None
 
     size = property(Get_size)
     extent = property(lambda self: self.Get_size())
@@ -199,6 +200,20 @@ _PREDEFINED = {
     "INTEGER1": np.int8, "INTEGER2": np.int16, "INTEGER4": np.int32, "INTEGER8": np.int64, "INTEGER16": None,
     "REAL2": np.float16, "REAL4": np.float32, "REAL8": np.float64, "REAL16": "V16",  # quad precision: bytes only
     "COMPLEX4": None, "COMPLEX8": np.complex64, "COMPLEX16": np.complex128, "COMPLEX32": None,
+}
+#: Datatype.tocode(): the type code mpi4py gives each predefined datatype under Open MPI.
+_TOCODE = {
+    "AINT": "p", "BYTE": "B", "CHAR": "c", "CHARACTER": "c", "COMPLEX": "F", "COMPLEX16": "c16",
+    "COMPLEX32": "c32", "COMPLEX8": "c8", "COUNT": "p", "CXX_BOOL": "?", "CXX_DOUBLE_COMPLEX": "D",
+    "CXX_FLOAT_COMPLEX": "F", "CXX_LONG_DOUBLE_COMPLEX": "G", "C_BOOL": "b1", "C_DOUBLE_COMPLEX": "D",
+    "C_FLOAT_COMPLEX": "F", "C_LONG_DOUBLE_COMPLEX": "G", "DOUBLE": "d", "DOUBLE_COMPLEX": "D",
+    "DOUBLE_PRECISION": "d", "FLOAT": "f", "FLOAT16_T": "e", "FLOAT32_T": "f", "FLOAT64_T": "d", "INT": "i",
+    "INT16_T": "i2", "INT32_T": "i4", "INT64_T": "i8", "INT8_T": "i1", "INTEGER": "i", "INTEGER1": "i1",
+    "INTEGER2": "i2", "INTEGER4": "i4", "INTEGER8": "i8", "LOGICAL": "i", "LOGICAL1": "b1", "LOGICAL2": "i2",
+    "LOGICAL4": "i4", "LOGICAL8": "i8", "LONG": "l", "LONG_DOUBLE": "g", "LONG_LONG": "q", "OFFSET": "p",
+    "PACKED": "B", "REAL": "f", "REAL16": "f16", "REAL4": "f4", "REAL8": "f8", "SHORT": "h", "SIGNED_CHAR": "b",
+    "UINT16_T": "u2", "UINT32_T": "u4", "UINT64_T": "u8", "UINT8_T": "u1", "UNSIGNED": "I", "UNSIGNED_CHAR": "B",
+    "UNSIGNED_LONG": "L", "UNSIGNED_LONG_LONG": "Q", "UNSIGNED_SHORT": "H", "WCHAR": "U",
 }
 #: Optional datatypes Open MPI 5 does not provide: using one raises MPI_ERR_TYPE there, and here.
 _UNAVAILABLE = {"COMPLEX4", "COMPLEX32", "INTEGER16", "LOGICAL16", "BFLOAT16_T"}

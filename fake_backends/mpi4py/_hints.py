@@ -88,6 +88,12 @@ class Errhandler:
             self.Free()
 
 
+    def __getattr__(self, name):
+        from ._names import unsupported_attribute
+
+        raise unsupported_attribute("Errhandler", name)
+
+
 MAX_USER_ERRHANDLERS = 32
 _USER_ERRHANDLERS: set = set()  # the live user handlers
 ERRHANDLER_NULL = Errhandler()

@@ -159,6 +159,12 @@ class Op:
         dst.typed[...] = fold_arrays(self, [src.typed, dst.typed.copy()], dst.datatype, "Reduce_local", 0)
 
 
+    def __getattr__(self, name):
+        from ._names import unsupported_attribute
+
+        raise unsupported_attribute("Op", name)
+
+
 OP_NULL = Op()
 PREDEFINED = {key: Op(_key=key) for key in _OBJECT_FUNCS}
 
