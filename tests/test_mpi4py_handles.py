@@ -255,3 +255,21 @@ def test_derived_datatype_constructors_of_the_class_are_not_implemented(tmp_path
                 raise AssertionError(name)
         assert not hasattr(MPI.Datatype, "no_such_name")
     """, n=1)
+
+
+def test_a_user_op_gets_buffers_that_take_any_bytes_like_value(tmp_path):
+    """mpi4py passes buffers whose slice assignment copies bytes: ``b[:] = array('i', ...)``."""
+    ok(tmp_path, """
+        import array
+
+        def add(a, b, datatype):
+            assert datatype == MPI.INT and len(a) == len(b) == 12
+            x, y = array.array("i", bytes(a)), array.array("i", bytes(b))
+            b[:] = array.array("i", [u + v for u, v in zip(x, y)])
+
+        op = MPI.Op.Create(add, commute=True)
+        got = array.array("i", [0] * 3)
+        comm.Allreduce([array.array("i", [1, 2, 3 + rank]), MPI.INT], [got, MPI.INT], op)
+        assert list(got) == [2, 4, 7], got
+        op.Free()
+    """, n=2)

@@ -224,7 +224,10 @@ def fold_arrays(op: Op, parts: list[np.ndarray], datatype, call: str, rank: int)
     if op._function is not None:  # user op: inoutbuf = inbuf op inoutbuf
         for part in parts[1:]:
             acc = np.array(part, copy=True)
-            op._function(memoryview(out.view(np.uint8)), memoryview(acc.view(np.uint8)), datatype)
+            # bytearrays, like mpi4py's MPI.buffer: writable, and slice assignment takes any bytes-like object
+            inoutbuf = bytearray(acc.view(np.uint8))
+            op._function(bytearray(out.view(np.uint8)), inoutbuf, datatype)
+            acc.view(np.uint8)[...] = np.frombuffer(inoutbuf, np.uint8)
             out = acc
         return out
     if op._key in ("MAXLOC", "MINLOC"):
