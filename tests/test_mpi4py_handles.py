@@ -77,6 +77,9 @@ PICKLED_HANDLES = """
                  MPI.Info(), MPI.Info(MPI.INFO_ENV), MPI.Request(), MPI.Message(), comm.Get_errhandler()):
         again = pickle.loads(pickle.dumps(copy))
         assert again == copy and type(again) is type(copy), copy
+    for handle in (MPI.MAX, MPI.DOUBLE, MPI.ERRORS_RETURN, MPI.INFO_NULL, MPI.Datatype(MPI.INT)):
+        assert type(handle).fromint(handle.toint()) == handle, handle
+        assert type(handle).f2py(handle.py2f()) == handle, handle
     info = pickle.loads(pickle.dumps(MPI.Info.Create({"k": "v"})))
     assert info.items() == [("k", "v")]
     try:

@@ -20,6 +20,7 @@ import numpy as np
 
 from ._errors import ERR_ARG, ERR_KEYVAL, ERR_TYPE, unsupported
 from ._errors import Exception as MPIException
+from ._handles import IntegerHandles
 
 _DERIVED = "derived datatypes are not supported; send the numpy array with its element type and a count instead"
 
@@ -41,7 +42,7 @@ class _DatatypeClass(type):
         raise _missing(name)
 
 
-class Datatype(metaclass=_DatatypeClass):
+class Datatype(IntegerHandles, metaclass=_DatatypeClass):
     """An MPI datatype: ``name`` (``MPI_INT``), ``dtype`` (numpy; None for a
     type without one, which only fails when used), ``size`` in bytes."""
 

@@ -23,6 +23,34 @@ import copyreg
 
 _NAMESPACE: dict = {}  # the MPI module's globals: name -> object
 _NAMES: dict[int, str] = {}  # id of a predefined handle -> its name in MPI
+_INTEGERS: list = []  # integer handle -> a handle on that MPI object (IntegerHandles)
+
+
+class IntegerHandles:
+    """``toint``/``fromint`` and ``py2f``/``f2py``: an integer for a handle,
+    and a new handle equal to it for the integer. The integers are the
+    stand-in's own (an index into this rank's table), not Open MPI's."""
+
+    def toint(self) -> int:
+        for index, known in enumerate(_INTEGERS):
+            if type(known) is type(self) and known == self:
+                return index
+        _INTEGERS.append(type(self)(self))
+        return len(_INTEGERS) - 1
+
+    py2f = toint
+
+    @classmethod
+    def fromint(cls, arg: int):
+        try:
+            known = _INTEGERS[arg] if arg >= 0 else None
+        except IndexError:
+            known = None
+        if not isinstance(known, cls):
+            raise ValueError(f"{arg!r} is no integer handle of an MPI.{cls.__name__} on this rank")
+        return cls(known)
+
+    f2py = fromint
 
 
 def predefined(name: str):
@@ -91,6 +119,7 @@ def register(namespace: dict, *, null_or_refused, same_handle, info) -> None:
     for the handle classes given (each with its subclasses of the stand-in)."""
     _NAMESPACE.clear()
     _NAMESPACE.update(namespace)
+    _INTEGERS.clear()
     classes = (*null_or_refused, *same_handle, *info)
     for name, value in namespace.items():
         if isinstance(value, classes) and name.isupper():

@@ -20,11 +20,12 @@ import sys
 
 from ._errors import ERR_ARG, ERR_INFO, ERR_INFO_KEY, ERR_INFO_NOKEY, ERR_INFO_VALUE
 from ._errors import Exception as MPIException
+from ._handles import IntegerHandles
 
 MAX_INFO_KEY, MAX_INFO_VAL = 36, 256
 
 
-class Errhandler:
+class Errhandler(IntegerHandles):
     """An error handler: ``Errhandler(other)`` is another handle on the same one.
 
     ``_name`` identifies it: "MPI_ERRORS_RETURN", ... for a predefined one,
@@ -109,7 +110,7 @@ def _string(value, what: str) -> str:
     return value
 
 
-class Info:
+class Info(IntegerHandles):
     """An MPI info object: string keys to string values, with mpi4py's
     mapping methods. ``Info(other)`` is another handle on the same object."""
 

@@ -26,6 +26,7 @@ from simdist._arguments import DTYPE_CODE, check_op
 from simdist._reduction import fold
 
 from ._errors import ERR_OP, Exception as MPIException
+from ._handles import IntegerHandles
 
 
 def _op_max(x, y):
@@ -82,7 +83,7 @@ MAX_USER_OPS = 32
 _USER_OPS: set = set()  # the live user ops
 
 
-class Op:
+class Op(IntegerHandles):
     """An MPI reduction operation. Calling it on two objects applies it
     (``MPI.SUM(1, 2) == 3``), as mpi4py's ops do."""
 
