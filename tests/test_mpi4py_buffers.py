@@ -70,6 +70,20 @@ BUFFERS = """
         exchange(np.ones(3), CudaArray(np.zeros((4, 3))[:, 0]))
     except BufferError as exc:
         assert "buffer is not contiguous" in str(exc), exc
+    odd = CudaArray(np.zeros(3))
+    odd.__cuda_array_interface__["descr"] = 42
+    try:
+        exchange(np.ones(3), odd)
+    except TypeError:
+        pass
+    else:
+        raise AssertionError("a descr that is no list was taken")
+    import warnings
+    odd.__cuda_array_interface__["descr"] = [("a", "<f8"), ("b", "<f8")]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exchange(np.ones(3), odd)
+    assert [str(w.message) for w in caught] == ["__cuda_array_interface__: ignoring 'descr' key"], caught
     # strided (F-order) is contiguous too
     fortran = np.asfortranarray(np.zeros((2, 3)))
     exchange(np.arange(6.0), DLPack(fortran))

@@ -24,6 +24,7 @@ import ctypes
 import math
 import operator
 import sys
+import warnings
 
 import numpy as np
 
@@ -206,8 +207,10 @@ _KINDS = {"b": K_DL_BOOL, "i": K_DL_INT, "u": K_DL_UINT, "f": K_DL_FLOAT, "c": K
 
 def _cuda_array_interface(obj, writable: bool):
     cai = obj.__cuda_array_interface__
-    (address, readonly), typestr, shape = cai["data"], cai["typestr"], tuple(cai["shape"])
-    strides, mask = cai.get("strides"), cai.get("mask")
+    data, typestr, shape = _typed(cai["data"], tuple), _typed(cai["typestr"], str), _typed(cai["shape"], tuple)
+    strides, descr = _typed(cai.get("strides"), tuple, True), _typed(cai.get("descr"), list, True)
+    address, readonly = data
+    mask = cai.get("mask")
     itemsize, size = int(typestr[2:]), math.prod(shape)
     native = "<" if sys.byteorder == "little" else ">"
     if typestr[0] in "<>" and typestr[0] != native:
@@ -224,12 +227,21 @@ def _cuda_array_interface(obj, writable: bool):
                           f"(shape:{shape}, strides:{tuple(strides)}, itemsize:{itemsize})")
     if readonly and writable:
         raise BufferError("__cuda_array_interface__: buffer is not writable")
+    if descr is not None and (len(descr) != 1 or descr[0] != ("", typestr)):
+        warnings.warn("__cuda_array_interface__: ignoring 'descr' key", RuntimeWarning, stacklevel=2)
     nbytes = size * itemsize
     if nbytes and not _host_memory(address or 0, nbytes, writable):
         raise BufferError(f"{NOT_CPU}: __cuda_array_interface__ memory at {hex(address or 0)} is not host memory "
                           "of this process; device memory cannot be simulated, pass host memory (a numpy array)")
     fmt = _format(_KINDS.get(typestr[1], -1), itemsize) or "B"
     return _array(address or 0, nbytes, bool(readonly), obj), fmt
+
+
+def _typed(value, kind: type, optional: bool = False):
+    """``value``, of the type mpi4py declares for it (TypeError otherwise)."""
+    if not isinstance(value, kind) and not (optional and value is None):
+        raise TypeError(f"__cuda_array_interface__: expected {kind.__name__}, got {type(value).__name__}")
+    return value
 
 
 def _host_memory(address: int, nbytes: int, writable: bool) -> bool:
