@@ -262,7 +262,8 @@ def _calling_method() -> str:
     it calls)."""
     frame, name = sys._getframe(2), "a call"
     while frame is not None and frame.f_globals.get("__package__") == __package__:
-        name = frame.f_code.co_name
+        if not frame.f_globals["__name__"].endswith("._errhandlers"):  # not the error handlers' wrapper
+            name = frame.f_code.co_name
         frame = frame.f_back
     return name
 
