@@ -12,15 +12,12 @@ would not (it would read it).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
-from conftest import mpiexec_or_skip
 from test_mpi4py_api import PRELUDE, ok
+from test_mpi4py_handles import run_under_mpiexec
 
 BUFFERS = """
     class DLPack:                       # only DLPack: no buffer protocol
@@ -146,10 +143,7 @@ def test_device_memory_is_refused_with_mpi4py_words(tmp_path):
 
 @pytest.mark.slow
 def test_the_program_passes_under_mpiexec(tmp_path):
-    mpiexec = mpiexec_or_skip()
     path = tmp_path / "buffers.py"
     path.write_text(PRELUDE + textwrap.dedent(BUFFERS))
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    done = subprocess.run([mpiexec, "-n", "1", sys.executable, str(path)], env=env, capture_output=True, text=True,
-                          timeout=120, start_new_session=True)
+    done = run_under_mpiexec(path)
     assert done.returncode == 0, done.stderr[-3000:]

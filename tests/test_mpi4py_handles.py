@@ -9,15 +9,16 @@ installed. The other tests run them under the stand-in.
 
 from __future__ import annotations
 
-import os
+import shutil
 import subprocess
-import sys
 import textwrap
 
 import pytest
 
-from conftest import mpiexec_or_skip
+from conftest import dev_shm
+from simdist.mpi._driver import session_tmpdir
 from test_mpi4py_api import PRELUDE, ok, run
+from test_mpi4py_programs import mpiexec_command, remove_orphaned_segments
 
 NULL_INFO = """
     null = MPI.INFO_NULL
@@ -233,16 +234,26 @@ def test_an_error_under_errors_return_is_an_exception_the_program_catches(tmp_pa
     assert capfd.readouterr().out.count("caught") == 2
 
 
+def run_under_mpiexec(path) -> subprocess.CompletedProcess:
+    """``mpiexec -n 1 python PATH``, as simdist's MPI backend starts jobs,
+    leaving no session files or shared-memory segments behind."""
+    tmpdir = session_tmpdir()
+    command, env = mpiexec_command(1, [str(path)], tmpdir)
+    shm_before = dev_shm()
+    try:
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, start_new_session=True)
+    finally:
+        remove_orphaned_segments(dev_shm() - shm_before)
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
 @pytest.mark.slow
 def test_the_programs_pass_under_mpiexec(tmp_path):
     """The assertions hold under Open MPI (where MPI is installed)."""
-    mpiexec = mpiexec_or_skip()
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", PYTHONPATH="")
     for name, body in PROGRAMS.items():
         path = tmp_path / f"{name}.py"
         path.write_text(PRELUDE + textwrap.dedent(body))
-        done = subprocess.run([mpiexec, "-n", "1", sys.executable, str(path)], env=env, capture_output=True,
-                              text=True, timeout=120, start_new_session=True)
+        done = run_under_mpiexec(path)
         assert done.returncode == 0, (name, done.stderr[-3000:])
 
 
