@@ -574,7 +574,7 @@ def test_maxloc_and_minloc_on_objects_and_pair_datatypes(tmp_path):
         try:
             comm.Allreduce(np.zeros(2), np.zeros(2), op=MPI.MAXLOC)
         except MPI.Exception as exc:
-            assert exc.error_class == MPI.ERR_OP and "DOUBLE_INT" in str(exc)
+            assert exc.error_class == MPI.ERR_OP and "DOUBLE_INT" in exc.detail
         else:
             raise AssertionError("MAXLOC on doubles did not raise")
     """, 4)

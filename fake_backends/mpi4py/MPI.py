@@ -32,8 +32,9 @@ What is different, on purpose:
   collectives, derived datatypes, Alltoallw, ``mpi4py.util``,
   ``mpi4py.futures``, ...) raises ``NotImplementedError`` naming the call
   and what to use instead; names mpi4py does not have either raise
-  AttributeError. Errors are always raised as Python exceptions (error
-  handlers are accepted and ignored), and the thread level is
+  AttributeError. Errors raise ``MPI.Exception`` under a communicator's
+  default handler, ERRORS_RETURN, and end the job under ERRORS_ARE_FATAL
+  and ERRORS_ABORT (``_errhandlers``); the thread level is
   THREAD_SERIALIZED (one thread at a time may call MPI).
 """
 
@@ -55,8 +56,10 @@ from ._errors import (ERR_ARG, ERR_BUFFER, ERR_COMM, ERR_COUNT, ERR_DIMS, ERR_GR
                       ERR_LASTCODE, ERR_NOT_SAME, ERR_OP, ERR_OTHER, ERR_PENDING, ERR_RANK, ERR_REQUEST, ERR_ROOT,
                       ERR_TAG, ERR_TOPOLOGY, ERR_TRUNCATE, ERR_TYPE, ERR_UNKNOWN, ERR_UNSUPPORTED_OPERATION, SUCCESS,
                       Exception, MPIAbort)
+from ._errors import error_class as _error_class
 from ._errors import error_string as _error_string
-from ._hints import ERRHANDLER_NULL, ERRORS_ABORT, ERRORS_ARE_FATAL, ERRORS_RETURN, Errhandler, Info
+from ._handles import register as _register_handles
+from ._hints import ERRHANDLER_NULL, ERRORS_ABORT, ERRORS_ARE_FATAL, ERRORS_RETURN, INFO_ENV, INFO_NULL, Errhandler, Info
 from ._ops import OP_NULL, Op
 from ._ops import PREDEFINED as _PREDEFINED
 from ._p2p import ANY_SOURCE, ANY_TAG, PROC_NULL
@@ -77,9 +80,6 @@ BSEND_OVERHEAD = 128
 CART, GRAPH, DIST_GRAPH = 1, 2, 3
 ORDER_C, ORDER_FORTRAN, ORDER_F = 0, 1, 1
 
-
-INFO_NULL = Info()
-INFO_ENV = Info()
 
 
 # -- the environment ------------------------------------------------------------
@@ -162,7 +162,7 @@ def Get_error_string(errorcode: int) -> str:
 
 
 def Get_error_class(errorcode: int) -> int:
-    return int(errorcode)
+    return _error_class(errorcode)
 
 
 def Compute_dims(nnodes: int, dims) -> list[int]:
@@ -196,6 +196,9 @@ def __getattr__(name: str):
 
     raise unsupported_module_attribute(name)
 
+
+_register_handles(globals(), null_or_refused=(Comm, Intracomm, Request, Prequest, Message),
+                  same_handle=(Errhandler, Datatype, Op), info=(Info,))
 
 #: The names this module gives, each one of mpi4py.MPI's (a test compares them with mpi4py's).
 __all__ = sorted(

@@ -2,7 +2,9 @@
 
 A buffer argument of the uppercase API is one of::
 
-    buf                                  a numpy array or any buffer (bytes, bytearray, array.array, ...)
+    buf                                  a numpy array or any buffer (bytes, bytearray, array.array, ...),
+                                         or an object with __dlpack__ or __cuda_array_interface__ on
+                                         host memory (``_interfaces``)
     [buf, datatype]                      datatype: an MPI.Datatype or a type code such as "d" or "B"
     [buf, count]  /  [buf, (count, displ)]
     [buf, count, datatype]  /  [buf, (count, displ), datatype]
@@ -25,6 +27,7 @@ import numpy as np
 from simdist._arguments import DTYPE_CODE
 
 from ._datatypes import Datatype, lookup, of_array, of_format
+from ._interfaces import memory
 
 
 class _Constant(int):
@@ -93,10 +96,13 @@ def _memory(obj, writable: bool, what: str) -> tuple[np.ndarray, Datatype | None
     else:
         try:
             view = memoryview(obj)
+            arr, fmt = np.asarray(view), view.format
         except TypeError:
-            raise TypeError(f"message: expecting buffer or list/tuple, got {type(obj).__name__} for {what}") from None
-        arr = np.asarray(view)
-        fmt = view.format
+            found = memory(obj, writable)  # DLPack or the CUDA array interface
+            if found is None:
+                raise TypeError(f"message: expecting buffer or list/tuple, got {type(obj).__name__} for {what}"
+                                ) from None
+            arr, fmt = found
 
         def infer(_arr, fmt=fmt):
             return of_format(fmt)
@@ -196,7 +202,7 @@ def parse(spec, *, writable: bool, blocks: int = 0, what: str = "buf") -> BufSpe
             + (f" x {blocks} blocks" if blocks >= 2 else "")
             + f" of {datatype.Get_name()} needs {need}; MPI would read or write past its end"
         )
-    if need:
+    if count:
         datatype.dtype  # noqa: B018 - raises for datatypes without a numpy equivalent
     return BufSpec(raw[offset:offset + need], datatype, count)
 

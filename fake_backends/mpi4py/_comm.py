@@ -22,8 +22,10 @@ from simdist._errors import SimdistError
 from . import _runtime
 from ._buffers import parse
 from ._collectives import BufferCollectives
-from ._errors import ERR_ARG, ERR_COMM, ERR_OTHER, ERR_RANK, ERR_TAG, Exception as MPIException, MPIAbort, earlier_run
-from ._hints import ERRORS_RETURN, Info
+from . import _errhandlers
+from ._errors import ERR_ARG, ERR_COMM, ERR_KEYVAL, ERR_OTHER, ERR_RANK, ERR_TAG, Exception as MPIException, MPIAbort
+from ._errors import earlier_run
+from ._hints import Info
 from ._objects import ObjectCollectives
 from ._p2p import ANY_SOURCE, ANY_TAG, PICKLED, PROC_NULL, SendOp
 from ._pickle import pickle
@@ -89,13 +91,14 @@ class _SelfComm:
 class _State:
     """What a communicator handle refers to (see the module docstring)."""
 
-    __slots__ = ("sc", "ctx", "members", "rank", "size", "name", "rt", "engine", "predefined", "freed")
+    __slots__ = ("sc", "ctx", "members", "rank", "size", "name", "rt", "engine", "predefined", "freed", "errhandler")
 
     def __init__(self, rt, sc, ctx: int, members: list[int], name: str, predefined: bool = False):
         self.rt, self.engine = rt, rt.engine
         self.sc, self.ctx, self.members = sc, ctx, members
         self.rank, self.size = sc.rank, sc.size
         self.name, self.predefined, self.freed = name, predefined, False
+        self.errhandler = _errhandlers.default()
         rt.states.append(self)
 
 
@@ -176,6 +179,9 @@ class Comm(BufferCollectives, VectorCollectives, ObjectCollectives):
     rank = property(Get_rank)
 
     def Get_name(self) -> str:
+        """The communicator's name ("MPI_COMM_NULL" for a null one, as under Open MPI)."""
+        if self._live() is None and self._fixed is None:
+            return "MPI_COMM_NULL"
         return self._st().name
 
     def Set_name(self, name: str) -> None:
@@ -209,18 +215,38 @@ class Comm(BufferCollectives, VectorCollectives, ObjectCollectives):
         return SIMILAR if sorted(a.members) == sorted(b.members) else UNEQUAL
 
     def Get_attr(self, keyval: int):
+        """The predefined attributes (MPI.TAG_UB, ...); user attributes are not simulated."""
         st = self._st()
-        return {TAG_UB_KEY: TAG_UB, HOST: PROC_NULL, IO: ANY_SOURCE, WTIME_IS_GLOBAL: False, APPNUM: None,
-                LASTUSEDCODE: 92, UNIVERSE_SIZE: st.rt.world.size}.get(keyval)
+        if keyval == KEYVAL_INVALID:
+            raise MPIException(ERR_KEYVAL, f"Get_attr(MPI.KEYVAL_INVALID) on {st.name}")
+        values = {TAG_UB_KEY: TAG_UB, HOST: PROC_NULL, IO: ANY_SOURCE, WTIME_IS_GLOBAL: False, APPNUM: 0,
+                  LASTUSEDCODE: 92, UNIVERSE_SIZE: st.rt.world.size}
+        if keyval not in values:
+            raise MPIException(ERR_OTHER, f"Get_attr({keyval!r}) on {st.name}: no such keyval (user attributes "
+                               "are not simulated)")
+        return values[keyval]
 
     def Get_errhandler(self):
-        self._st()
-        return ERRORS_RETURN
+        """A new handle on the communicator's error handler (see ``_errhandlers``)."""
+        return _errhandlers.Errhandler(self._st().errhandler)
 
     def Set_errhandler(self, errhandler) -> None:
-        """Accepted and ignored: errors always raise Python exceptions, as
-        under mpi4py's default error policy."""
-        self._st()
+        """MPI.ERRORS_RETURN: errors raise MPI.Exception; MPI.ERRORS_ARE_FATAL
+        and MPI.ERRORS_ABORT: an error ends the job; a user handler is called,
+        then the error raises."""
+        st = self._st()
+        st.errhandler = _errhandlers.checked(errhandler, "Set_errhandler")
+
+    @classmethod
+    def Create_errhandler(cls, errhandler_fn):
+        """A user error handler: ``errhandler_fn(comm, errorcode)``."""
+        return _errhandlers.Errhandler._user(errhandler_fn)
+
+    def Call_errhandler(self, errorcode: int) -> None:
+        """Apply the communicator's error handler to ``errorcode``; under
+        MPI.ERRORS_RETURN nothing happens, as in MPI."""
+        st = self._st()
+        _errhandlers.invoke(self, st, MPIException(errorcode, "Call_errhandler"), "Comm.Call_errhandler")
 
     def Get_info(self):
         self._st()
@@ -480,6 +506,7 @@ class Intracomm(Comm):
     """An intra-communicator (every communicator of the stand-in is one)."""
 
 
+_errhandlers.guard_calls(Comm)
 COMM_NULL = Comm()
 COMM_WORLD = Intracomm()
 COMM_WORLD._fixed = "COMM_WORLD"

@@ -14,21 +14,47 @@ are not supported: send the numpy array with its element type and a count.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
-from ._errors import unsupported
+from ._errors import ERR_ARG, ERR_KEYVAL, ERR_TYPE, unsupported
+from ._errors import Exception as MPIException
+from ._handles import IntegerHandles
 
 _DERIVED = "derived datatypes are not supported; send the numpy array with its element type and a count instead"
 
 
-class Datatype:
+def _missing(name: str) -> Exception:
+    """NotImplementedError for the calls of derived datatypes, else AttributeError."""
+    if name.startswith(("Create_", "Pack", "Unpack", "Get_envelope", "Get_contents", "decode")) or name in (
+        "Resized", "Get_value_index", "envelope", "contents", "combiner",
+    ):
+        return unsupported(f"Datatype.{name}", _DERIVED)
+    return AttributeError(f"'Datatype' object has no attribute {name!r}")
+
+
+class _DatatypeClass(type):
+    """So that ``MPI.Datatype.Create_struct(...)`` (a class method in mpi4py)
+    raises NotImplementedError too, which mpi4py's tests skip on."""
+
+    def __getattr__(cls, name):
+        raise _missing(name)
+
+
+class Datatype(IntegerHandles, metaclass=_DatatypeClass):
     """An MPI datatype: ``name`` (``MPI_INT``), ``dtype`` (numpy; None for a
     type without one, which only fails when used), ``size`` in bytes."""
 
+    _constant = False  # True on the predefined objects MPI.DOUBLE, ...: Free refuses them
+
     def __init__(self, datatype: "Datatype | None" = None, *, _name: str = "MPI_DATATYPE_NULL", _dtype=None,
                  _key: str = "DATATYPE_NULL"):
-        if datatype is not None:  # Datatype(other): the same handle, as in mpi4py
-            _name, _dtype, _key = datatype._name, datatype._dtype, datatype._key
+        # Datatype(other) is another handle on the same datatype, as in mpi4py; ``_id`` is the
+        # MPI handle: the key of a predefined datatype, a new object for each Dup.
+        self._id = _key
+        if datatype is not None:
+            _name, _dtype, _key, self._id = datatype._name, datatype._dtype, datatype._key, datatype._id
         self._name = _name
         self._dtype = None if _dtype is None else np.dtype(_dtype)
         self._key = _key
@@ -37,23 +63,21 @@ class Datatype:
     def __eq__(self, other):
         if not isinstance(other, Datatype):
             return NotImplemented
-        return (self._name, self._key) == (other._name, other._key)
-
-    def __ne__(self, other):
-        result = self.__eq__(other)
-        return result if result is NotImplemented else not result
+        return self._id is other._id or self._id == other._id
 
     def __hash__(self):
-        return hash((self._name, self._key))
+        return hash(self._id)
 
     def __bool__(self):
-        return self._key != "DATATYPE_NULL"
+        return self._id != "DATATYPE_NULL"
 
     def __repr__(self):
         return f"<mpi4py.MPI.Datatype {self._name} (simdist)>"
 
-    def __reduce__(self):
-        return self._key  # a predefined type pickles as its name in this module
+    def _valid(self, call: str) -> "Datatype":
+        if not self:
+            raise MPIException(ERR_TYPE, f"Datatype.{call} of MPI.DATATYPE_NULL")
+        return self
 
     # -- queries ----------------------------------------------------------------------
     @property
@@ -62,10 +86,13 @@ class Datatype:
         if self._dtype is None:
             if not self:
                 raise TypeError("MPI.DATATYPE_NULL cannot describe a buffer; pass a datatype such as MPI.DOUBLE")
+            if self._key in _UNAVAILABLE:
+                raise MPIException(ERR_TYPE, f"{self._name} is not available (nor under Open MPI 5)")
             raise unsupported(f"the datatype {self._name}", "it has no numpy equivalent here; use another datatype")
         return self._dtype
 
     def Get_size(self) -> int:
+        self._valid("Get_size")
         return 0 if self._dtype is None else self._dtype.itemsize
 
     def Get_extent(self) -> tuple[int, int]:
@@ -78,26 +105,52 @@ class Datatype:
         return self._name
 
     def Set_name(self, name: str) -> None:
-        self._name = str(name)
+        self._valid("Set_name")._name = str(name)
 
     def Commit(self) -> "Datatype":
-        return self
+        return self._valid("Commit")
 
     def Free(self) -> None:
-        pass
+        """Free a Dup; the handle becomes MPI.DATATYPE_NULL. A predefined
+        datatype cannot be freed (MPI_ERR_TYPE, as under Open MPI)."""
+        if self._valid("Free")._id == self._key:
+            raise MPIException(ERR_TYPE, f"Datatype.Free of {self._name}, a predefined datatype")
+        self.__init__()
 
-    free = Free
+    def free(self) -> None:
+        """Free unless null or predefined (mpi4py's ``free``)."""
+        if self and self._id != self._key:
+            self.Free()
 
     def Dup(self) -> "Datatype":
-        return Datatype(self)
+        """A new datatype of the same layout (not equal to this one, as in MPI)."""
+        dup = Datatype(self._valid("Dup"), _name=self._name)
+        dup._id = object()
+        return dup
+
+    def Get_attr(self, keyval: int):
+        """User attributes are not simulated: there is no attribute to get."""
+        self._valid("Get_attr")
+        raise MPIException(ERR_KEYVAL, f"Datatype.Get_attr({keyval!r}) on {self._name}: no such keyval (user "
+                           "attributes are not simulated)")
+
+    @classmethod
+    def Match_size(cls, typeclass: int, size: int) -> "Datatype":
+        """The Fortran datatype of ``typeclass`` (MPI.TYPECLASS_INTEGER, ...) and ``size`` bytes, as Open MPI
+        answers."""
+        try:
+            return TYPES[_MATCH_SIZE[typeclass][size]]
+        except KeyError:
+            raise MPIException(ERR_ARG, f"Datatype.Match_size({typeclass}, {size}): no such datatype") from None
 
     Create_dup = Dup
 
     def tocode(self) -> str:
-        for code, datatype in _typedict.items():
-            if datatype is self:
-                return code
-        raise ValueError(f"cannot map {self._name} to a type code")
+        """The type code of the datatype, as mpi4py's (``"d"`` for MPI.DOUBLE)."""
+        try:
+            return _TOCODE[self._key]
+        except KeyError:
+            raise ValueError("cannot map to character code or type string") from None
 
     size = property(Get_size)
     extent = property(lambda self: self.Get_size())
@@ -117,11 +170,7 @@ class Datatype:
         return lookup(code)
 
     def __getattr__(self, name):
-        if name.startswith(("Create_", "Pack", "Unpack", "Get_envelope", "Get_contents", "decode")) or name in (
-            "Resized", "Match_size", "Get_value_index", "envelope", "contents", "combiner",
-        ):
-            raise unsupported(f"Datatype.{name}", _DERIVED)
-        raise AttributeError(f"'Datatype' object has no attribute {name!r}")
+        raise _missing(name)
 
 
 def _pair(value) -> np.dtype:
@@ -131,7 +180,7 @@ def _pair(value) -> np.dtype:
 
 _PREDEFINED = {
     # name: numpy dtype (None: no numpy equivalent)
-    "DATATYPE_NULL": None, "PACKED": None, "BYTE": np.uint8,
+    "DATATYPE_NULL": None, "PACKED": np.uint8, "BYTE": np.uint8,
     "AINT": np.int64, "OFFSET": np.int64, "COUNT": np.int64,
     "CHAR": "S1", "WCHAR": "U1", "SIGNED_CHAR": np.int8, "SHORT": np.int16, "INT": np.int32,
     "LONG": np.int64, "LONG_LONG": np.longlong, "UNSIGNED_CHAR": np.uint8, "UNSIGNED_SHORT": np.uint16,
@@ -140,7 +189,7 @@ _PREDEFINED = {
     "INT8_T": np.int8, "INT16_T": np.int16, "INT32_T": np.int32, "INT64_T": np.int64,
     "UINT8_T": np.uint8, "UINT16_T": np.uint16, "UINT32_T": np.uint32, "UINT64_T": np.uint64,
     "FLOAT16_T": np.float16, "FLOAT32_T": np.float32, "FLOAT64_T": np.float64, "BFLOAT16_T": None,
-    "C_COMPLEX": np.complex64, "C_FLOAT_COMPLEX": np.complex64, "C_DOUBLE_COMPLEX": np.complex128,
+    "C_FLOAT_COMPLEX": np.complex64, "C_DOUBLE_COMPLEX": np.complex128,
     "C_LONG_DOUBLE_COMPLEX": np.clongdouble,
     "CXX_BOOL": np.bool_, "CXX_FLOAT_COMPLEX": np.complex64, "CXX_DOUBLE_COMPLEX": np.complex128,
     "CXX_LONG_DOUBLE_COMPLEX": np.clongdouble,
@@ -150,16 +199,33 @@ _PREDEFINED = {
     "DOUBLE_PRECISION": np.float64, "COMPLEX": np.complex64, "DOUBLE_COMPLEX": np.complex128,
     "LOGICAL1": np.int8, "LOGICAL2": np.int16, "LOGICAL4": np.int32, "LOGICAL8": np.int64, "LOGICAL16": None,
     "INTEGER1": np.int8, "INTEGER2": np.int16, "INTEGER4": np.int32, "INTEGER8": np.int64, "INTEGER16": None,
-    "REAL2": np.float16, "REAL4": np.float32, "REAL8": np.float64, "REAL16": None,
+    "REAL2": np.float16, "REAL4": np.float32, "REAL8": np.float64, "REAL16": "V16",  # quad precision: bytes only
     "COMPLEX4": None, "COMPLEX8": np.complex64, "COMPLEX16": np.complex128, "COMPLEX32": None,
 }
-_MPI_NAMES = {"INT_INT": "MPI_2INT", "FLOAT16_T": "MPIX_C_FLOAT16", "BFLOAT16_T": "MPIX_C_BF16"}
+#: Datatype.tocode(): the type code mpi4py gives each predefined datatype under Open MPI.
+_TOCODE = {
+    "AINT": "p", "BYTE": "B", "CHAR": "c", "CHARACTER": "c", "COMPLEX": "F", "COMPLEX16": "c16",
+    "COMPLEX32": "c32", "COMPLEX8": "c8", "COUNT": "p", "CXX_BOOL": "?", "CXX_DOUBLE_COMPLEX": "D",
+    "CXX_FLOAT_COMPLEX": "F", "CXX_LONG_DOUBLE_COMPLEX": "G", "C_BOOL": "b1", "C_DOUBLE_COMPLEX": "D",
+    "C_FLOAT_COMPLEX": "F", "C_LONG_DOUBLE_COMPLEX": "G", "DOUBLE": "d", "DOUBLE_COMPLEX": "D",
+    "DOUBLE_PRECISION": "d", "FLOAT": "f", "FLOAT16_T": "e", "FLOAT32_T": "f", "FLOAT64_T": "d", "INT": "i",
+    "INT16_T": "i2", "INT32_T": "i4", "INT64_T": "i8", "INT8_T": "i1", "INTEGER": "i", "INTEGER1": "i1",
+    "INTEGER2": "i2", "INTEGER4": "i4", "INTEGER8": "i8", "LOGICAL": "i", "LOGICAL1": "b1", "LOGICAL2": "i2",
+    "LOGICAL4": "i4", "LOGICAL8": "i8", "LONG": "l", "LONG_DOUBLE": "g", "LONG_LONG": "q", "OFFSET": "p",
+    "PACKED": "B", "REAL": "f", "REAL16": "f16", "REAL4": "f4", "REAL8": "f8", "SHORT": "h", "SIGNED_CHAR": "b",
+    "UINT16_T": "u2", "UINT32_T": "u4", "UINT64_T": "u8", "UINT8_T": "u1", "UNSIGNED": "I", "UNSIGNED_CHAR": "B",
+    "UNSIGNED_LONG": "L", "UNSIGNED_LONG_LONG": "Q", "UNSIGNED_SHORT": "H", "WCHAR": "U",
+}
+#: Optional datatypes Open MPI 5 does not provide: using one raises MPI_ERR_TYPE there, and here.
+_UNAVAILABLE = {"COMPLEX4", "COMPLEX32", "INTEGER16", "LOGICAL16", "BFLOAT16_T"}
+_MPI_NAMES = {"INT_INT": "MPI_2INT", "FLOAT16_T": "MPI_SHORT_FLOAT", "BFLOAT16_T": "MPIX_C_BF16",
+              "C_FLOAT_COMPLEX": "MPI_C_COMPLEX", "LONG_LONG": "MPI_LONG_LONG_INT"}
 _ALIASES = {
     "TWOINT": "INT_INT", "UNSIGNED_INT": "UNSIGNED", "SIGNED_SHORT": "SHORT", "SIGNED_INT": "INT",
     "SIGNED_LONG": "LONG", "SIGNED_LONG_LONG": "LONG_LONG", "BOOL": "C_BOOL", "SINT8_T": "INT8_T",
     "SINT16_T": "INT16_T", "SINT32_T": "INT32_T", "SINT64_T": "INT64_T", "F_BOOL": "LOGICAL", "F_INT": "INTEGER",
     "F_FLOAT": "REAL", "F_DOUBLE": "DOUBLE_PRECISION", "F_COMPLEX": "COMPLEX", "F_FLOAT_COMPLEX": "COMPLEX",
-    "F_DOUBLE_COMPLEX": "DOUBLE_COMPLEX",
+    "F_DOUBLE_COMPLEX": "DOUBLE_COMPLEX", "C_COMPLEX": "C_FLOAT_COMPLEX",
 }
 
 #: Every predefined datatype by its mpi4py name (``"DOUBLE"`` -> MPI.DOUBLE), aliases included.
@@ -168,30 +234,47 @@ TYPES: dict[str, Datatype] = {
     for key, dtype in _PREDEFINED.items()
 }
 TYPES.update({alias: TYPES[key] for alias, key in _ALIASES.items()})
-globals().update(TYPES)  # so that pickle finds each by its name (Datatype.__reduce__)
+for _datatype in TYPES.values():
+    _datatype._constant = True
+#: Datatype.Match_size: typeclass -> size -> the datatype Open MPI gives.
+_MATCH_SIZE = {
+    1: {1: "INTEGER1", 2: "INTEGER2", 4: "INTEGER", 8: "INTEGER8"},  # MPI.TYPECLASS_INTEGER
+    2: {4: "REAL", 8: "REAL8", 16: "REAL16"},  # MPI.TYPECLASS_REAL
+    3: {8: "COMPLEX", 16: "COMPLEX16", 32: "COMPLEX32"},  # MPI.TYPECLASS_COMPLEX
+    4: {1: "LOGICAL1", 2: "LOGICAL2", 4: "LOGICAL4", 8: "LOGICAL8"},  # MPI.TYPECLASS_LOGICAL
+}
 
-#: Buffer format characters -> datatypes, as mpi4py's ``MPI._typedict``.
-_typedict: dict[str, Datatype] = {
-    "?": TYPES["C_BOOL"], "c": TYPES["CHAR"], "S": TYPES["CHAR"], "S1": TYPES["CHAR"], "1s": TYPES["CHAR"],
-    "a": TYPES["CHAR"], "b": TYPES["SIGNED_CHAR"], "h": TYPES["SHORT"], "i": TYPES["INT"], "l": TYPES["LONG"],
-    "q": TYPES["LONG_LONG"], "n": TYPES["LONG"], "p": TYPES["LONG"], "B": TYPES["UNSIGNED_CHAR"],
-    "H": TYPES["UNSIGNED_SHORT"], "I": TYPES["UNSIGNED"], "L": TYPES["UNSIGNED_LONG"],
-    "Q": TYPES["UNSIGNED_LONG_LONG"], "N": TYPES["UNSIGNED_LONG"], "P": TYPES["UNSIGNED_LONG"],
-    "e": TYPES["FLOAT16_T"], "f": TYPES["FLOAT"], "d": TYPES["DOUBLE"], "g": TYPES["LONG_DOUBLE"],
-    "F": TYPES["C_FLOAT_COMPLEX"], "D": TYPES["C_DOUBLE_COMPLEX"], "G": TYPES["C_LONG_DOUBLE_COMPLEX"],
-    "Zf": TYPES["C_FLOAT_COMPLEX"], "Zd": TYPES["C_DOUBLE_COMPLEX"], "Zg": TYPES["C_LONG_DOUBLE_COMPLEX"],
-    "u": TYPES["WCHAR"], "w": TYPES["WCHAR"], "U": TYPES["WCHAR"], "U1": TYPES["WCHAR"], "1w": TYPES["WCHAR"],
-    "b1": TYPES["C_BOOL"], "i1": TYPES["INT8_T"], "i2": TYPES["INT16_T"], "i4": TYPES["INT32_T"],
-    "i8": TYPES["INT64_T"], "u1": TYPES["UINT8_T"], "u2": TYPES["UINT16_T"], "u4": TYPES["UINT32_T"],
-    "u8": TYPES["UINT64_T"], "f2": TYPES["FLOAT16_T"], "f4": TYPES["FLOAT"], "f8": TYPES["DOUBLE"],
-    "f16": TYPES["LONG_DOUBLE"], "c8": TYPES["C_FLOAT_COMPLEX"], "c16": TYPES["C_DOUBLE_COMPLEX"],
-    "c32": TYPES["C_LONG_DOUBLE_COMPLEX"],
+#: Buffer format characters -> datatypes: mpi4py's ``MPI._typedict`` (and the
+#: C and Fortran ones) under Open MPI, key for key.
+_TYPECODES = {
+    "?": "BOOL", "b": "SIGNED_CHAR", "h": "SHORT", "i": "INT", "l": "LONG", "q": "LONG_LONG", "B": "UNSIGNED_CHAR",
+    "H": "UNSIGNED_SHORT", "I": "UNSIGNED", "L": "UNSIGNED_LONG", "Q": "UNSIGNED_LONG_LONG", "e": "FLOAT16_T",
+    "f": "FLOAT", "d": "DOUBLE", "g": "LONG_DOUBLE", "Zf": "C_COMPLEX", "Zd": "C_DOUBLE_COMPLEX", "F": "C_COMPLEX",
+    "D": "C_DOUBLE_COMPLEX", "Zg": "C_LONG_DOUBLE_COMPLEX", "G": "C_LONG_DOUBLE_COMPLEX", "i1": "INT8_T",
+    "i2": "INT16_T", "i4": "INT32_T", "i8": "INT64_T", "f4": "FLOAT", "f8": "DOUBLE", "f16": "LONG_DOUBLE",
+    "c8": "C_COMPLEX", "c16": "C_DOUBLE_COMPLEX", "c32": "C_LONG_DOUBLE_COMPLEX", "b1": "BOOL", "u1": "UINT8_T",
+    "u2": "UINT16_T", "u4": "UINT32_T", "u8": "UINT64_T", "f2": "FLOAT16_T", "n": "COUNT", "N": "UNSIGNED_LONG",
+    "p": "AINT", "P": "UNSIGNED_LONG", "c": "CHAR", "a": "CHAR", "S": "CHAR", "S1": "CHAR", "s": "CHAR",
+    "1s": "CHAR", "U": "WCHAR", "U1": "WCHAR", "u": "UINT16_T", "1u": "UINT16_T", "w": "WCHAR", "1w": "WCHAR",
+    "M": "INT64_T", "M8": "INT64_T", "m": "INT64_T", "m8": "INT64_T",
 }
-_typedict_c = dict(_typedict)
-_typedict_f = {
-    "l": TYPES["LOGICAL"], "i": TYPES["INTEGER"], "r": TYPES["REAL"], "d": TYPES["DOUBLE_PRECISION"],
-    "c": TYPES["COMPLEX"], "z": TYPES["DOUBLE_COMPLEX"], "s": TYPES["CHARACTER"],
+_TYPECODES_C = {
+    "?": "BOOL", "b": "SIGNED_CHAR", "h": "SHORT", "i": "INT", "l": "LONG", "q": "LONG_LONG", "B": "UNSIGNED_CHAR",
+    "H": "UNSIGNED_SHORT", "I": "UNSIGNED", "L": "UNSIGNED_LONG", "Q": "UNSIGNED_LONG_LONG", "f": "FLOAT",
+    "d": "DOUBLE", "g": "LONG_DOUBLE", "F": "C_COMPLEX", "D": "C_DOUBLE_COMPLEX", "G": "C_LONG_DOUBLE_COMPLEX",
+    "b1": "BOOL", "i1": "INT8_T", "i2": "INT16_T", "i4": "INT32_T", "i8": "INT64_T", "u1": "UINT8_T",
+    "u2": "UINT16_T", "u4": "UINT32_T", "u8": "UINT64_T", "f2": "FLOAT16_T", "f4": "FLOAT", "c8": "C_COMPLEX",
+    "f8": "DOUBLE", "c16": "C_DOUBLE_COMPLEX", "f16": "LONG_DOUBLE", "c32": "C_LONG_DOUBLE_COMPLEX",
 }
+_TYPECODES_F = {
+    "l": "F_BOOL", "i": "F_INT", "r": "F_FLOAT", "s": "F_FLOAT", "d": "DOUBLE_PRECISION", "c": "COMPLEX",
+    "z": "DOUBLE_COMPLEX", "l1": "LOGICAL1", "l2": "LOGICAL2", "l4": "LOGICAL4", "l8": "LOGICAL8",
+    "i1": "INTEGER1", "i2": "INTEGER2", "i4": "INTEGER4", "i8": "INTEGER8", "r4": "REAL4", "r8": "REAL8",
+    "r16": "REAL16", "c8": "COMPLEX8", "c16": "COMPLEX16", "c32": "COMPLEX32",
+}
+_typedict: dict[str, Datatype] = {code: TYPES[name] for code, name in _TYPECODES.items()}
+_typedict_c: dict[str, Datatype] = {code: TYPES[name] for code, name in _TYPECODES_C.items()}
+_typedict_f: dict[str, Datatype] = {code: TYPES[name] for code, name in _TYPECODES_F.items()}
 
 
 def lookup(code) -> Datatype:
@@ -207,8 +290,8 @@ def lookup(code) -> Datatype:
 def of_array(arr: np.ndarray) -> Datatype:
     """The datatype mpi4py infers for a numpy array: by its buffer format."""
     dtype = arr.dtype
-    if dtype.byteorder not in "=|":  # numpy writes the native order as "="
-        raise ValueError(f"format string {dtype.str!r} with non-native byte order")
+    if not dtype.isnative:
+        raise BufferError(f"format string {memoryview(arr).format!r} with non-native byte order")
     if dtype == np.uint8:
         return TYPES["BYTE"]  # format "B" is MPI_BYTE, as in mpi4py
     if dtype.kind in "SU" and dtype.itemsize not in (1, 4):
@@ -220,6 +303,9 @@ def of_format(fmt: str) -> Datatype:
     """The datatype of a buffer format (memoryview.format) as mpi4py infers it."""
     if fmt in ("B", "@B"):
         return TYPES["BYTE"]
-    if fmt[:1] in "@=<":
+    native = "<" if sys.byteorder == "little" else ">"
+    if fmt[:1] in "<>" and fmt[0] != native:
+        raise BufferError(f"format string {fmt!r} with non-native byte order")
+    if fmt[:1] in "@=<>":
         fmt = fmt[1:]
     return lookup(fmt)

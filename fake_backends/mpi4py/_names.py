@@ -199,7 +199,6 @@ _DYNAMIC = "dynamic processes and intercommunicators are not simulated; start ev
 _BUFFERED = "buffered mode is not simulated; use Send or Isend (small messages are buffered anyway)"
 _HANDLES = "the simulated MPI has no C or Fortran handles"
 _ATTRS = "user attributes are not simulated; keep the value in a Python dict keyed by the communicator"
-_ERRHANDLERS = "user error handlers are not simulated; errors raise Python exceptions (catch MPI.Exception)"
 _FT = "fault tolerance (ULFM) is not simulated: a failing rank fails the whole run"
 _DERIVED = "derived datatypes are not simulated; send the numpy array with its element type and a count"
 
@@ -238,8 +237,6 @@ def _comm_hint(name: str) -> str | None:
         return _FT
     if name in ("Set_attr", "Delete_attr", "Create_keyval", "Free_keyval"):
         return _ATTRS
-    if name in ("Create_errhandler", "Call_errhandler"):
-        return _ERRHANDLERS
     if name in ("py2f", "f2py", "toint", "fromint", "fromhandle", "handle", "info"):
         return _HANDLES
     return None

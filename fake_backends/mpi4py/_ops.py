@@ -26,6 +26,7 @@ from simdist._arguments import DTYPE_CODE, check_op
 from simdist._reduction import fold
 
 from ._errors import ERR_OP, Exception as MPIException
+from ._handles import IntegerHandles
 
 
 def _op_max(x, y):
@@ -78,7 +79,11 @@ _UFUNCS = {"max": np.maximum, "min": np.minimum, "sum": np.add, "prod": np.multi
            "lxor": np.logical_xor}
 
 
-class Op:
+MAX_USER_OPS = 32
+_USER_OPS: set = set()  # the live user ops
+
+
+class Op(IntegerHandles):
     """An MPI reduction operation. Calling it on two objects applies it
     (``MPI.SUM(1, 2) == 3``), as mpi4py's ops do."""
 
@@ -88,6 +93,8 @@ class Op:
         self._key = _key
         self._function = _function  # user ops: function(inbuf, inoutbuf, datatype)
         self._commute = bool(_commute)
+        # the MPI handle: a predefined op's key; each user op its own (copies share it)
+        self._id = op._id if op is not None else (_key if _function is None else object())
 
     def __call__(self, x, y):
         if self._function is not None:
@@ -100,14 +107,10 @@ class Op:
     def __eq__(self, other):
         if not isinstance(other, Op):
             return NotImplemented
-        return self._key == other._key and self._function is other._function
-
-    def __ne__(self, other):
-        result = self.__eq__(other)
-        return result if result is NotImplemented else not result
+        return self._id is other._id or self._id == other._id
 
     def __hash__(self):
-        return hash((self._key, id(self._function)))
+        return hash(self._id)
 
     def __bool__(self):
         return self._key != "OP_NULL"
@@ -115,25 +118,30 @@ class Op:
     def __repr__(self):
         return f"<mpi4py.MPI.Op MPI_{self._key} (simdist)>"
 
-    def __reduce__(self):
-        if self._function is not None:
-            raise TypeError("a user-defined MPI.Op cannot be pickled; create it on every rank")
-        return self._key
-
     @classmethod
     def Create(cls, function, commute: bool = False) -> "Op":
         """A user op: ``function(inbuf, inoutbuf, datatype)`` stores
         ``inbuf op inoutbuf`` into ``inoutbuf`` (memoryviews of the bytes)."""
         if not callable(function):
             raise TypeError(f"Op.Create: function={function!r} is not callable")
-        return cls(_key="USER", _function=function, _commute=commute)
+        if len(_USER_OPS) >= MAX_USER_OPS:  # mpi4py's registry of user functions has room for 32
+            raise RuntimeError("cannot create too many user-defined reduction operations")
+        op = cls(_key="USER", _function=function, _commute=commute)
+        _USER_OPS.add(op._id)
+        return op
 
     def Free(self) -> None:
+        """Free a user op; the handle becomes MPI.OP_NULL (MPI_ERR_OP for a
+        predefined op or OP_NULL, as under Open MPI)."""
         if self._function is None:
-            raise MPIException(ERR_OP, "a predefined op cannot be freed")
-        self._key, self._function = "OP_NULL", None
+            raise MPIException(ERR_OP, f"Op.Free of MPI.{self._key}, a predefined op")
+        _USER_OPS.discard(self._id)
+        self.__init__()
 
-    free = Free
+    def free(self) -> None:
+        """Free unless null or predefined (mpi4py's ``free``)."""
+        if self._function is not None:
+            self.Free()
 
     def Is_commutative(self) -> bool:
         return self._commute
@@ -152,9 +160,14 @@ class Op:
         dst.typed[...] = fold_arrays(self, [src.typed, dst.typed.copy()], dst.datatype, "Reduce_local", 0)
 
 
+    def __getattr__(self, name):
+        from ._names import unsupported_attribute
+
+        raise unsupported_attribute("Op", name)
+
+
 OP_NULL = Op()
 PREDEFINED = {key: Op(_key=key) for key in _OBJECT_FUNCS}
-globals().update(PREDEFINED)  # so that pickle finds each by its name (Op.__reduce__)
 
 
 def simdist_op(op) -> str | None:
@@ -212,7 +225,10 @@ def fold_arrays(op: Op, parts: list[np.ndarray], datatype, call: str, rank: int)
     if op._function is not None:  # user op: inoutbuf = inbuf op inoutbuf
         for part in parts[1:]:
             acc = np.array(part, copy=True)
-            op._function(memoryview(out.view(np.uint8)), memoryview(acc.view(np.uint8)), datatype)
+            # bytearrays, like mpi4py's MPI.buffer: writable, and slice assignment takes any bytes-like object
+            inoutbuf = bytearray(acc.view(np.uint8))
+            op._function(bytearray(out.view(np.uint8)), inoutbuf, datatype)
+            acc.view(np.uint8)[...] = np.frombuffer(inoutbuf, np.uint8)
             out = acc
         return out
     if op._key in ("MAXLOC", "MINLOC"):

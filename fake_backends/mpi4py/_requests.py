@@ -23,6 +23,9 @@ class Status:
 
     def __init__(self, status: "Status | None" = None):
         self.source, self.tag, self.error, self._nbytes, self.cancelled = ANY_SOURCE, ANY_TAG, SUCCESS, 0, False
+        if status is not None and not isinstance(status, Status):
+            raise TypeError(f"Argument 'status' has incorrect type (expected mpi4py.MPI.Status, got "
+                            f"{type(status).__name__})")
         if status is not None:
             self.source, self.tag, self.error = status.source, status.tag, status.error
             self._nbytes, self.cancelled = status._nbytes, status.cancelled
@@ -84,7 +87,7 @@ class Status:
     def Set_cancelled(self, flag: bool) -> None:
         self.cancelled = bool(flag)
 
-    count = property(Get_count)
+    count = property(Get_count, lambda self, count: self.Set_elements(TYPES["BYTE"], count))
 
 
 class _Done:
@@ -212,15 +215,23 @@ class Request:
         """Cancel a receive that no message has matched yet (a send cannot
         be cancelled here: the cancel fails and the send completes normally,
         which MPI allows)."""
+        self._not_null("Cancel")
         if isinstance(self._op, RecvOp) and not self._op.done:
             self._engine.cancel(self._op)
 
     cancel = Cancel
 
     def Free(self) -> None:
+        self._not_null("Free")
         self._deactivate()
 
-    free = Free
+    def free(self) -> None:
+        if self:
+            self.Free()
+
+    def _not_null(self, call: str) -> None:
+        if not self:
+            raise MPIException(ERR_REQUEST, f"Request.{call} of MPI.REQUEST_NULL")
 
     # -- many requests --------------------------------------------------------------
     @staticmethod
@@ -431,6 +442,7 @@ class Message:
 
     def _take(self, sink):
         if self._noproc:
+            self._noproc = self is MESSAGE_NO_PROC  # received: the handle becomes MESSAGE_NULL
             return DONE
         if self._env is None:
             raise MPIException(ERR_REQUEST, "receive of MPI.MESSAGE_NULL (a matched message is received once)")

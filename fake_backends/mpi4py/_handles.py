@@ -1,0 +1,130 @@
+"""How the stand-in's handles pickle, as mpi4py's do.
+
+* A predefined handle (``MPI.COMM_NULL``, ``MPI.COMM_WORLD``,
+  ``MPI.ERRORS_RETURN``, ``MPI.INFO_NULL``, ``MPI.DOUBLE``, ``MPI.MAX``,
+  ``MPI.REQUEST_NULL``, ``MPI.MESSAGE_NULL``, ...) pickles as its name:
+  unpickling gives that very object.
+* Another handle on a predefined one (``MPI.Datatype(MPI.DOUBLE)``, a null
+  ``MPI.Comm()``, what ``Get_errhandler`` returns) gives a new handle equal
+  to it.
+* An info gives a new info with the same items, a Dup'ed datatype a new
+  Dup, a user op a new op of the same function (pickled by reference).
+* A live communicator, request or message cannot be pickled (ValueError,
+  as in mpi4py).
+
+``register(namespace)`` (the MPI module's globals) names the predefined
+handles and installs the reducers in ``copyreg``'s table, so that the
+classes themselves need no ``__reduce__``.
+"""
+
+from __future__ import annotations
+
+import copyreg
+
+_NAMESPACE: dict = {}  # the MPI module's globals: name -> object
+_NAMES: dict[int, str] = {}  # id of a predefined handle -> its name in MPI
+_INTEGERS: list = []  # integer handle -> a handle on that MPI object (IntegerHandles)
+
+
+class IntegerHandles:
+    """``toint``/``fromint`` and ``py2f``/``f2py``: an integer for a handle,
+    and a new handle equal to it for the integer. The integers are the
+    stand-in's own (an index into this rank's table), not Open MPI's."""
+
+    def toint(self) -> int:
+        for index, known in enumerate(_INTEGERS):
+            if type(known) is type(self) and known == self:
+                return index
+        _INTEGERS.append(type(self)(self))
+        return len(_INTEGERS) - 1
+
+    py2f = toint
+
+    @classmethod
+    def fromint(cls, arg: int):
+        try:
+            known = _INTEGERS[arg] if arg >= 0 else None
+        except IndexError:
+            known = None
+        if not isinstance(known, cls):
+            raise ValueError(f"{arg!r} is no integer handle of an MPI.{cls.__name__} on this rank")
+        return cls(known)
+
+    f2py = fromint
+
+
+def predefined(name: str):
+    """The predefined handle ``MPI.<name>`` (what a pickled one loads as)."""
+    return _NAMESPACE[name]
+
+
+def _constant_name(obj) -> str | None:
+    name = _NAMES.get(id(obj))
+    return name if name is not None and _NAMESPACE.get(name) is obj else None
+
+
+def _refused(obj):
+    raise ValueError(f"cannot serialize 'mpi4py.MPI.{type(obj).__name__}' instance")
+
+
+def _reduce_null_or_refused(obj):
+    """Communicators, requests, messages: only null handles travel."""
+    if obj:
+        _refused(obj)
+    return type(obj), ()
+
+
+def _reduce_same_handle(obj):
+    """Errhandlers (all predefined), datatypes, ops: a new handle on the same one."""
+    if getattr(obj, "_function", None) is not None:
+        if not hasattr(obj, "_commute"):
+            _refused(obj)  # a user error handler
+        return type(obj).Create, (obj._function, obj._commute)  # a user op
+    if isinstance(getattr(obj, "_id", ""), str):  # a handle on a predefined one
+        return type(obj), (_constant_where(type(obj), lambda value: value == obj),)
+    return _dup_of, (_constant_where(type(obj), lambda value: value._id == obj._key),)  # a Dup'ed datatype
+
+
+def _constant_where(cls, test):
+    for name, value in _NAMESPACE.items():
+        if type(value) is cls and _constant_name(value) == name and test(value):
+            return value
+    raise ValueError(f"cannot serialize this 'mpi4py.MPI.{cls.__name__}' instance")
+
+
+def _dup_of(datatype):
+    return datatype.Dup()
+
+
+def _reduce_info(info):
+    if not info:
+        return type(info), ()
+    if info == _NAMESPACE.get("INFO_ENV"):  # another handle on MPI.INFO_ENV
+        return type(info), (_NAMESPACE["INFO_ENV"],)
+    return type(info).Create, (info.items(),)
+
+
+def _reducer(fallback):
+    def reduce(obj):
+        name = _constant_name(obj)
+        if name is not None:
+            return predefined, (name,)
+        return fallback(obj)
+
+    return reduce
+
+
+def register(namespace: dict, *, null_or_refused, same_handle, info) -> None:
+    """Name the predefined handles of ``namespace`` and install the reducers
+    for the handle classes given (each with its subclasses of the stand-in)."""
+    _NAMESPACE.clear()
+    _NAMESPACE.update(namespace)
+    _INTEGERS.clear()
+    classes = (*null_or_refused, *same_handle, *info)
+    for name, value in namespace.items():
+        if isinstance(value, classes) and name.isupper():
+            _NAMES.setdefault(id(value), name)
+    for group, fallback in ((null_or_refused, _reduce_null_or_refused), (same_handle, _reduce_same_handle),
+                            (info, _reduce_info)):
+        for cls in group:
+            copyreg.pickle(cls, _reducer(fallback))
