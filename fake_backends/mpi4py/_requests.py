@@ -121,17 +121,22 @@ class Request:
         req._engine, req._op = engine, op
         return req
 
+    def _handle(self):
+        """What identifies the request: its operation (None once complete:
+        then it is MPI.REQUEST_NULL)."""
+        return self._op
+
     def __eq__(self, other):
         if not isinstance(other, Request):
             return NotImplemented
-        return self._op is other._op
+        return self._handle() is other._handle()
 
     def __ne__(self, other):
         result = self.__eq__(other)
         return result if result is NotImplemented else not result
 
     def __hash__(self):
-        return id(self._op)
+        return id(self._handle())
 
     def __bool__(self):
         return self._op is not None
@@ -166,9 +171,9 @@ class Request:
             return None
         if status is not None:
             status._set(*op.status)
-        if op.sink is None and op.data is not None:
+        if op.sink is None and op.data is not None and op.data.size:
             return pickle.loads(memoryview(op.data))
-        return None
+        return None  # a message of 0 bytes to the lowercase API is None, as under Open MPI
 
     def _deactivate(self) -> None:
         self._op = None
@@ -374,37 +379,64 @@ class Request:
 REQUEST_NULL = Request()
 
 
+class _Persistent:
+    """The handle of a persistent request: it outlives each operation."""
+
+
 class Prequest(Request):
-    """A persistent request (``Send_init``, ``Recv_init``): ``Start()`` runs
-    the operation again; completing it leaves the request inactive, not null."""
+    """A persistent request (``Send_init``, ``Recv_init``, ...). ``Start``
+    posts the prepared operation; completing it leaves the request
+    *inactive*: not MPI.REQUEST_NULL, a Wait or Test on it returns at once
+    with an empty status, and ``Start`` posts it again. Only ``Free`` makes
+    it MPI.REQUEST_NULL."""
 
     def __init__(self, request=None, *, _start=None):
         super().__init__(request)
         self._start = _start if request is None else getattr(request, "_start", None)
-        self._active = False
+        self._persistent = getattr(request, "_persistent", None)
+        if self._start is not None and self._persistent is None:
+            self._persistent = _Persistent()
+
+    def _handle(self):
+        return self._persistent
 
     def __bool__(self):
         return self._start is not None
 
-    def _deactivate(self) -> None:
-        self._op = None
-        self._active = False
+    def __repr__(self):
+        state = "null" if self._start is None else "active" if self._op is not None else "inactive"
+        return f"<mpi4py.MPI.Prequest {state} (simdist)>"
 
-    def Start(self) -> None:
+    def _check_startable(self) -> None:
         if self._start is None:
             raise MPIException(ERR_REQUEST, "Start on a null persistent request")
         if self._op is not None:
             raise MPIException(ERR_REQUEST, "Start on a persistent request that is still active")
-        self._engine, self._op = self._start()
-        self._active = True
+
+    def _post(self) -> None:
+        req = self._start()  # prepared at init: posting does not raise
+        self._engine, self._op = req._engine, req._op
+
+    def Start(self) -> None:
+        self._check_startable()
+        self._post()
 
     @classmethod
     def Startall(cls, requests) -> None:
+        """Start every request, or (when one cannot be started) none."""
+        requests = list(requests)
         for req in requests:
-            req.Start()
+            if not isinstance(req, Prequest):
+                raise MPIException(ERR_REQUEST, f"Startall: {req!r} is not a persistent request")
+            req._check_startable()
+        if len({id(req._persistent) for req in requests}) < len(requests):
+            raise MPIException(ERR_REQUEST, "Startall: a persistent request appears twice")
+        for req in requests:
+            req._post()
 
     def Free(self) -> None:
-        self._op, self._start = None, None
+        """Release the request (an active operation still completes)."""
+        self._op, self._start, self._persistent = None, None, None
 
     free = Free
 
