@@ -71,6 +71,7 @@ def test_start_of_an_active_request_raises_and_startall_starts_all_or_none(tmp_p
         assert not comm.Iprobe(left, 6)
         comm.Barrier()
         assert not comm.Iprobe(left, 6), "Startall sent although it raised"
+        comm.Barrier()
         send.Start()
         MPI.Request.Waitall([send, recv])
         assert rbuf.tolist() == [1.0 * left] * 2
@@ -89,3 +90,95 @@ def test_recv_of_an_empty_message_returns_none(tmp_path):
         comm.Send([None, MPI.BYTE], right, 3)
         assert comm.mprobe(left, 3).recv() is None
     """)
+
+
+def test_buffered_sends_draw_on_the_attached_buffer_and_raise_err_buffer_beyond_it(tmp_path):
+    ok(tmp_path, """
+        def refused(send):
+            try:
+                send()
+            except MPI.Exception as exc:
+                assert exc.Get_error_class() == MPI.ERR_BUFFER, exc
+                return True
+            return False
+
+        big = np.arange(20000.0)  # a rendezvous message: it holds its space until received
+        assert refused(lambda: comm.Bsend(big, right, 1))  # nothing attached
+        mem = MPI.Alloc_mem(big.nbytes + MPI.BSEND_OVERHEAD)
+        MPI.Attach_buffer(mem)
+        assert refused(lambda: MPI.Attach_buffer(bytearray(10)))
+        comm.Bsend(big, right, 1)  # completes at once, before the receive is posted
+        big[:] = -1  # the message was copied
+        assert refused(lambda: comm.Bsend(np.zeros(1), right, 2))  # the buffer is full
+        assert refused(lambda: comm.bsend("x", right, 2))
+        comm.Bsend(None, MPI.PROC_NULL)
+        got = np.zeros(20000)
+        comm.Recv(got, left, 1)
+        assert got[-1] == 19999.0
+        assert not comm.Iprobe(left, 2), "a refused Bsend sent its message"
+        assert MPI.Detach_buffer() is mem  # waits until the message has left
+        MPI.Attach_buffer(MPI.BUFFER_AUTOMATIC)
+        comm.Ibsend(np.full(3, 1.0 * rank), right, 3).Wait()
+        req = comm.Bsend_init(np.full(3, 2.0 * rank), right, 4)
+        for tag in (3, 4, 4):
+            if tag == 4:
+                req.Start()
+                req.Wait()
+            comm.Recv(got[:3], left, tag)
+            assert got[:3].tolist() == [(tag - 2) * left] * 3
+        req.Free()
+        comm.bsend({"from": rank}, right, 5)
+        assert comm.recv(None, left, 5) == {"from": left}
+        assert MPI.Detach_buffer() is MPI.BUFFER_AUTOMATIC
+    """)
+
+
+def test_startall_of_buffered_sends_that_do_not_all_fit_starts_none(tmp_path):
+    ok(tmp_path, """
+        data = np.arange(20000.0)
+        MPI.Attach_buffer(bytearray(data.nbytes + MPI.BSEND_OVERHEAD))
+        reqs = [comm.Bsend_init(data, right, 1), comm.Bsend_init(data, right, 2)]
+        try:
+            MPI.Prequest.Startall(reqs)
+            raise AssertionError("Startall did not raise")
+        except MPI.Exception as exc:
+            assert exc.Get_error_class() == MPI.ERR_BUFFER
+        comm.Barrier()
+        assert not comm.Iprobe(left, MPI.ANY_TAG), "Startall sent although it raised"
+        comm.Barrier()
+        MPI.Prequest.Startall(reqs[:1])
+        MPI.Request.Waitall(reqs)
+        got = np.zeros(20000)
+        comm.Recv(got, left, 1)
+        MPI.Detach_buffer()
+        for req in reqs:
+            req.Free()
+    """)
+
+
+def test_pack_and_unpack_round_trip_and_external32_is_big_endian(tmp_path):
+    ok(tmp_path, """
+        ints, doubles = np.arange(3, dtype="i"), np.arange(2.0)
+        size = MPI.INT.Pack_size(3, comm) + MPI.DOUBLE.Pack_size(2, comm)
+        assert size == 28
+        out = bytearray(size)
+        position = MPI.INT.Pack(ints, out, 0, comm)
+        position = MPI.DOUBLE.Pack(doubles, out, position, comm)
+        assert position == 28 and bytes(out[:4]) == ints[:1].tobytes()
+        back_i, back_d = np.zeros(3, "i"), np.zeros(2)
+        position = MPI.INT.Unpack(out, 0, back_i, comm)
+        assert MPI.DOUBLE.Unpack(out, position, back_d, comm) == 28
+        assert back_i.tolist() == [0, 1, 2] and back_d.tolist() == [0.0, 1.0]
+        ext = bytearray(MPI.INT.Pack_external_size("external32", 3))
+        assert MPI.INT.Pack_external("external32", ints, ext, 0) == 12
+        assert bytes(ext).hex() == "000000000000000100000002"
+        back_i[:] = 0
+        assert MPI.INT.Unpack_external("external32", ext, 0, back_i) == 12 and back_i.tolist() == [0, 1, 2]
+        for call in (lambda: MPI.DOUBLE.Pack(np.arange(4.0), out, 0, comm),
+                     lambda: MPI.DOUBLE.Unpack(out, 24, np.zeros(1), comm)):
+            try:
+                call()
+                raise AssertionError("no ERR_TRUNCATE")
+            except MPI.Exception as exc:
+                assert exc.Get_error_class() == MPI.ERR_TRUNCATE
+    """, 1)

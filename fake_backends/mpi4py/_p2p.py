@@ -228,6 +228,7 @@ class Engine:
         self._awaiting_cts: dict[int, SendOp] = {}
         self._incoming: dict[tuple[int, int], RecvOp] = {}
         self._next_id = 0
+        self.attached = None  # the buffer of MPI.Attach_buffer (see _buffered)
 
     def close(self) -> None:
         """Forget the transport and every message (the run is over): a
@@ -240,6 +241,7 @@ class Engine:
         self._posted.clear()
         self._awaiting_cts.clear()
         self._incoming.clear()
+        self.attached = None
 
     # -- posting --------------------------------------------------------------------
     def send(self, dest: int, ctx: int, source: int, tag: int, data: np.ndarray, flags: int, sync: bool,

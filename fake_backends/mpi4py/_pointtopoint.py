@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._buffered import check_space, need
 from ._buffers import parse
 from ._errors import ERR_RANK, ERR_TAG, Exception as MPIException
 from ._p2p import ANY_SOURCE, ANY_TAG, PICKLED, PROC_NULL, SendOp
@@ -72,19 +73,46 @@ class PointToPoint:
         return int(tag)
 
     # -- preparing (may raise) and posting (does not) ---------------------------------------
-    def _prepare_send(self, data_of, dest, tag, sync: bool, call: str):
-        """Check a send and build its bytes; return ``post()``, which starts
-        it and returns its request."""
+    def _checked_send(self, data_of, dest, tag, call: str):
+        """The state, world rank of ``dest``, tag, bytes, flags and
+        description of a send (None for ``dest`` MPI.PROC_NULL)."""
         st = self._st()
         tag = self._tag(tag, call, False)
         if dest == PROC_NULL:
-            return lambda: Request._of(st.engine, sent())
+            return None
         dest = self._peer(st, dest, call, "dest", False)
         data, flags = data_of()
-        desc = f"{call}(dest={dest}, tag={tag}) on {st.name}"
-        world_dest = st.members[dest]
+        return st, st.members[dest], tag, data, flags, f"{call}(dest={dest}, tag={tag}) on {st.name}"
+
+    def _prepare_send(self, data_of, dest, tag, sync: bool, call: str):
+        """Check a send and build its bytes; return ``post()``, which starts
+        it and returns its request."""
+        checked = self._checked_send(data_of, dest, tag, call)
+        if checked is None:
+            engine = self._st().engine
+            return lambda: Request._of(engine, sent())
+        st, world_dest, tag, data, flags, desc = checked
         return lambda: Request._of(st.engine, st.engine.send(world_dest, st.ctx, st.rank, tag, data, flags, sync,
                                                              desc))
+
+    def _prepare_bsend(self, data_of, dest, tag, call: str):
+        """The same for a buffered send (``_buffered``), and the bytes of
+        the attached buffer it takes. Its ``post()`` checks that they are
+        free before it posts (ERR_BUFFER), copies the message and
+        returns a completed request."""
+        checked = self._checked_send(data_of, dest, tag, call)
+        engine = self._st().engine
+        if checked is None:
+            return (lambda: Request._of(engine, sent())), 0
+        st, world_dest, tag, data, flags, desc = checked
+        nbytes = need(data.size)
+
+        def post():
+            attached = check_space(engine, nbytes, call)
+            attached.hold(engine.send(world_dest, st.ctx, st.rank, tag, data.copy(), flags, False, desc), nbytes)
+            return Request._of(engine, sent())
+
+        return post, nbytes
 
     def _prepare_recv(self, sink_of, source, tag, call: str):
         """Check a receive and read its buffer; return ``post()``."""
@@ -160,6 +188,24 @@ class PointToPoint:
 
     def Recv_init(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Prequest:
         return Prequest(_start=self._prepare_recv(self._sink(buf), source, tag, "Recv_init"))
+
+    # -- buffered mode ----------------------------------------------------------------------------
+    def Bsend(self, buf, dest: int, tag: int = 0) -> None:
+        """Copy the message into the attached buffer (MPI.Attach_buffer) and return."""
+        self._prepare_bsend(lambda: buffer_data(buf), dest, tag, "Bsend")[0]()
+
+    def Ibsend(self, buf, dest: int, tag: int = 0) -> Request:
+        return self._prepare_bsend(lambda: buffer_data(buf), dest, tag, "Ibsend")[0]()
+
+    def Bsend_init(self, buf, dest: int, tag: int = 0) -> Prequest:
+        post, nbytes = self._prepare_bsend(lambda: buffer_data(buf), dest, tag, "Bsend_init")
+        return Prequest(_start=post, _buffered=(self._st().engine, nbytes))
+
+    def bsend(self, obj, dest: int, tag: int = 0) -> None:
+        self._prepare_bsend(lambda: pickled_data(obj), dest, tag, "bsend")[0]()
+
+    def ibsend(self, obj, dest: int, tag: int = 0) -> Request:
+        return self._prepare_bsend(lambda: pickled_data(obj), dest, tag, "ibsend")[0]()
 
     # -- objects ----------------------------------------------------------------------------------
     def isend(self, obj, dest: int, tag: int = 0) -> Request:

@@ -10,6 +10,7 @@ lowercase ones (``wait``, ``waitall``, ...) return the received objects of
 
 from __future__ import annotations
 
+from ._buffered import check_space
 from ._datatypes import TYPES
 from ._errors import ERR_REQUEST, SUCCESS, Exception as MPIException
 from ._p2p import ANY_SOURCE, ANY_TAG, PROC_NULL, RecvOp, SendOp
@@ -390,9 +391,11 @@ class Prequest(Request):
     with an empty status, and ``Start`` posts it again. Only ``Free`` makes
     it MPI.REQUEST_NULL."""
 
-    def __init__(self, request=None, *, _start=None):
+    def __init__(self, request=None, *, _start=None, _buffered=None):
         super().__init__(request)
         self._start = _start if request is None else getattr(request, "_start", None)
+        # a buffered send's (engine, bytes of the attached buffer it takes)
+        self._buffered = _buffered if request is None else getattr(request, "_buffered", None)
         self._persistent = getattr(request, "_persistent", None)
         if self._start is not None and self._persistent is None:
             self._persistent = _Persistent()
@@ -431,6 +434,9 @@ class Prequest(Request):
             req._check_startable()
         if len({id(req._persistent) for req in requests}) < len(requests):
             raise MPIException(ERR_REQUEST, "Startall: a persistent request appears twice")
+        buffered = [req._buffered for req in requests if req._buffered and req._buffered[1]]
+        if buffered:  # every buffered send fits in the attached buffer, or none starts
+            check_space(buffered[0][0], sum(nbytes for _, nbytes in buffered), "Startall")
         for req in requests:
             req._post()
 
