@@ -182,3 +182,22 @@ def test_pack_and_unpack_round_trip_and_external32_is_big_endian(tmp_path):
             except MPI.Exception as exc:
                 assert exc.Get_error_class() == MPI.ERR_TRUNCATE
     """, 1)
+
+
+def test_waitsome_completes_every_done_request_before_it_raises_the_error_of_one(tmp_path):
+    ok(tmp_path, """
+        data = np.arange(4.0)
+        sends = [comm.Isend(data, right, 7), comm.Isend(data, right, 8)]
+        small, whole = np.zeros(2), np.zeros(4)
+        recvs = [comm.Irecv(small, left, 7), comm.Irecv(whole, left, 8)]  # the first is truncated
+        MPI.Request.Waitall(sends)
+        while not all(req.Get_status() for req in recvs):
+            pass
+        try:
+            MPI.Request.Waitsome(recvs)
+            raise AssertionError("Waitsome did not raise ERR_TRUNCATE")
+        except MPI.Exception:
+            pass
+        assert recvs[0] == MPI.REQUEST_NULL and recvs[1] == MPI.REQUEST_NULL, recvs
+        assert whole.tolist() == data.tolist()
+    """)

@@ -305,15 +305,7 @@ class Request:
         else:
             engine.progress()
         indices = [i for i in active if requests[i]._op.done]
-        objs = []
-        for k, i in enumerate(indices):
-            status = None
-            if statuses is not None:
-                while len(statuses) <= k:
-                    statuses.append(Status())
-                status = statuses[k]
-            objs.append(requests[i]._complete(status))
-        return indices, objs
+        return indices, cls._complete_all([requests[i] for i in indices], statuses)  # all, then the error
 
     @classmethod
     def Waitall(cls, requests, statuses=None) -> bool:
