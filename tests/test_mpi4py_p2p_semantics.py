@@ -201,3 +201,20 @@ def test_waitsome_completes_every_done_request_before_it_raises_the_error_of_one
         assert recvs[0] == MPI.REQUEST_NULL and recvs[1] == MPI.REQUEST_NULL, recvs
         assert whole.tolist() == data.tolist()
     """)
+
+
+def test_recv_with_a_buffer_warns_as_mpi4py_and_a_received_no_proc_copy_becomes_null(tmp_path):
+    ok(tmp_path, """
+        import warnings
+        req = comm.isend("42", rank)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert comm.recv(bytearray(128), rank) == "42"
+        assert [str(w.message) for w in caught] == ["the 'buf' argument is deprecated"]
+        req.wait()
+        copy = MPI.Message(MPI.MESSAGE_NO_PROC)
+        assert copy == MPI.MESSAGE_NO_PROC and copy.recv() is None
+        assert copy == MPI.MESSAGE_NULL and MPI.MESSAGE_NO_PROC and MPI.MESSAGE_NO_PROC.recv() is None
+        assert comm.mprobe(MPI.PROC_NULL) is MPI.MESSAGE_NO_PROC
+        assert MPI.Request(comm.Send_init(b"", MPI.PROC_NULL)) != MPI.REQUEST_NULL
+    """, 1)

@@ -19,7 +19,7 @@ One buffer per rank and run (it lives on the rank's progress engine).
 from __future__ import annotations
 
 from . import _runtime
-from ._buffers import BUFFER_AUTOMATIC
+from ._buffers import BUFFER_AUTOMATIC, parse
 from ._errors import ERR_BUFFER, Exception as MPIException
 
 BSEND_OVERHEAD = 128
@@ -77,11 +77,7 @@ def Attach_buffer(buf) -> None:
     if buf is BUFFER_AUTOMATIC:
         engine.attached = AttachedBuffer(buf, None)
         return
-    try:
-        capacity = memoryview(buf).nbytes
-    except TypeError:
-        raise TypeError(f"Attach_buffer: expecting a buffer or MPI.BUFFER_AUTOMATIC, got {type(buf).__name__}") from None
-    engine.attached = AttachedBuffer(buf, capacity)
+    engine.attached = AttachedBuffer(buf, parse(buf, writable=True, what="Attach_buffer's buf").raw.size)
 
 
 def Flush_buffer() -> None:

@@ -17,6 +17,9 @@ init, as mpi4py does, and post at each Start.
 
 from __future__ import annotations
 
+import functools
+import warnings
+
 import numpy as np
 
 from ._buffered import check_space, need
@@ -52,6 +55,13 @@ def buffer_data(buf, what: str = "buf"):
 def pickled_data(obj):
     """The pickle of an object of the lowercase API."""
     return np.frombuffer(pickle.dumps(obj), np.uint8), PICKLED
+
+
+def _warn_buf(buf) -> None:
+    """mpi4py's warning for a receive buffer given to recv or sendrecv
+    (not needed here: an object of any size is received)."""
+    if buf is not None:
+        warnings.warn("the 'buf' argument is deprecated", UserWarning, stacklevel=3)
 
 
 class PointToPoint:
@@ -170,9 +180,9 @@ class PointToPoint:
 
     def Sendrecv_replace(self, buf, dest: int, sendtag: int = 0, source: int = ANY_SOURCE,
                          recvtag: int = ANY_TAG, status: Status | None = None) -> None:
-        spec = parse(buf, writable=True, what="buf")
-        post_recv = self._prepare_recv(lambda: spec.raw, source, recvtag, "Sendrecv_replace")
-        post_send = self._prepare_send(lambda: (spec.raw.copy(), 0), dest, sendtag, False, "Sendrecv_replace")
+        raw = functools.cache(lambda: parse(buf, writable=True, what="buf").raw)  # not read for PROC_NULL
+        post_recv = self._prepare_recv(raw, source, recvtag, "Sendrecv_replace")
+        post_send = self._prepare_send(lambda: (raw().copy(), 0), dest, sendtag, False, "Sendrecv_replace")
         self._exchange(post_send, post_recv, status)
 
     # -- persistent requests ----------------------------------------------------------------------
@@ -226,10 +236,12 @@ class PointToPoint:
         return self._prepare_recv(lambda: None, source, tag, "irecv")()
 
     def recv(self, buf=None, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None):
+        _warn_buf(buf)
         return self._prepare_recv(lambda: None, source, tag, "recv")().wait(status)
 
     def sendrecv(self, sendobj, dest: int, sendtag: int = 0, recvbuf=None, source: int = ANY_SOURCE,
                  recvtag: int = ANY_TAG, status: Status | None = None):
+        _warn_buf(recvbuf)
         post_recv = self._prepare_recv(lambda: None, source, recvtag, "sendrecv")
         post_send = self._prepare_send(lambda: pickled_data(sendobj), dest, sendtag, False, "sendrecv")
         return self._exchange(post_send, post_recv, status, lowercase=True)

@@ -110,11 +110,13 @@ def _desc(op) -> str:
 class Request:
     """A nonblocking operation (``Isend``, ``Irecv``, ``isend``, ``irecv``, ...)."""
 
+    _persistent = None  # the handle of a persistent request (Prequest), or of a copy of one
+
     def __init__(self, request: "Request | None" = None):
         self._op = None
         self._engine = None
         if request is not None:
-            self._op, self._engine = request._op, request._engine
+            self._op, self._engine, self._persistent = request._op, request._engine, request._persistent
 
     @classmethod
     def _of(cls, engine, op) -> "Request":
@@ -123,9 +125,9 @@ class Request:
         return req
 
     def _handle(self):
-        """What identifies the request: its operation (None once complete:
-        then it is MPI.REQUEST_NULL)."""
-        return self._op
+        """What identifies the request: a persistent request's handle, else
+        its operation (None once complete: then it is MPI.REQUEST_NULL)."""
+        return self._op if self._persistent is None else self._persistent
 
     def __eq__(self, other):
         if not isinstance(other, Request):
@@ -140,7 +142,7 @@ class Request:
         return id(self._handle())
 
     def __bool__(self):
-        return self._op is not None
+        return self._handle() is not None
 
     def __repr__(self):
         return f"<mpi4py.MPI.{type(self).__name__} {'null' if self._op is None else 'active'} (simdist)>"
@@ -388,15 +390,8 @@ class Prequest(Request):
         self._start = _start if request is None else getattr(request, "_start", None)
         # a buffered send's (engine, bytes of the attached buffer it takes)
         self._buffered = _buffered if request is None else getattr(request, "_buffered", None)
-        self._persistent = getattr(request, "_persistent", None)
         if self._start is not None and self._persistent is None:
             self._persistent = _Persistent()
-
-    def _handle(self):
-        return self._persistent
-
-    def __bool__(self):
-        return self._start is not None
 
     def __repr__(self):
         state = "null" if self._start is None else "active" if self._op is not None else "inactive"
@@ -461,6 +456,8 @@ class Message:
 
     def _take(self, sink):
         if self._noproc:
+            if self is not MESSAGE_NO_PROC:  # a received copy becomes MESSAGE_NULL; the constant stays
+                self._noproc = False
             return DONE
         if self._env is None:
             raise MPIException(ERR_REQUEST, "receive of MPI.MESSAGE_NULL (a matched message is received once)")
