@@ -218,3 +218,14 @@ def test_recv_with_a_buffer_warns_as_mpi4py_and_a_received_no_proc_copy_becomes_
         assert comm.mprobe(MPI.PROC_NULL) is MPI.MESSAGE_NO_PROC
         assert MPI.Request(comm.Send_init(b"", MPI.PROC_NULL)) != MPI.REQUEST_NULL
     """, 1)
+
+
+def test_a_synchronous_send_of_an_empty_message_completes(tmp_path):
+    ok(tmp_path, """
+        for peer_to, peer_from in ((right, left), (rank, rank)):
+            req = comm.Issend([None, MPI.BYTE], peer_to, 9)
+            status = MPI.Status()
+            comm.Recv([None, MPI.BYTE], peer_from, 9, status)
+            req.Wait()
+            assert status.Get_source() == peer_from and status.Get_count(MPI.BYTE) == 0
+    """)

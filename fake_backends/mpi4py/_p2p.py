@@ -417,7 +417,10 @@ class Engine:
             self._arrive(Envelope(ctx, source, tag, nbytes, flags, src, payload, msg_id))
         elif kind == CTS:
             op = self._awaiting_cts.pop(int(head[1]))
-            if op.dest == self._me:  # to itself: the whole payload at once
+            if op.data.size == 0:  # an empty synchronous send: matched is all it waited for
+                op.data = None
+                op.done = True
+            elif op.dest == self._me:  # to itself: the whole payload at once
                 self._local.append(_record(DATA, op.msg_id, 0, payload=op.data))
                 op.data = None
                 op.done = True
@@ -459,7 +462,10 @@ class Engine:
         if env.payload is not None:
             op._finish(env.payload)
             return
+        self._post(env.world, _record(CTS, env.msg_id))
+        if env.nbytes == 0:  # an empty synchronous send: no DATA follows
+            op._finish(np.empty(0, np.uint8))
+            return
         fits = op.sink is not None and env.nbytes <= op.sink.size
         op.buf = op.sink[:env.nbytes] if fits else np.empty(env.nbytes, np.uint8)
         self._incoming[(env.world, env.msg_id)] = op
-        self._post(env.world, _record(CTS, env.msg_id))
