@@ -229,3 +229,22 @@ def test_a_synchronous_send_of_an_empty_message_completes(tmp_path):
             req.Wait()
             assert status.Get_source() == peer_from and status.Get_count(MPI.BYTE) == 0
     """)
+
+
+def test_get_status_all_any_some_peek_without_completing_and_statuses_may_be_a_tuple(tmp_path):
+    ok(tmp_path, """
+        got = np.zeros(2)
+        recv = comm.Irecv(got, left, 3)
+        comm.Send(np.full(2, 1.0 * rank), right, 3)
+        while not MPI.Request.Get_status_all([recv]):
+            pass
+        status = MPI.Status()
+        assert MPI.Request.Get_status_any([MPI.REQUEST_NULL, recv], status) == (1, True)
+        assert status.Get_source() == left and recv != MPI.REQUEST_NULL  # not completed
+        assert MPI.Request.Get_status_some([recv]) == [0]
+        statuses = (MPI.Status(),)
+        MPI.Request.Waitall([recv, MPI.REQUEST_NULL], statuses)  # a tuple: filled as far as it goes
+        assert statuses[0].Get_source() == left and recv == MPI.REQUEST_NULL
+        assert MPI.Request.Get_status_any([recv]) == (MPI.UNDEFINED, True)
+        assert MPI.Request.Get_status_some([recv]) is None
+    """)

@@ -88,6 +88,17 @@ class Status:
     count = property(Get_count)
 
 
+def _slots(statuses, n: int) -> list:
+    """The statuses to fill for ``n`` requests: a list is extended to ``n``
+    (as mpi4py does), a tuple's entries are used as far as they go."""
+    if statuses is None:
+        return [None] * n
+    if isinstance(statuses, list):
+        statuses.extend(Status() for _ in range(n - len(statuses)))
+        return statuses[:n]
+    return list(statuses)[:n] + [None] * (n - len(statuses))
+
+
 class _Done:
     """An operation that completed when it was posted (PROC_NULL)."""
 
@@ -206,15 +217,75 @@ class Request:
     def test(self, status: Status | None = None):
         return self._test(status)
 
+    def _peek(self, status) -> bool:
+        """Whether the operation is done, filling ``status`` without
+        completing it (MPI_Request_get_status); a null or inactive request
+        is done, with an empty status."""
+        op = self._op
+        if op is not None and not op.done:
+            return False
+        if status is not None:
+            if op is None or isinstance(op, SendOp):
+                status._set(ANY_SOURCE, ANY_TAG, 0)
+            elif op.cancelled:
+                status._set(ANY_SOURCE, ANY_TAG, 0, cancelled=True)
+            else:
+                status._set(*op.status)
+        return True
+
     def Get_status(self, status: Status | None = None) -> bool:
         if self._op is not None and not self._op.done:
             self._engine.progress()
-        done = self._done()
-        if done and status is not None and isinstance(self._op, (RecvOp, _Done)) and not self._op.cancelled:
-            status._set(*self._op.status)
-        return done
+        return self._peek(status)
 
     get_status = Get_status
+
+    @classmethod
+    def _progress(cls, requests) -> list:
+        requests = list(requests)
+        engine = cls._engine_of(requests)
+        if engine is not None:
+            engine.progress()
+        return requests
+
+    @classmethod
+    def Get_status_all(cls, requests, statuses=None) -> bool:
+        """Whether every request is done (their statuses filled); none is completed."""
+        requests = cls._progress(requests)
+        if not all(req._done() for req in requests):
+            return False
+        for req, status in zip(requests, _slots(statuses, len(requests))):
+            req._peek(status)
+        return True
+
+    @classmethod
+    def Get_status_any(cls, requests, status=None):
+        """(index, True) of a done active request, (UNDEFINED, True) if none
+        is active, (UNDEFINED, False) if none is done; none is completed."""
+        requests = cls._progress(requests)
+        active = [i for i, req in enumerate(requests) if req._op is not None]
+        if not active:
+            return UNDEFINED, Request()._peek(status)
+        index = next((i for i in active if requests[i]._op.done), None)
+        if index is None:
+            return UNDEFINED, False
+        return index, requests[index]._peek(status)
+
+    @classmethod
+    def Get_status_some(cls, requests, statuses=None):
+        """The indices of the done active requests (None if none is active); none is completed."""
+        requests = cls._progress(requests)
+        active = [i for i, req in enumerate(requests) if req._op is not None]
+        if not active:
+            return None
+        indices = [i for i in active if requests[i]._op.done]
+        for i, status in zip(indices, _slots(statuses, len(indices))):
+            requests[i]._peek(status)
+        return indices
+
+    get_status_all = Get_status_all
+    get_status_any = Get_status_any
+    get_status_some = Get_status_some
 
     def Cancel(self) -> None:
         """Cancel a receive that no message has matched yet (a send cannot
@@ -249,12 +320,7 @@ class Request:
     @staticmethod
     def _complete_all(requests, statuses):
         results, error = [], None
-        for i, req in enumerate(requests):
-            status = None
-            if statuses is not None:
-                while len(statuses) <= i:
-                    statuses.append(Status())
-                status = statuses[i]
+        for req, status in zip(requests, _slots(statuses, len(requests))):
             try:
                 results.append(req._complete(status))
             except MPIException as exc:
