@@ -248,3 +248,19 @@ def test_get_status_all_any_some_peek_without_completing_and_statuses_may_be_a_t
         assert MPI.Request.Get_status_any([recv]) == (MPI.UNDEFINED, True)
         assert MPI.Request.Get_status_some([recv]) is None
     """)
+
+
+def test_isendrecv_and_isendrecv_replace_complete_as_one_request(tmp_path):
+    ok(tmp_path, """
+        got, status = np.zeros(2), MPI.Status()
+        req = comm.Isendrecv(np.full(2, 1.0 * rank), right, 4, got, left, 4)
+        assert req != MPI.REQUEST_NULL
+        req.Wait(status)
+        assert got.tolist() == [1.0 * left] * 2 and status.Get_source() == left and req == MPI.REQUEST_NULL
+        buf = np.full(3, 2.0 * rank)
+        req = comm.Isendrecv_replace(buf, right, 5, left, 5)
+        buf[:] = -1  # the message was copied when the call was made
+        req.Wait()
+        assert buf.tolist() == [2.0 * left] * 3
+        comm.Isendrecv_replace(None, MPI.PROC_NULL, 0, MPI.PROC_NULL, 0).Wait()
+    """)

@@ -190,6 +190,29 @@ class RecvOp:
         self.done = True
 
 
+class PairOp:
+    """The send and the receive of one Sendrecv (Isendrecv): done when both
+    are; its error, status and received data are the receive's (or the
+    send's error)."""
+
+    __slots__ = ("send", "recv")
+    cancelled = False
+
+    def __init__(self, send, recv):
+        self.send, self.recv = send, recv
+
+    @property
+    def done(self) -> bool:
+        return self.send.done and self.recv.done
+
+    @property
+    def error(self):
+        return self.recv.error or self.send.error
+
+    def __getattr__(self, name):  # status, sink, data, desc: the receive's
+        return getattr(self.recv, name)
+
+
 def _matches(env: Envelope, ctx: int, source: int, tag: int) -> bool:
     return env.ctx == ctx and (source == ANY_SOURCE or source == env.source) and (tag == ANY_TAG or tag == env.tag)
 

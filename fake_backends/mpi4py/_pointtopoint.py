@@ -25,7 +25,7 @@ import numpy as np
 from ._buffered import check_space, need
 from ._buffers import parse
 from ._errors import ERR_RANK, ERR_TAG, Exception as MPIException
-from ._p2p import ANY_SOURCE, ANY_TAG, PICKLED, PROC_NULL, SendOp
+from ._p2p import ANY_SOURCE, ANY_TAG, PICKLED, PROC_NULL, PairOp, SendOp
 from ._pickle import pickle
 from ._requests import DONE, MESSAGE_NO_PROC, Message, Prequest, Request, Status
 
@@ -164,26 +164,40 @@ class PointToPoint:
         self._prepare_recv(self._sink(buf), source, tag, "Recv")().Wait(status)
 
     @staticmethod
-    def _exchange(post_send, post_recv, status, lowercase: bool = False):
-        """Post both halves of a Sendrecv (prepared: neither raises) and
-        wait for both; the received object for the lowercase call."""
+    def _pair(post_send, post_recv) -> Request:
+        """Post both halves of a Sendrecv (prepared: neither raises); one
+        request for both."""
         recv = post_recv()
         send = post_send()
-        results = Request.waitall([send, recv], [Status(), status or Status()])
-        return results[1] if lowercase else None
+        return Request._of(recv._engine or send._engine, PairOp(send._op, recv._op))
+
+    def _sendrecv(self, sendbuf, dest, sendtag, recvbuf, source, recvtag, call: str) -> Request:
+        post_recv = self._prepare_recv(self._sink(recvbuf, "recvbuf"), source, recvtag, call)
+        post_send = self._prepare_send(lambda: buffer_data(sendbuf, "sendbuf"), dest, sendtag, False, call)
+        return self._pair(post_send, post_recv)
+
+    def _sendrecv_replace(self, buf, dest, sendtag, source, recvtag, call: str) -> Request:
+        """The message sent is a copy of ``buf`` as it is now."""
+        raw = functools.cache(lambda: parse(buf, writable=True, what="buf").raw)  # not read for PROC_NULL
+        post_recv = self._prepare_recv(raw, source, recvtag, call)
+        post_send = self._prepare_send(lambda: (raw().copy(), 0), dest, sendtag, False, call)
+        return self._pair(post_send, post_recv)
+
+    def Isendrecv(self, sendbuf, dest: int, sendtag: int = 0, recvbuf=None, source: int = ANY_SOURCE,
+                  recvtag: int = ANY_TAG) -> Request:
+        return self._sendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag, "Isendrecv")
 
     def Sendrecv(self, sendbuf, dest: int, sendtag: int = 0, recvbuf=None, source: int = ANY_SOURCE,
                  recvtag: int = ANY_TAG, status: Status | None = None) -> None:
-        post_recv = self._prepare_recv(self._sink(recvbuf, "recvbuf"), source, recvtag, "Sendrecv")
-        post_send = self._prepare_send(lambda: buffer_data(sendbuf, "sendbuf"), dest, sendtag, False, "Sendrecv")
-        self._exchange(post_send, post_recv, status)
+        self._sendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag, "Sendrecv").Wait(status)
+
+    def Isendrecv_replace(self, buf, dest: int, sendtag: int = 0, source: int = ANY_SOURCE,
+                          recvtag: int = ANY_TAG) -> Request:
+        return self._sendrecv_replace(buf, dest, sendtag, source, recvtag, "Isendrecv_replace")
 
     def Sendrecv_replace(self, buf, dest: int, sendtag: int = 0, source: int = ANY_SOURCE,
                          recvtag: int = ANY_TAG, status: Status | None = None) -> None:
-        raw = functools.cache(lambda: parse(buf, writable=True, what="buf").raw)  # not read for PROC_NULL
-        post_recv = self._prepare_recv(raw, source, recvtag, "Sendrecv_replace")
-        post_send = self._prepare_send(lambda: (raw().copy(), 0), dest, sendtag, False, "Sendrecv_replace")
-        self._exchange(post_send, post_recv, status)
+        self._sendrecv_replace(buf, dest, sendtag, source, recvtag, "Sendrecv_replace").Wait(status)
 
     # -- persistent requests ----------------------------------------------------------------------
     def Send_init(self, buf, dest: int, tag: int = 0) -> Prequest:
@@ -244,7 +258,7 @@ class PointToPoint:
         _warn_buf(recvbuf)
         post_recv = self._prepare_recv(lambda: None, source, recvtag, "sendrecv")
         post_send = self._prepare_send(lambda: pickled_data(sendobj), dest, sendtag, False, "sendrecv")
-        return self._exchange(post_send, post_recv, status, lowercase=True)
+        return self._pair(post_send, post_recv).wait(status)
 
     # -- probing ----------------------------------------------------------------------------------
     def _find(self, source, tag, call: str, block: bool, take: bool):

@@ -81,6 +81,14 @@ def p2p_cases(comm):
     add("Sendrecv", "recvbuf", BAD_RECV_BUFFERS, lambda v: comm.Sendrecv(good, right, TAG, v(), left, TAG))
     add("Sendrecv", "source", bad_ranks(comm), lambda v: comm.Sendrecv(good, right, TAG, stale, v, TAG))
     add("Sendrecv", "recvtag", BAD_TAGS, lambda v: comm.Sendrecv(good, right, TAG, stale, left, v))
+    add("Isendrecv", "sendbuf", BAD_BUFFERS, lambda v: comm.Isendrecv(v(), right, TAG, stale, left, TAG).Wait())
+    add("Isendrecv", "dest", bad_ranks(comm), lambda v: comm.Isendrecv(good, v, TAG, stale, left, TAG).Wait())
+    add("Isendrecv", "recvbuf", BAD_RECV_BUFFERS, lambda v: comm.Isendrecv(good, right, TAG, v(), left, TAG).Wait())
+    add("Isendrecv", "source", bad_ranks(comm), lambda v: comm.Isendrecv(good, right, TAG, stale, v, TAG).Wait())
+    add("Isendrecv_replace", "buf", BAD_RECV_BUFFERS,
+        lambda v: comm.Isendrecv_replace(v(), right, TAG, left, TAG).Wait())
+    add("Isendrecv_replace", "source", bad_ranks(comm),
+        lambda v: comm.Isendrecv_replace(stale, right, TAG, v, TAG).Wait())
     add("Sendrecv_replace", "buf", BAD_RECV_BUFFERS, lambda v: comm.Sendrecv_replace(v(), right, TAG, left, TAG))
     add("Sendrecv_replace", "dest", bad_ranks(comm), lambda v: comm.Sendrecv_replace(stale, v, TAG, left, TAG))
     add("Sendrecv_replace", "sendtag", BAD_TAGS, lambda v: comm.Sendrecv_replace(stale, right, v, left, TAG))
