@@ -65,7 +65,8 @@ def p2p_cases(comm):
         for name, value in values.items():
             cases.append((f"{call}({arg}: {name})", value, make))
 
-    for call in ("Send", "Ssend", "Isend", "Issend", "Rsend", "Irsend", "Send_init", "Ssend_init"):
+    for call in ("Send", "Ssend", "Isend", "Issend", "Rsend", "Irsend", "Send_init", "Ssend_init", "Bsend", "Ibsend",
+                 "Bsend_init"):
         method = lambda c=call: getattr(comm, c)
         add(call, "buf", BAD_BUFFERS, lambda v, m=method: m()(v(), right, TAG))
         add(call, "dest", bad_ranks(comm), lambda v, m=method: m()(good, v, TAG))
@@ -94,7 +95,7 @@ def p2p_cases(comm):
     add("Sendrecv_replace", "sendtag", BAD_TAGS, lambda v: comm.Sendrecv_replace(stale, right, v, left, TAG))
     add("Sendrecv_replace", "source", bad_ranks(comm), lambda v: comm.Sendrecv_replace(stale, right, TAG, v, TAG))
     add("Sendrecv_replace", "recvtag", BAD_TAGS, lambda v: comm.Sendrecv_replace(stale, right, TAG, left, v))
-    for call in ("send", "ssend", "isend", "issend"):
+    for call in ("send", "ssend", "isend", "issend", "bsend", "ibsend"):
         method = lambda c=call: getattr(comm, c)
         add(call, "obj", BAD_OBJECTS, lambda v, m=method: m()(v(), right, TAG))
         add(call, "dest", bad_ranks(comm), lambda v, m=method: m()("x", v, TAG))
@@ -175,6 +176,7 @@ def exchange(comm, stale, label):
 
 
 def run(comm, name):
+    MPI.Attach_buffer(bytearray(1 << 16))  # for the buffered sends (Bsend, ...)
     cases, stale = p2p_cases(comm)
     for label, value, make in cases + [(label, v, m) for label, v, m in collective_cases(comm)]:
         try:
@@ -185,6 +187,7 @@ def run(comm, name):
         comm.Barrier()
         good = exchange(comm, stale, label)
         print(f"rank {rank} {name} {label}: {outcome}, then {'right' if good else 'WRONG'} data")
+    MPI.Detach_buffer()
 
 
 run(world, "COMM_WORLD")
