@@ -726,7 +726,7 @@ def test_abort_through_the_command_line(tmp_path):
     ("comm.Ibarrier()", "call the blocking Comm.Barrier"),
     ("comm.Get_group()", "make sub-communicators with Comm.Split"),
     ("comm.Spawn('x')", "Intracomm.Spawn is not supported"),
-    ("comm.Bsend(np.zeros(1), 0)", "use Send or Isend"),
+    ("comm.Idup()", "use Comm.Dup"),
     ("comm.Alltoallw(None, None)", "use Alltoallv"),
     ("MPI.Win.Create(np.zeros(1))", "MPI.Win is not supported"),
     ("MPI.File.Open(comm, 'x')", "MPI.File is not supported"),

@@ -45,6 +45,7 @@ import socket
 import time
 
 from . import _runtime
+from ._buffered import BSEND_OVERHEAD, Alloc_mem, Attach_buffer, Detach_buffer, Flush_buffer, Free_mem
 from ._buffers import BOTTOM, BUFFER_AUTOMATIC, IN_PLACE, BottomType, BufferAutomaticType, InPlaceType
 from ._comm import (APPNUM, COMM_NULL, COMM_SELF, COMM_TYPE_SHARED, COMM_WORLD, CONGRUENT, IDENT, IO,
                     KEYVAL_INVALID, LASTUSEDCODE, SIMILAR, UNDEFINED, UNEQUAL, UNIVERSE_SIZE, WTIME_IS_GLOBAL, Comm,
@@ -65,10 +66,14 @@ from ._ops import PREDEFINED as _PREDEFINED
 from ._p2p import ANY_SOURCE, ANY_TAG, PROC_NULL
 from ._pickle import Pickle, pickle
 from ._names import CONSTANTS as _CONSTANTS
+from ._pack import METHODS as _PACK_METHODS
 from ._requests import MESSAGE_NO_PROC, MESSAGE_NULL, REQUEST_NULL, Message, Prequest, Request, Status
 
 globals().update({k: v for k, v in _CONSTANTS.items() if k not in globals()})  # every int constant of mpi4py
 globals().update(_TYPES)  # MPI.INT, MPI.DOUBLE, ... (MPI.DATATYPE_NULL included)
+for _name, _method in _PACK_METHODS.items():  # Datatype.Pack, ...: see the module that defines them
+    setattr(Datatype, _name, _method)
+del _name, _method
 globals().update(_PREDEFINED)  # MPI.SUM, MPI.MAX, ..., MPI.MAXLOC, MPI.REPLACE, MPI.NO_OP
 
 ROOT = -4
@@ -76,7 +81,6 @@ THREAD_SINGLE, THREAD_FUNNELED, THREAD_SERIALIZED, THREAD_MULTIPLE = 0, 1, 2, 3
 VERSION, SUBVERSION = 3, 1
 MAX_PROCESSOR_NAME = MAX_ERROR_STRING = MAX_LIBRARY_VERSION_STRING = MAX_PORT_NAME = 256
 MAX_OBJECT_NAME, MAX_INFO_KEY, MAX_INFO_VAL, MAX_DATAREP_STRING = 64, 36, 256, 128
-BSEND_OVERHEAD = 128
 CART, GRAPH, DIST_GRAPH = 1, 2, 3
 ORDER_C, ORDER_FORTRAN, ORDER_F = 0, 1, 1
 

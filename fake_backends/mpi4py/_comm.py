@@ -8,7 +8,7 @@ ranks, and the progress engine of the rank. Copies of a handle
 (``MPI.Comm(comm)``) share the state and compare equal; ``Free`` and
 ``Split(MPI.UNDEFINED)`` give handles equal to ``MPI.COMM_NULL``.
 
-Point-to-point calls go through the progress engine (``_p2p``), collectives
+Point-to-point calls (``_pointtopoint``) go through the progress engine (``_p2p``), collectives
 through the SimComm (``_collectives``, ``_vector``, ``_objects``).
 """
 
@@ -20,30 +20,22 @@ from simdist._arguments import check_op
 from simdist._errors import SimdistError
 
 from . import _runtime
-from ._buffers import parse
 from ._collectives import BufferCollectives
 from . import _errhandlers
-from ._errors import ERR_ARG, ERR_COMM, ERR_KEYVAL, ERR_OTHER, ERR_RANK, ERR_TAG, Exception as MPIException, MPIAbort
+from ._errors import ERR_ARG, ERR_COMM, ERR_KEYVAL, ERR_OTHER, Exception as MPIException, MPIAbort
 from ._errors import earlier_run
-from ._hints import Info
+from ._hints import ERRORS_RETURN, Info
 from ._objects import ObjectCollectives
-from ._p2p import ANY_SOURCE, ANY_TAG, PICKLED, PROC_NULL, SendOp
-from ._pickle import pickle
-from ._requests import DONE, Message, Prequest, Request, Status
+from ._p2p import ANY_SOURCE, PROC_NULL
+from ._pointtopoint import TAG_UB, PointToPoint
+from ._pointtopoint import is_int as _is_int
 from ._vector import VectorCollectives
 
 UNDEFINED = -32766
-TAG_UB = 2**31 - 1
 IDENT, CONGRUENT, SIMILAR, UNEQUAL = 0, 1, 2, 3
 COMM_TYPE_SHARED = 0
 # attribute keys, as Open MPI numbers them
 KEYVAL_INVALID, TAG_UB_KEY, HOST, IO, WTIME_IS_GLOBAL, APPNUM, LASTUSEDCODE, UNIVERSE_SIZE = -1, 0, 1, 2, 3, 4, 5, 6
-
-
-def _sent() -> SendOp:
-    op = SendOp(PROC_NULL, None)
-    op.done = True
-    return op
 
 
 class _SelfComm:
@@ -111,11 +103,7 @@ def self_state(rt) -> _State:
     return _State(rt, _SelfComm(), rt.next_self_ctx(), [rt.world.rank], "MPI_COMM_SELF", True)
 
 
-def _is_int(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
-class Comm(BufferCollectives, VectorCollectives, ObjectCollectives):
+class Comm(PointToPoint, BufferCollectives, VectorCollectives, ObjectCollectives):
     """A communicator: see the module docstring; the calls are mpi4py's."""
 
     _fixed = None  # "COMM_WORLD"/"COMM_SELF" for the predefined handles
@@ -314,186 +302,6 @@ class Comm(BufferCollectives, VectorCollectives, ObjectCollectives):
         if rt is None:
             raise SimdistError(_runtime.NOT_RUNNING)
         raise MPIAbort(errorcode, rt.world.rank)
-
-    # -- argument checks ------------------------------------------------------------------
-    @staticmethod
-    def _peer(st: _State, rank, call: str, what: str, any_ok: bool) -> int:
-        if not _is_int(rank) or not (0 <= rank < st.size or (any_ok and rank == ANY_SOURCE)):
-            raise MPIException(ERR_RANK, f"{call}: {what}={rank!r} on {st.name} of {st.size} ranks")
-        return int(rank)
-
-    @staticmethod
-    def _tag(tag, call: str, any_ok: bool) -> int:
-        if not _is_int(tag) or not (0 <= tag <= TAG_UB or (any_ok and tag == ANY_TAG)):
-            raise MPIException(ERR_TAG, f"{call}: tag={tag!r}; tags are ints from 0 to MPI.TAG_UB ({TAG_UB})"
-                               + (" or MPI.ANY_TAG" if any_ok else ""))
-        return int(tag)
-
-    # -- point to point: posting ------------------------------------------------------------
-    def _isend(self, data_of, dest, tag, sync: bool, call: str) -> Request:
-        st = self._st()
-        tag = self._tag(tag, call, False)
-        if dest == PROC_NULL:
-            return Request._of(st.engine, _sent())
-        dest = self._peer(st, dest, call, "dest", False)
-        data, flags = data_of()
-        desc = f"{call}(dest={dest}, tag={tag}) on {st.name}"
-        op = st.engine.send(st.members[dest], st.ctx, st.rank, tag, data, flags, sync, desc)
-        return Request._of(st.engine, op)
-
-    def _irecv(self, sink_of, source, tag, call: str) -> Request:
-        st = self._st()
-        tag = self._tag(tag, call, True)
-        if source == PROC_NULL:
-            return Request._of(st.engine, DONE)
-        source = self._peer(st, source, call, "source", True)
-        desc = f"{call}(source={'ANY_SOURCE' if source == ANY_SOURCE else source}, " \
-               f"tag={'ANY_TAG' if tag == ANY_TAG else tag}) on {st.name}"
-        return Request._of(st.engine, st.engine.recv(st.ctx, source, tag, sink_of(), desc))
-
-    @staticmethod
-    def _buffer(buf):
-        return lambda: (parse(buf, writable=False, what="buf").raw, 0)
-
-    @staticmethod
-    def _pickle(obj):
-        return lambda: (np.frombuffer(pickle.dumps(obj), np.uint8), PICKLED)
-
-    # -- point to point: buffers ------------------------------------------------------------
-    def Isend(self, buf, dest: int, tag: int = 0) -> Request:
-        return self._isend(self._buffer(buf), dest, tag, False, "Isend")
-
-    Irsend = Isend
-
-    def Issend(self, buf, dest: int, tag: int = 0) -> Request:
-        """A synchronous send: completes once the receive has matched it."""
-        return self._isend(self._buffer(buf), dest, tag, True, "Issend")
-
-    def Send(self, buf, dest: int, tag: int = 0) -> None:
-        self._isend(self._buffer(buf), dest, tag, False, "Send").Wait()
-
-    Rsend = Send
-
-    def Ssend(self, buf, dest: int, tag: int = 0) -> None:
-        self._isend(self._buffer(buf), dest, tag, True, "Ssend").Wait()
-
-    def Irecv(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
-        return self._irecv(lambda: parse(buf, writable=True, what="buf").raw, source, tag, "Irecv")
-
-    def Recv(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> None:
-        self._irecv(lambda: parse(buf, writable=True, what="buf").raw, source, tag, "Recv").Wait(status)
-
-    def Sendrecv(self, sendbuf, dest: int, sendtag: int = 0, recvbuf=None, source: int = ANY_SOURCE,
-                 recvtag: int = ANY_TAG, status: Status | None = None) -> None:
-        recv = self._irecv(lambda: parse(recvbuf, writable=True, what="recvbuf").raw, source, recvtag,
-                           "Sendrecv")
-        send = self._isend(self._buffer(sendbuf), dest, sendtag, False, "Sendrecv")
-        Request.Waitall([send, recv], [Status(), status or Status()])
-
-    def Sendrecv_replace(self, buf, dest: int, sendtag: int = 0, source: int = ANY_SOURCE,
-                         recvtag: int = ANY_TAG, status: Status | None = None) -> None:
-        spec = parse(buf, writable=True, what="buf")
-        data = spec.raw.copy()
-        recv = self._irecv(lambda: spec.raw, source, recvtag, "Sendrecv_replace")
-        send = self._isend(lambda: (data, 0), dest, sendtag, False, "Sendrecv_replace")
-        Request.Waitall([send, recv], [Status(), status or Status()])
-
-    def Send_init(self, buf, dest: int, tag: int = 0) -> Prequest:
-        return Prequest(_start=lambda: self._started(self.Isend(buf, dest, tag)))
-
-    def Recv_init(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Prequest:
-        return Prequest(_start=lambda: self._started(self.Irecv(buf, source, tag)))
-
-    @staticmethod
-    def _started(req: Request):
-        return req._engine, req._op
-
-    # -- point to point: objects --------------------------------------------------------------
-    def isend(self, obj, dest: int, tag: int = 0) -> Request:
-        return self._isend(self._pickle(obj), dest, tag, False, "isend")
-
-    def issend(self, obj, dest: int, tag: int = 0) -> Request:
-        return self._isend(self._pickle(obj), dest, tag, True, "issend")
-
-    def send(self, obj, dest: int, tag: int = 0) -> None:
-        self._isend(self._pickle(obj), dest, tag, False, "send").Wait()
-
-    def ssend(self, obj, dest: int, tag: int = 0) -> None:
-        self._isend(self._pickle(obj), dest, tag, True, "ssend").Wait()
-
-    def irecv(self, buf=None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
-        """Receive an object; ``buf`` is accepted and not needed (there is no
-        size limit, unlike mpi4py's default 32 KiB buffer)."""
-        return self._irecv(lambda: None, source, tag, "irecv")
-
-    def recv(self, buf=None, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None):
-        return self._irecv(lambda: None, source, tag, "recv").wait(status)
-
-    def sendrecv(self, sendobj, dest: int, sendtag: int = 0, recvbuf=None, source: int = ANY_SOURCE,
-                 recvtag: int = ANY_TAG, status: Status | None = None):
-        recv = self._irecv(lambda: None, source, recvtag, "sendrecv")
-        send = self._isend(self._pickle(sendobj), dest, sendtag, False, "sendrecv")
-        return Request.waitall([send, recv], [Status(), status or Status()])[1]
-
-    # -- probing ----------------------------------------------------------------------------
-    def _find(self, source, tag, call: str, block: bool, take: bool):
-        """The envelope a receive would match (None: none yet; PROC_NULL: a
-        probe of MPI.PROC_NULL)."""
-        st = self._st()
-        tag = self._tag(tag, call, True)
-        if source == PROC_NULL:
-            return PROC_NULL
-        source = self._peer(st, source, call, "source", True)
-        engine = st.engine
-        if not block:
-            engine.progress()
-            return engine.find(st.ctx, source, tag, take)
-        desc = f"{call}(source={'ANY_SOURCE' if source == ANY_SOURCE else source}, " \
-               f"tag={'ANY_TAG' if tag == ANY_TAG else tag}) on {st.name}"
-        return engine.wait_until(lambda: engine.find(st.ctx, source, tag, take), desc)
-
-    @staticmethod
-    def _status(env, status) -> None:
-        if status is not None:
-            if env is PROC_NULL:
-                status._set(PROC_NULL, ANY_TAG, 0)
-            else:
-                status._set(env.source, env.tag, env.nbytes)
-
-    def Probe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> bool:
-        """Wait for a message a receive would match; do not receive it."""
-        self._status(self._find(source, tag, "Probe", True, False), status)
-        return True
-
-    def Iprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> bool:
-        env = self._find(source, tag, "Iprobe", False, False)
-        if env is None:
-            return False
-        self._status(env, status)
-        return True
-
-    probe = Probe
-    iprobe = Iprobe
-
-    def Mprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> Message:
-        """Probe and take the message: only the returned Message receives it."""
-        env = self._find(source, tag, "Mprobe", True, True)
-        self._status(env, status)
-        if env is PROC_NULL:
-            return Message(_noproc=True)
-        return Message(_engine=self._st().engine, _env=env)
-
-    def Improbe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None):
-        env = self._find(source, tag, "Improbe", False, True)
-        if env is None:
-            return None
-        self._status(env, status)
-        if env is PROC_NULL:
-            return Message(_noproc=True)
-        return Message(_engine=self._st().engine, _env=env)
-
-    mprobe = Mprobe
-    improbe = Improbe
 
     # -- everything else ------------------------------------------------------------------------
     def __getattr__(self, name):

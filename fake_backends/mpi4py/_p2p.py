@@ -190,6 +190,29 @@ class RecvOp:
         self.done = True
 
 
+class PairOp:
+    """The send and the receive of one Sendrecv (Isendrecv): done when both
+    are; its error, status and received data are the receive's (or the
+    send's error)."""
+
+    __slots__ = ("send", "recv")
+    cancelled = False
+
+    def __init__(self, send, recv):
+        self.send, self.recv = send, recv
+
+    @property
+    def done(self) -> bool:
+        return self.send.done and self.recv.done
+
+    @property
+    def error(self):
+        return self.recv.error or self.send.error
+
+    def __getattr__(self, name):  # status, sink, data, desc: the receive's
+        return getattr(self.recv, name)
+
+
 def _matches(env: Envelope, ctx: int, source: int, tag: int) -> bool:
     return env.ctx == ctx and (source == ANY_SOURCE or source == env.source) and (tag == ANY_TAG or tag == env.tag)
 
@@ -228,6 +251,7 @@ class Engine:
         self._awaiting_cts: dict[int, SendOp] = {}
         self._incoming: dict[tuple[int, int], RecvOp] = {}
         self._next_id = 0
+        self.attached = None  # the buffer of MPI.Attach_buffer (see _buffered)
 
     def close(self) -> None:
         """Forget the transport and every message (the run is over): a
@@ -240,6 +264,7 @@ class Engine:
         self._posted.clear()
         self._awaiting_cts.clear()
         self._incoming.clear()
+        self.attached = None
 
     # -- posting --------------------------------------------------------------------
     def send(self, dest: int, ctx: int, source: int, tag: int, data: np.ndarray, flags: int, sync: bool,
@@ -415,7 +440,10 @@ class Engine:
             self._arrive(Envelope(ctx, source, tag, nbytes, flags, src, payload, msg_id))
         elif kind == CTS:
             op = self._awaiting_cts.pop(int(head[1]))
-            if op.dest == self._me:  # to itself: the whole payload at once
+            if op.data.size == 0:  # an empty synchronous send: matched is all it waited for
+                op.data = None
+                op.done = True
+            elif op.dest == self._me:  # to itself: the whole payload at once
                 self._local.append(_record(DATA, op.msg_id, 0, payload=op.data))
                 op.data = None
                 op.done = True
@@ -457,7 +485,10 @@ class Engine:
         if env.payload is not None:
             op._finish(env.payload)
             return
+        self._post(env.world, _record(CTS, env.msg_id))
+        if env.nbytes == 0:  # an empty synchronous send: no DATA follows
+            op._finish(np.empty(0, np.uint8))
+            return
         fits = op.sink is not None and env.nbytes <= op.sink.size
         op.buf = op.sink[:env.nbytes] if fits else np.empty(env.nbytes, np.uint8)
         self._incoming[(env.world, env.msg_id)] = op
-        self._post(env.world, _record(CTS, env.msg_id))

@@ -10,6 +10,7 @@ lowercase ones (``wait``, ``waitall``, ...) return the received objects of
 
 from __future__ import annotations
 
+from ._buffered import check_space
 from ._datatypes import TYPES
 from ._errors import ERR_REQUEST, SUCCESS, Exception as MPIException
 from ._p2p import ANY_SOURCE, ANY_TAG, PROC_NULL, RecvOp, SendOp
@@ -90,6 +91,17 @@ class Status:
     count = property(Get_count, lambda self, count: self.Set_elements(TYPES["BYTE"], count))
 
 
+def _slots(statuses, n: int) -> list:
+    """The statuses to fill for ``n`` requests: a list is extended to ``n``
+    (as mpi4py does), a tuple's entries are used as far as they go."""
+    if statuses is None:
+        return [None] * n
+    if isinstance(statuses, list):
+        statuses.extend(Status() for _ in range(n - len(statuses)))
+        return statuses[:n]
+    return list(statuses)[:n] + [None] * (n - len(statuses))
+
+
 class _Done:
     """An operation that completed when it was posted (PROC_NULL)."""
 
@@ -112,11 +124,13 @@ def _desc(op) -> str:
 class Request:
     """A nonblocking operation (``Isend``, ``Irecv``, ``isend``, ``irecv``, ...)."""
 
+    _persistent = None  # the handle of a persistent request (Prequest), or of a copy of one
+
     def __init__(self, request: "Request | None" = None):
         self._op = None
         self._engine = None
         if request is not None:
-            self._op, self._engine = request._op, request._engine
+            self._op, self._engine, self._persistent = request._op, request._engine, request._persistent
 
     @classmethod
     def _of(cls, engine, op) -> "Request":
@@ -124,20 +138,25 @@ class Request:
         req._engine, req._op = engine, op
         return req
 
+    def _handle(self):
+        """What identifies the request: a persistent request's handle, else
+        its operation (None once complete: then it is MPI.REQUEST_NULL)."""
+        return self._op if self._persistent is None else self._persistent
+
     def __eq__(self, other):
         if not isinstance(other, Request):
             return NotImplemented
-        return self._op is other._op
+        return self._handle() is other._handle()
 
     def __ne__(self, other):
         result = self.__eq__(other)
         return result if result is NotImplemented else not result
 
     def __hash__(self):
-        return id(self._op)
+        return id(self._handle())
 
     def __bool__(self):
-        return self._op is not None
+        return self._handle() is not None
 
     def __repr__(self):
         return f"<mpi4py.MPI.{type(self).__name__} {'null' if self._op is None else 'active'} (simdist)>"
@@ -169,9 +188,9 @@ class Request:
             return None
         if status is not None:
             status._set(*op.status)
-        if op.sink is None and op.data is not None:
+        if op.sink is None and op.data is not None and op.data.size:
             return pickle.loads(memoryview(op.data))
-        return None
+        return None  # a message of 0 bytes to the lowercase API is None, as under Open MPI
 
     def _deactivate(self) -> None:
         self._op = None
@@ -201,15 +220,75 @@ class Request:
     def test(self, status: Status | None = None):
         return self._test(status)
 
+    def _peek(self, status) -> bool:
+        """Whether the operation is done, filling ``status`` without
+        completing it (MPI_Request_get_status); a null or inactive request
+        is done, with an empty status."""
+        op = self._op
+        if op is not None and not op.done:
+            return False
+        if status is not None:
+            if op is None or isinstance(op, SendOp):
+                status._set(ANY_SOURCE, ANY_TAG, 0)
+            elif op.cancelled:
+                status._set(ANY_SOURCE, ANY_TAG, 0, cancelled=True)
+            else:
+                status._set(*op.status)
+        return True
+
     def Get_status(self, status: Status | None = None) -> bool:
         if self._op is not None and not self._op.done:
             self._engine.progress()
-        done = self._done()
-        if done and status is not None and isinstance(self._op, (RecvOp, _Done)) and not self._op.cancelled:
-            status._set(*self._op.status)
-        return done
+        return self._peek(status)
 
     get_status = Get_status
+
+    @classmethod
+    def _progress(cls, requests) -> list:
+        requests = list(requests)
+        engine = cls._engine_of(requests)
+        if engine is not None:
+            engine.progress()
+        return requests
+
+    @classmethod
+    def Get_status_all(cls, requests, statuses=None) -> bool:
+        """Whether every request is done (their statuses filled); none is completed."""
+        requests = cls._progress(requests)
+        if not all(req._done() for req in requests):
+            return False
+        for req, status in zip(requests, _slots(statuses, len(requests))):
+            req._peek(status)
+        return True
+
+    @classmethod
+    def Get_status_any(cls, requests, status=None):
+        """(index, True) of a done active request, (UNDEFINED, True) if none
+        is active, (UNDEFINED, False) if none is done; none is completed."""
+        requests = cls._progress(requests)
+        active = [i for i, req in enumerate(requests) if req._op is not None]
+        if not active:
+            return UNDEFINED, Request()._peek(status)
+        index = next((i for i in active if requests[i]._op.done), None)
+        if index is None:
+            return UNDEFINED, False
+        return index, requests[index]._peek(status)
+
+    @classmethod
+    def Get_status_some(cls, requests, statuses=None):
+        """The indices of the done active requests (None if none is active); none is completed."""
+        requests = cls._progress(requests)
+        active = [i for i, req in enumerate(requests) if req._op is not None]
+        if not active:
+            return None
+        indices = [i for i in active if requests[i]._op.done]
+        for i, status in zip(indices, _slots(statuses, len(indices))):
+            requests[i]._peek(status)
+        return indices
+
+    get_status_all = Get_status_all
+    get_status_any = Get_status_any
+    get_status_some = Get_status_some
 
     def Cancel(self) -> None:
         """Cancel a receive that no message has matched yet (a send cannot
@@ -252,12 +331,7 @@ class Request:
     @staticmethod
     def _complete_all(requests, statuses):
         results, error = [], None
-        for i, req in enumerate(requests):
-            status = None
-            if statuses is not None:
-                while len(statuses) <= i:
-                    statuses.append(Status())
-                status = statuses[i]
+        for req, status in zip(requests, _slots(statuses, len(requests))):
             try:
                 results.append(req._complete(status))
             except MPIException as exc:
@@ -310,15 +384,7 @@ class Request:
         else:
             engine.progress()
         indices = [i for i in active if requests[i]._op.done]
-        objs = []
-        for k, i in enumerate(indices):
-            status = None
-            if statuses is not None:
-                while len(statuses) <= k:
-                    statuses.append(Status())
-                status = statuses[k]
-            objs.append(requests[i]._complete(status))
-        return indices, objs
+        return indices, cls._complete_all([requests[i] for i in indices], statuses)  # all, then the error
 
     @classmethod
     def Waitall(cls, requests, statuses=None) -> bool:
@@ -385,37 +451,62 @@ class Request:
 REQUEST_NULL = Request()
 
 
-class Prequest(Request):
-    """A persistent request (``Send_init``, ``Recv_init``): ``Start()`` runs
-    the operation again; completing it leaves the request inactive, not null."""
+class _Persistent:
+    """The handle of a persistent request: it outlives each operation."""
 
-    def __init__(self, request=None, *, _start=None):
+
+class Prequest(Request):
+    """A persistent request (``Send_init``, ``Recv_init``, ...). ``Start``
+    posts the prepared operation; completing it leaves the request
+    *inactive*: not MPI.REQUEST_NULL, a Wait or Test on it returns at once
+    with an empty status, and ``Start`` posts it again. Only ``Free`` makes
+    it MPI.REQUEST_NULL."""
+
+    def __init__(self, request=None, *, _start=None, _buffered=None):
         super().__init__(request)
         self._start = _start if request is None else getattr(request, "_start", None)
-        self._active = False
+        # a buffered send's (engine, bytes of the attached buffer it takes)
+        self._buffered = _buffered if request is None else getattr(request, "_buffered", None)
+        if self._start is not None and self._persistent is None:
+            self._persistent = _Persistent()
 
-    def __bool__(self):
-        return self._start is not None
+    def __repr__(self):
+        state = "null" if self._start is None else "active" if self._op is not None else "inactive"
+        return f"<mpi4py.MPI.Prequest {state} (simdist)>"
 
-    def _deactivate(self) -> None:
-        self._op = None
-        self._active = False
-
-    def Start(self) -> None:
+    def _check_startable(self) -> None:
         if self._start is None:
             raise MPIException(ERR_REQUEST, "Start on a null persistent request")
         if self._op is not None:
             raise MPIException(ERR_REQUEST, "Start on a persistent request that is still active")
-        self._engine, self._op = self._start()
-        self._active = True
+
+    def _post(self) -> None:
+        req = self._start()  # prepared at init: posting does not raise
+        self._engine, self._op = req._engine, req._op
+
+    def Start(self) -> None:
+        self._check_startable()
+        self._post()
 
     @classmethod
     def Startall(cls, requests) -> None:
+        """Start every request, or (when one cannot be started) none."""
+        requests = list(requests)
         for req in requests:
-            req.Start()
+            if not isinstance(req, Prequest):
+                raise MPIException(ERR_REQUEST, f"Startall: {req!r} is not a persistent request")
+            req._check_startable()
+        if len({id(req._persistent) for req in requests}) < len(requests):
+            raise MPIException(ERR_REQUEST, "Startall: a persistent request appears twice")
+        buffered = [req._buffered for req in requests if req._buffered and req._buffered[1]]
+        if buffered:  # every buffered send fits in the attached buffer, or none starts
+            check_space(buffered[0][0], sum(nbytes for _, nbytes in buffered), "Startall")
+        for req in requests:
+            req._post()
 
     def Free(self) -> None:
-        self._op, self._start = None, None
+        """Release the request (an active operation still completes)."""
+        self._op, self._start, self._persistent = None, None, None
 
     free = Free
 
@@ -442,7 +533,8 @@ class Message:
 
     def _take(self, sink):
         if self._noproc:
-            self._noproc = self is MESSAGE_NO_PROC  # received: the handle becomes MESSAGE_NULL
+            if self is not MESSAGE_NO_PROC:  # a received copy becomes MESSAGE_NULL; the constant stays
+                self._noproc = False
             return DONE
         if self._env is None:
             raise MPIException(ERR_REQUEST, "receive of MPI.MESSAGE_NULL (a matched message is received once)")

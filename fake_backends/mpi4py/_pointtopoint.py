@@ -1,0 +1,321 @@
+"""The point-to-point calls of the stand-in's communicators (a mixin of
+``Comm``): sends, receives, Sendrecv, persistent requests and probes.
+
+A call that raises leaves nothing behind
+----------------------------------------
+MPI checks a call's arguments before it does anything, so a call that
+raises has posted no receive and sent nothing. Here every call is made of
+two steps: *preparing* an operation (checking the rank and tag, reading
+the buffer specification, pickling the object) may raise and touches
+nothing; *posting* it to the progress engine (``_p2p``) never raises for
+the call's own arguments. A composite call (Sendrecv, Sendrecv_replace,
+Startall) prepares every part before it posts the first: a Sendrecv whose
+send buffer is refused leaves no receive posted that would take the next
+matching message. Persistent requests (Send_init, Recv_init) prepare at
+init, as mpi4py does, and post at each Start.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import numpy as np
+
+from ._buffered import check_space, need
+from ._buffers import parse
+from ._errors import ERR_RANK, ERR_TAG, Exception as MPIException
+from ._p2p import ANY_SOURCE, ANY_TAG, PICKLED, PROC_NULL, PairOp, SendOp
+from ._pickle import pickle
+from ._requests import DONE, MESSAGE_NO_PROC, Message, Prequest, Request, Status
+
+TAG_UB = 2**31 - 1
+
+
+def is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def sent() -> SendOp:
+    """A send that completed when it was posted (to MPI.PROC_NULL)."""
+    op = SendOp(PROC_NULL, None)
+    op.done = True
+    return op
+
+
+def _names(source: int, tag: int) -> str:
+    return f"source={'ANY_SOURCE' if source == ANY_SOURCE else source}, tag={'ANY_TAG' if tag == ANY_TAG else tag}"
+
+
+def buffer_data(buf, what: str = "buf"):
+    """The bytes of a send buffer (a view: read when the message goes)."""
+    return parse(buf, writable=False, what=what).raw, 0
+
+
+def pickled_data(obj):
+    """The pickle of an object of the lowercase API."""
+    return np.frombuffer(pickle.dumps(obj), np.uint8), PICKLED
+
+
+def _warn_buf(buf) -> None:
+    """mpi4py's warning for a receive buffer given to recv or sendrecv
+    (not needed here: an object of any size is received)."""
+    if buf is not None:
+        warnings.warn("the 'buf' argument is deprecated", UserWarning, stacklevel=3)
+
+
+class PointToPoint:
+    """Point-to-point calls of ``Comm`` (see the module docstring); the
+    class provides ``_st()``, the checked state of the communicator."""
+
+    # -- argument checks ------------------------------------------------------------------
+    @staticmethod
+    def _peer(st, rank, call: str, what: str, any_ok: bool) -> int:
+        if not is_int(rank) or not (0 <= rank < st.size or (any_ok and rank == ANY_SOURCE)):
+            raise MPIException(ERR_RANK, f"{call}: {what}={rank!r} on {st.name} of {st.size} ranks")
+        return int(rank)
+
+    @staticmethod
+    def _tag(tag, call: str, any_ok: bool) -> int:
+        if not is_int(tag) or not (0 <= tag <= TAG_UB or (any_ok and tag == ANY_TAG)):
+            raise MPIException(ERR_TAG, f"{call}: tag={tag!r}; tags are ints from 0 to MPI.TAG_UB ({TAG_UB})"
+                               + (" or MPI.ANY_TAG" if any_ok else ""))
+        return int(tag)
+
+    # -- preparing (may raise) and posting (does not) ---------------------------------------
+    def _checked_send(self, data_of, dest, tag, call: str):
+        """The state, world rank of ``dest``, tag, bytes, flags and
+        description of a send (None for ``dest`` MPI.PROC_NULL)."""
+        st = self._st()
+        tag = self._tag(tag, call, False)
+        if dest == PROC_NULL:
+            return None
+        dest = self._peer(st, dest, call, "dest", False)
+        data, flags = data_of()
+        return st, st.members[dest], tag, data, flags, f"{call}(dest={dest}, tag={tag}) on {st.name}"
+
+    def _prepare_send(self, data_of, dest, tag, sync: bool, call: str):
+        """Check a send and build its bytes; return ``post()``, which starts
+        it and returns its request."""
+        checked = self._checked_send(data_of, dest, tag, call)
+        if checked is None:
+            engine = self._st().engine
+            return lambda: Request._of(engine, sent())
+        st, world_dest, tag, data, flags, desc = checked
+        return lambda: Request._of(st.engine, st.engine.send(world_dest, st.ctx, st.rank, tag, data, flags, sync,
+                                                             desc))
+
+    def _prepare_bsend(self, data_of, dest, tag, call: str):
+        """The same for a buffered send (``_buffered``), and the bytes of
+        the attached buffer it takes. Its ``post()`` checks that they are
+        free before it posts (ERR_BUFFER), copies the message and
+        returns a completed request."""
+        checked = self._checked_send(data_of, dest, tag, call)
+        engine = self._st().engine
+        if checked is None:
+            return (lambda: Request._of(engine, sent())), 0
+        st, world_dest, tag, data, flags, desc = checked
+        nbytes = need(data.size)
+
+        def post():
+            attached = check_space(engine, nbytes, call)
+            attached.hold(engine.send(world_dest, st.ctx, st.rank, tag, data.copy(), flags, False, desc), nbytes)
+            return Request._of(engine, sent())
+
+        return post, nbytes
+
+    def _prepare_recv(self, sink_of, source, tag, call: str):
+        """Check a receive and read its buffer; return ``post()``."""
+        st = self._st()
+        tag = self._tag(tag, call, True)
+        if source == PROC_NULL:
+            return lambda: Request._of(st.engine, DONE)
+        source = self._peer(st, source, call, "source", True)
+        sink = sink_of()
+        desc = f"{call}({_names(source, tag)}) on {st.name}"
+        return lambda: Request._of(st.engine, st.engine.recv(st.ctx, source, tag, sink, desc))
+
+    @staticmethod
+    def _sink(buf, what: str = "buf"):
+        return lambda: parse(buf, writable=True, what=what).raw
+
+    # -- buffers ------------------------------------------------------------------------------
+    def Isend(self, buf, dest: int, tag: int = 0) -> Request:
+        return self._prepare_send(lambda: buffer_data(buf), dest, tag, False, "Isend")()
+
+    Irsend = Isend
+
+    def Issend(self, buf, dest: int, tag: int = 0) -> Request:
+        """A synchronous send: completes once the receive has matched it."""
+        return self._prepare_send(lambda: buffer_data(buf), dest, tag, True, "Issend")()
+
+    def Send(self, buf, dest: int, tag: int = 0) -> None:
+        self._prepare_send(lambda: buffer_data(buf), dest, tag, False, "Send")().Wait()
+
+    Rsend = Send
+
+    def Ssend(self, buf, dest: int, tag: int = 0) -> None:
+        self._prepare_send(lambda: buffer_data(buf), dest, tag, True, "Ssend")().Wait()
+
+    def Irecv(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
+        return self._prepare_recv(self._sink(buf), source, tag, "Irecv")()
+
+    def Recv(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> None:
+        self._prepare_recv(self._sink(buf), source, tag, "Recv")().Wait(status)
+
+    @staticmethod
+    def _pair(post_send, post_recv) -> Request:
+        """Post both halves of a Sendrecv (prepared: neither raises); one
+        request for both."""
+        recv = post_recv()
+        send = post_send()
+        return Request._of(recv._engine or send._engine, PairOp(send._op, recv._op))
+
+    def _sendrecv(self, sendbuf, dest, sendtag, recvbuf, source, recvtag, call: str) -> Request:
+        post_recv = self._prepare_recv(self._sink(recvbuf, "recvbuf"), source, recvtag, call)
+        post_send = self._prepare_send(lambda: buffer_data(sendbuf, "sendbuf"), dest, sendtag, False, call)
+        return self._pair(post_send, post_recv)
+
+    def _sendrecv_replace(self, buf, dest, sendtag, source, recvtag, call: str) -> Request:
+        """The message sent is a copy of ``buf`` as it is now."""
+        raw = functools.cache(lambda: parse(buf, writable=True, what="buf").raw)  # not read for PROC_NULL
+        post_recv = self._prepare_recv(raw, source, recvtag, call)
+        post_send = self._prepare_send(lambda: (raw().copy(), 0), dest, sendtag, False, call)
+        return self._pair(post_send, post_recv)
+
+    def Isendrecv(self, sendbuf, dest: int, sendtag: int = 0, recvbuf=None, source: int = ANY_SOURCE,
+                  recvtag: int = ANY_TAG) -> Request:
+        return self._sendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag, "Isendrecv")
+
+    def Sendrecv(self, sendbuf, dest: int, sendtag: int = 0, recvbuf=None, source: int = ANY_SOURCE,
+                 recvtag: int = ANY_TAG, status: Status | None = None) -> None:
+        self._sendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag, "Sendrecv").Wait(status)
+
+    def Isendrecv_replace(self, buf, dest: int, sendtag: int = 0, source: int = ANY_SOURCE,
+                          recvtag: int = ANY_TAG) -> Request:
+        return self._sendrecv_replace(buf, dest, sendtag, source, recvtag, "Isendrecv_replace")
+
+    def Sendrecv_replace(self, buf, dest: int, sendtag: int = 0, source: int = ANY_SOURCE,
+                         recvtag: int = ANY_TAG, status: Status | None = None) -> None:
+        self._sendrecv_replace(buf, dest, sendtag, source, recvtag, "Sendrecv_replace").Wait(status)
+
+    # -- persistent requests ----------------------------------------------------------------------
+    def Send_init(self, buf, dest: int, tag: int = 0) -> Prequest:
+        """A persistent send: checked now, sent (the buffer's contents at
+        that time) at each ``Start``."""
+        return Prequest(_start=self._prepare_send(lambda: buffer_data(buf), dest, tag, False, "Send_init"))
+
+    Rsend_init = Send_init
+
+    def Ssend_init(self, buf, dest: int, tag: int = 0) -> Prequest:
+        return Prequest(_start=self._prepare_send(lambda: buffer_data(buf), dest, tag, True, "Ssend_init"))
+
+    def Recv_init(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Prequest:
+        return Prequest(_start=self._prepare_recv(self._sink(buf), source, tag, "Recv_init"))
+
+    # -- buffered mode ----------------------------------------------------------------------------
+    def Bsend(self, buf, dest: int, tag: int = 0) -> None:
+        """Copy the message into the attached buffer (MPI.Attach_buffer) and return."""
+        self._prepare_bsend(lambda: buffer_data(buf), dest, tag, "Bsend")[0]()
+
+    def Ibsend(self, buf, dest: int, tag: int = 0) -> Request:
+        return self._prepare_bsend(lambda: buffer_data(buf), dest, tag, "Ibsend")[0]()
+
+    def Bsend_init(self, buf, dest: int, tag: int = 0) -> Prequest:
+        post, nbytes = self._prepare_bsend(lambda: buffer_data(buf), dest, tag, "Bsend_init")
+        return Prequest(_start=post, _buffered=(self._st().engine, nbytes))
+
+    def bsend(self, obj, dest: int, tag: int = 0) -> None:
+        self._prepare_bsend(lambda: pickled_data(obj), dest, tag, "bsend")[0]()
+
+    def ibsend(self, obj, dest: int, tag: int = 0) -> Request:
+        return self._prepare_bsend(lambda: pickled_data(obj), dest, tag, "ibsend")[0]()
+
+    # -- objects ----------------------------------------------------------------------------------
+    def isend(self, obj, dest: int, tag: int = 0) -> Request:
+        return self._prepare_send(lambda: pickled_data(obj), dest, tag, False, "isend")()
+
+    def issend(self, obj, dest: int, tag: int = 0) -> Request:
+        return self._prepare_send(lambda: pickled_data(obj), dest, tag, True, "issend")()
+
+    def send(self, obj, dest: int, tag: int = 0) -> None:
+        self._prepare_send(lambda: pickled_data(obj), dest, tag, False, "send")().Wait()
+
+    def ssend(self, obj, dest: int, tag: int = 0) -> None:
+        self._prepare_send(lambda: pickled_data(obj), dest, tag, True, "ssend")().Wait()
+
+    def irecv(self, buf=None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
+        """Receive an object; ``buf`` is accepted and not needed (there is no
+        size limit, unlike mpi4py's default 32 KiB buffer)."""
+        return self._prepare_recv(lambda: None, source, tag, "irecv")()
+
+    def recv(self, buf=None, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None):
+        _warn_buf(buf)
+        return self._prepare_recv(lambda: None, source, tag, "recv")().wait(status)
+
+    def sendrecv(self, sendobj, dest: int, sendtag: int = 0, recvbuf=None, source: int = ANY_SOURCE,
+                 recvtag: int = ANY_TAG, status: Status | None = None):
+        _warn_buf(recvbuf)
+        post_recv = self._prepare_recv(lambda: None, source, recvtag, "sendrecv")
+        post_send = self._prepare_send(lambda: pickled_data(sendobj), dest, sendtag, False, "sendrecv")
+        return self._pair(post_send, post_recv).wait(status)
+
+    # -- probing ----------------------------------------------------------------------------------
+    def _find(self, source, tag, call: str, block: bool, take: bool):
+        """The envelope a receive would match (None: none yet; PROC_NULL: a
+        probe of MPI.PROC_NULL)."""
+        st = self._st()
+        tag = self._tag(tag, call, True)
+        if source == PROC_NULL:
+            return PROC_NULL
+        source = self._peer(st, source, call, "source", True)
+        engine = st.engine
+        if not block:
+            engine.progress()
+            return engine.find(st.ctx, source, tag, take)
+        desc = f"{call}({_names(source, tag)}) on {st.name}"
+        return engine.wait_until(lambda: engine.find(st.ctx, source, tag, take), desc)
+
+    @staticmethod
+    def _status(env, status) -> None:
+        if status is not None:
+            if env is PROC_NULL:
+                status._set(PROC_NULL, ANY_TAG, 0)
+            else:
+                status._set(env.source, env.tag, env.nbytes)
+
+    def Probe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> bool:
+        """Wait for a message a receive would match; do not receive it."""
+        self._status(self._find(source, tag, "Probe", True, False), status)
+        return True
+
+    def Iprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> bool:
+        env = self._find(source, tag, "Iprobe", False, False)
+        if env is None:
+            return False
+        self._status(env, status)
+        return True
+
+    probe = Probe
+    iprobe = Iprobe
+
+    def _message(self, env) -> Message:
+        if env is PROC_NULL:  # a new handle equal to MPI.MESSAGE_NO_PROC, as mpi4py's: receiving it nulls it
+            return Message(MESSAGE_NO_PROC)
+        return Message(_engine=self._st().engine, _env=env)
+
+    def Mprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> Message:
+        """Probe and take the message: only the returned Message receives it."""
+        env = self._find(source, tag, "Mprobe", True, True)
+        self._status(env, status)
+        return self._message(env)
+
+    def Improbe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None):
+        env = self._find(source, tag, "Improbe", False, True)
+        if env is None:
+            return None
+        self._status(env, status)
+        return self._message(env)
+
+    mprobe = Mprobe
+    improbe = Improbe
