@@ -125,6 +125,7 @@ import threading
 import numpy as np
 
 from .._errors import Aborted, CollectiveMismatch, SimdistError
+from .._inherited import close_fd, disown_file, unmap_shared
 from ._layout import (
     ABORT_DRIVER, E_ARRIVE, FAILED, H_ABORT, H_MAGIC, H_SIZE, MAGIC, RETURNED, S_BELL, S_STATE, S_WAITING_FOR, Layout,
 )
@@ -237,7 +238,19 @@ class Arena:
             # rank's code kept past its run): the mapping goes with the process.
             pass
         self.mm = None
-        os.close(self.fd)
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def release_inherited(self, keep) -> None:
+        """In a child forked from the driver: let go of this arena's memory,
+        and of its descriptor unless ``keep`` holds it (see ``_inherited``)."""
+        if self.mm is not None:
+            unmap_shared(self.mm)
+        if self.fd is not None:
+            st = os.fstat(self.fd)
+            self.fd = close_fd(self.fd, keep)
+            disown_file((st.st_dev, st.st_ino), keep)  # the mmap's own copy of it
 
     def reset_control(self) -> None:
         """Zero sleeping flags, status, contexts and ring pointers; only while no worker runs."""

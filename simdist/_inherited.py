@@ -1,0 +1,137 @@
+"""What a process forked from a driver lets go of: the open worlds' descriptors and memory.
+
+A child made by ``fork`` starts as a copy of its parent, with every
+descriptor and every mapping of every world open there: a simulator worker
+of world B, started while world A is open, would hold A's shared memory
+(its memfd and its mapping), A's lifeline, A's pipes to its workers and,
+for an MPI world, A's listening socket. ``A.close()`` would then free
+nothing (the memory stays allocated and the port keeps listening until B's
+workers end), and A's workers would not see their driver die while B's
+workers live. The same holds for any child the driver's own code forks.
+
+So every object of simdist that holds such resources in a driver -- a
+world's driver, the janitor's pipe -- registers here, and in every child
+forked from this process, before any other code runs there
+(``os.register_at_fork``), each is told to ``release_inherited(keep)``:
+close its descriptors except those in ``keep`` (those a worker being
+started needs, see :func:`keeping`) and replace its shared mappings with
+inaccessible private ones (:func:`unmap_shared`), so that the memory goes
+with the parent's last mapping. The objects stay behind in the child,
+unusable: a world used there raises ``SimdistError``.
+
+Only descriptors that simdist created are closed, through the objects that
+own them, so nothing closes them twice. The copy of its file that an
+``mmap`` object keeps is made to point to /dev/null instead
+(:func:`disown_file`): the object closes that number itself one day.
+Descriptors of other objects are left alone. Children that ``exec``
+(spawn, the MPI job, subprocesses) keep nothing anyway: simdist's
+descriptors are all close-on-exec.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import mmap
+import os
+import weakref
+
+_holders: "weakref.WeakSet" = weakref.WeakSet()  # objects with release_inherited(keep)
+_keep: frozenset[int] = frozenset()  # descriptors the child being forked needs
+
+
+def track(holder) -> None:
+    """Have ``holder.release_inherited(keep)`` called in every child forked from here."""
+    _holders.add(holder)
+
+
+def untrack(holder) -> None:
+    _holders.discard(holder)
+
+
+@contextlib.contextmanager
+def keeping(fds):
+    """Within: children forked keep the descriptors ``fds`` (a worker's own)."""
+    global _keep
+    previous, _keep = _keep, frozenset(fds)
+    try:
+        yield
+    finally:
+        _keep = previous
+
+
+def _release_in_child() -> None:
+    global _keep
+    holders = list(_holders)
+    _holders.clear()
+    keep, _keep = _keep, frozenset()
+    for holder in holders:
+        try:
+            holder.release_inherited(keep)
+        except Exception:  # pragma: no cover - never break a fork
+            pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_release_in_child)
+
+
+def close_fd(fd: int | None, keep=frozenset()) -> int | None:
+    """Close ``fd`` unless it is kept; return what the owner should hold now."""
+    if fd is None or fd in keep:
+        return fd
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+    return None
+
+
+def disown_file(identity: tuple[int, int], keep=frozenset()) -> None:
+    """Make every descriptor of this process on the file ``identity``
+    (``(st_dev, st_ino)``), except those in ``keep``, point to /dev/null.
+
+    For descriptors whose owner is out of reach, such as the copy an
+    ``mmap`` object keeps of the file it maps: the owner still holds its
+    number and closes it one day, so the number is not closed twice.
+    """
+    devnull = None
+    try:
+        for name in os.listdir("/proc/self/fd"):
+            fd = int(name)
+            if fd in keep:
+                continue
+            try:
+                st = os.stat(fd)
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) == identity:
+                if devnull is None:
+                    devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+                os.dup2(devnull, fd, inheritable=False)
+    finally:
+        if devnull is not None:
+            os.close(devnull)
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_PROT_NONE, _MAP_FIXED, _MAP_NORESERVE = 0, 0x10, 0x4000
+
+
+def unmap_shared(mm: mmap.mmap) -> bool:
+    """Put an inaccessible private mapping where ``mm`` maps shared memory.
+
+    The shared memory is then no longer held by this process, while ``mm``
+    stays a valid object: closing it later unmaps the placeholder. Any
+    access to it faults. Returns False where it cannot (not Linux).
+    """
+    view = ctypes.c_char.from_buffer(mm)
+    try:
+        address = ctypes.addressof(view)
+    finally:
+        del view
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_FIXED | _MAP_NORESERVE
+    got = _libc.mmap(address, len(mm), _PROT_NONE, flags, -1, 0)
+    return got == address
