@@ -27,14 +27,14 @@ import numpy as np
 import pytest
 
 import simdist
-from conftest import alive, wait_gone
+from conftest import alive, mpiexec_or_skip, wait_gone
 
 START_METHODS = ["fork", "forkserver", "spawn"]
 SLOW_STARTS = [pytest.param(m, marks=pytest.mark.slow) if m != "fork" else m for m in START_METHODS]
 
 
 # -- rank code that starts processes ------------------------------------------------
-def start_processes(comm) -> list[int]:
+def start_processes(comm, with_multiprocessing: bool = True) -> list[int]:
     """Start a subprocess, a forked child and a multiprocessing child, each
     living a minute; return their pids."""
     sub = subprocess.Popen(["sleep", "60"])
@@ -42,6 +42,8 @@ def start_processes(comm) -> list[int]:
     if forked == 0:
         time.sleep(60)
         os._exit(0)
+    if not with_multiprocessing:
+        return [sub.pid, forked]
     child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,), daemon=True)
     child.start()
     return [sub.pid, forked, child.pid]
@@ -126,6 +128,38 @@ def test_what_a_rank_started_ends_when_the_rank_is_killed_after_the_grace_period
         with pytest.raises(simdist.RankError):
             world.run(program)
         assert wait_gone([int(p) for p in open(f"{tmp}/1").read().split()], within=2.0) == []
+
+
+@pytest.mark.slow
+def test_an_mpi_rank_that_forks_then_dies_is_reported_dead_at_once(tmp_path):
+    mpiexec_or_skip()
+    pid_file = str(tmp_path / "child")
+    with simdist.World(3, backend="mpi", timeout=60) as world:
+        started = time.monotonic()
+        with pytest.raises(simdist.RankDied) as info:
+            world.run(fork_then_die, pid_file)
+        assert time.monotonic() - started < 15, "the death was seen only when the forked child ended"
+        assert 1 in info.value.ranks
+        assert wait_gone([int(open(pid_file).read())], within=2.0) == [], "the dead rank's child lives on"
+        assert world.run(lambda comm: comm.rank) == [0, 1, 2]
+
+
+@pytest.mark.slow
+def test_what_an_mpi_rank_started_ends_with_the_job_and_the_world():
+    mpiexec_or_skip()
+
+    def fails(comm):
+        if comm.rank == 0:
+            raise ValueError("rank 0 fails")
+        comm.barrier()  # waits for rank 0 until the job is ended
+
+    with simdist.World(2, backend="mpi", timeout=60) as world:
+        started = [pid for pids in world.run(start_processes, False) for pid in pids]
+        with pytest.raises(simdist.RankError):
+            world.run(fails)  # ends the job
+        assert wait_gone(started, within=2.0) == [], "processes of a rank outlived its MPI job"
+        started = [pid for pids in world.run(start_processes, False) for pid in pids]
+    assert wait_gone(started, within=2.0) == [], "processes of a rank outlived World.close"
 
 
 class _tmpdir:
@@ -254,6 +288,28 @@ def test_a_closed_world_is_held_by_no_worker_of_another_world(start_method):
             assert memfd() == [], "a worker of B holds A's shared memory"
             assert lifeline() == [], "a worker of B holds A's lifeline"
             assert shmem_bytes() < before + (128 << 20), "A's shared memory was not freed"
+    finally:
+        a.close()
+
+
+def listening(port: int) -> bool:
+    """Whether a TCP socket listens on ``port`` (from /proc/net/tcp)."""
+    with open("/proc/net/tcp") as fh:
+        rows = [line.split() for line in fh.readlines()[1:]]
+    return any(int(row[1].split(":")[1], 16) == port and row[3] == "0A" for row in rows)
+
+
+@pytest.mark.slow
+def test_a_closed_mpi_world_leaves_no_listener_in_another_worlds_workers():
+    mpiexec_or_skip()
+    a = simdist.World(2, backend="mpi")
+    listener, port = holders(a._driver._listener.fileno()), a._driver._listener.getsockname()[1]
+    try:
+        with simdist.World(2) as b:  # its workers are forked while A listens
+            assert b.run(lambda comm: comm.rank) == [0, 1]
+            a.close()
+            assert listener() == [], "a worker of B holds A's listening socket"
+            assert not listening(port), f"A's port {port} still listens"
     finally:
         a.close()
 
