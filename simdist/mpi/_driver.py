@@ -323,7 +323,7 @@ class MpiDriver(Driver):
     def death(self, rank: int) -> str:
         code = self._job_status()
         if code is None:
-            if self._rank_end(rank).ended():
+            if self._rank_end(rank).wait(0.5):  # a closed connection comes first
                 return "exited or was killed (its process has ended)"
             return "lost its connection to the driver"
         if code < 0:
