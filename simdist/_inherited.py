@@ -34,10 +34,11 @@ import contextlib
 import ctypes
 import mmap
 import os
+import threading
 import weakref
 
 _holders: "weakref.WeakSet" = weakref.WeakSet()  # objects with release_inherited(keep)
-_keep: frozenset[int] = frozenset()  # descriptors the child being forked needs
+_forking = threading.local()  # .keep: the descriptors a child forked by this thread needs
 
 
 def track(holder) -> None:
@@ -51,20 +52,21 @@ def untrack(holder) -> None:
 
 @contextlib.contextmanager
 def keeping(fds):
-    """Within: children forked keep the descriptors ``fds`` (a worker's own)."""
-    global _keep
-    previous, _keep = _keep, frozenset(fds)
+    """Within: children that this thread forks keep the descriptors ``fds``
+    (a worker's own)."""
+    previous = getattr(_forking, "keep", frozenset())
+    _forking.keep = frozenset(fds)
     try:
         yield
     finally:
-        _keep = previous
+        _forking.keep = previous
 
 
 def _release_in_child() -> None:
-    global _keep
     holders = list(_holders)
     _holders.clear()
-    keep, _keep = _keep, frozenset()
+    keep = getattr(_forking, "keep", frozenset())
+    _forking.keep = frozenset()
     for holder in holders:
         try:
             holder.release_inherited(keep)

@@ -118,6 +118,7 @@ class Janitor:
         self._pid: int | None = None
         self._pipe: int | None = None  # the write end
         self._registered: set[tuple[str, str]] = set()
+        self._unavailable = False  # it could not be started: not tried again
 
     def register(self, kind: str, value) -> None:
         """Have ``value`` ended (``kind``: group, session, path) if this process dies."""
@@ -136,9 +137,8 @@ class Janitor:
                 self._registered.discard((kind, value))
             line = f"{sign}{kind} {value}\n".encode()
             if self._pipe is None:
-                if sign == "-":
-                    return
-                self._start()  # sends every registration, this one included
+                if sign == "+":
+                    self._start()  # sends every registration, this one included
                 return
             try:
                 os.write(self._pipe, line)
@@ -147,6 +147,18 @@ class Janitor:
                 self._start()
 
     def _start(self) -> None:
+        if self._unavailable:
+            return
+        try:
+            self._spawn()
+        except (OSError, NotImplementedError) as exc:  # no usable sys.executable, say
+            import logging
+
+            self._unavailable = True
+            logging.getLogger("simdist").warning(
+                "cannot start simdist's janitor (%s): what a world started may outlive a killed driver", exc)
+
+    def _spawn(self) -> None:
         read, write = os.pipe()
         try:
             self._pid = os.posix_spawn(
@@ -160,6 +172,9 @@ class Janitor:
                 ],
                 setsid=True,
             )
+        except BaseException:
+            os.close(write)
+            raise
         finally:
             os.close(read)
         self._pipe = write
