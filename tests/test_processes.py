@@ -274,10 +274,10 @@ def shmem_bytes() -> int:
         return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("Shmem:"))
 
 
-@pytest.mark.parametrize("start_method", START_METHODS)
+@pytest.mark.parametrize("start_method", SLOW_STARTS)
 def test_a_closed_world_is_held_by_no_worker_of_another_world(start_method):
     before = shmem_bytes()
-    a = simdist.World(2, slot_bytes=256 << 20)  # 512 MiB of slots, allocated up front
+    a = simdist.World(2, slot_bytes=128 << 20)  # 256 MiB of slots, allocated up front
     a_pids = a.pids
     memfd, lifeline = holders(a._driver.arena.fd), holders(a._driver._lifeline[1])
     try:
@@ -287,7 +287,7 @@ def test_a_closed_world_is_held_by_no_worker_of_another_world(start_method):
             assert wait_gone(a_pids) == []
             assert memfd() == [], "a worker of B holds A's shared memory"
             assert lifeline() == [], "a worker of B holds A's lifeline"
-            assert shmem_bytes() < before + (128 << 20), "A's shared memory was not freed"
+            assert shmem_bytes() < before + (64 << 20), "A's shared memory was not freed"
     finally:
         a.close()
 
@@ -312,6 +312,29 @@ def test_a_closed_mpi_world_leaves_no_listener_in_another_worlds_workers():
             assert not listening(port), f"A's port {port} still listens"
     finally:
         a.close()
+
+
+def files_a_subprocess_inherits(comm) -> list[str]:
+    """What a program started by the rank's code, without closing any
+    descriptor (``close_fds=False``), holds open."""
+    listing = textwrap.dedent("""
+        import os
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                print(os.readlink(f"/proc/self/fd/{fd}"))
+            except OSError:  # the directory listing's own
+                pass
+    """)
+    done = subprocess.run([sys.executable, "-c", listing], close_fds=False, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+@pytest.mark.parametrize("start_method", SLOW_STARTS)
+def test_a_program_a_rank_runs_inherits_none_of_the_worlds_descriptors(start_method):
+    with simdist.World(2, start_method=start_method) as world:
+        for files in world.run(files_a_subprocess_inherits):
+            assert not [f for f in files if "memfd:simdist" in f], files
 
 
 def test_a_closed_world_still_referenced_closes_nothing_in_later_workers(tmp_path):
