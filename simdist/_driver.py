@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import multiprocessing.connection
 import os
 import pickle
 import select
@@ -190,9 +191,28 @@ class Driver:
     def prepare(self) -> None:
         """Before a run: replace ranks that died since the last one."""
 
-    def receive(self, outcomes: dict, dead: dict, timeout: float) -> None:
-        """Wait up to ``timeout`` for messages; record outcomes and deaths."""
+    def process_end(self, rank: int) -> ProcessEnd:
+        """The end of ``rank``'s process."""
         raise NotImplementedError
+
+    def receive(self, outcomes: dict, dead: dict, timeout: float) -> None:
+        """Wait up to ``timeout`` for messages and for ranks' ends; record
+        outcomes and deaths (of ranks without an outcome)."""
+        waiting = {}
+        for rank in range(self.size):
+            if rank not in outcomes and rank not in dead:
+                waiting[self.connection(rank)] = rank
+                if self.process_end(rank).fd is not None:
+                    waiting[self.process_end(rank).fd] = rank
+        ready = multiprocessing.connection.wait(list(waiting), timeout)
+        for rank in sorted(set(waiting.values())):
+            end = self.process_end(rank)
+            woke = [x for x in ready if waiting[x] == rank]
+            if not woke and end.fd is not None:
+                continue  # without a pidfd, every look checks every rank
+            connected = self.drain(rank, outcomes, block=self.connection(rank) in woke)
+            if rank not in outcomes and (not connected or end.ended()):
+                dead[rank] = self.death(rank)
 
     def hang_report(self, outcomes: dict) -> dict[int, str] | None:
         """A per-rank report if the run is hung (``self.watch`` says), else None."""

@@ -34,7 +34,7 @@ import struct
 import subprocess
 import sys
 import time
-from multiprocessing.connection import AuthenticationError, Connection, answer_challenge, deliver_challenge, wait
+from multiprocessing.connection import AuthenticationError, Connection, answer_challenge, deliver_challenge
 
 from .. import _inherited
 from .._driver import Driver, ProcessEnd, interrupts_deferred
@@ -323,34 +323,17 @@ class MpiDriver(Driver):
     def death(self, rank: int) -> str:
         code = self._job_status()
         if code is None:
-            if self._rank_end(rank).wait(0.5):  # a closed connection comes first
+            if self.process_end(rank).wait(0.5):  # a closed connection comes first
                 return "exited or was killed (its process has ended)"
             return "lost its connection to the driver"
         if code < 0:
             return f"ended with the MPI job (mpiexec killed by {signal.Signals(-code).name})"
         return f"ended with the MPI job (mpiexec exited with status {code})"
 
-    def _rank_end(self, rank: int) -> ProcessEnd:
+    def process_end(self, rank: int) -> ProcessEnd:
         if rank not in self._ends:
             self._ends[rank] = ProcessEnd(self._pids[rank])
         return self._ends[rank]
-
-    def receive(self, outcomes, dead, timeout) -> None:
-        pending = {}
-        for rank in range(self.size):
-            if rank not in outcomes and rank not in dead:
-                pending[self._conns[rank]] = rank
-                if self._rank_end(rank).fd is not None:
-                    pending[self._rank_end(rank).fd] = rank
-        ready = wait(list(pending), timeout)
-        for rank in sorted(set(pending.values())):
-            woke = [x for x in ready if pending[x] == rank]
-            end = self._rank_end(rank)
-            if not woke and end.fd is not None:
-                continue  # without a pidfd, every look checks every rank
-            connected = self.drain(rank, outcomes, block=self._conns[rank] in woke)
-            if rank not in outcomes and (not connected or end.ended()):
-                dead[rank] = self.death(rank)
 
     def handle(self, rank, msg, outcomes) -> None:
         if msg[0] == "where":

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-import multiprocessing.connection
 import multiprocessing.process
 import multiprocessing.reduction
 import multiprocessing.util
@@ -67,10 +66,6 @@ class _Worker:
         self.pid = process.pid
         self.end = ProcessEnd(process.pid)
         self.how: str | None = None  # how it ended, once stopped
-
-    def waitables(self) -> list:
-        """What becomes ready when the worker sends or ends."""
-        return [self.conn, self.process.sentinel if self.end.fd is None else self.end.fd]
 
     def stop(self) -> str:
         """End the worker and every process it started, reap it; return how it ended."""
@@ -124,6 +119,9 @@ class SimDriver(Driver):
 
     def connection(self, rank: int):
         return self._workers[rank].conn
+
+    def process_end(self, rank: int) -> ProcessEnd:
+        return self._workers[rank].end
 
     def death(self, rank: int) -> str:
         return self._workers[rank].stop()
@@ -185,21 +183,6 @@ class SimDriver(Driver):
                 _log.warning("rank %d %s between runs; starting a new worker", rank, self._workers[rank].stop())
             self._start(gone)
         self.arena.reset_control()
-
-    def receive(self, outcomes, dead, timeout) -> None:
-        waiting = {}
-        for rank, w in enumerate(self._workers):
-            if rank not in outcomes and rank not in dead:
-                waiting.update(dict.fromkeys(w.waitables(), rank))
-        ready = multiprocessing.connection.wait(list(waiting), timeout)
-        for rank in sorted(set(waiting.values())):
-            w = self._workers[rank]
-            woke = [x for x in ready if waiting[x] == rank]
-            if not woke and w.end.fd is not None:
-                continue  # without a pidfd, every look checks every rank
-            self.drain(rank, outcomes, block=w.conn in woke)
-            if rank not in outcomes and w.end.ended():
-                dead[rank] = self.death(rank)
 
     def hang_report(self, outcomes):
         positions = _positions(self.arena)
