@@ -22,7 +22,7 @@ unusable: a world used there raises ``SimdistError``.
 Only descriptors that simdist created are closed, through the objects that
 own them, so nothing closes them twice. The copy of its file that an
 ``mmap`` object keeps is made to point to /dev/null instead
-(:func:`disown_file`): the object closes that number itself one day.
+(:func:`disown`): the object closes that number itself one day.
 Descriptors of other objects are left alone. Children that ``exec``
 (spawn, the MPI job, subprocesses) keep nothing anyway: simdist's
 descriptors are all close-on-exec.
@@ -89,31 +89,36 @@ def close_fd(fd: int | None, keep=frozenset()) -> int | None:
     return None
 
 
-def disown_file(identity: tuple[int, int], keep=frozenset()) -> None:
-    """Make every descriptor of this process on the file ``identity``
-    (``(st_dev, st_ino)``), except those in ``keep``, point to /dev/null.
+def copies_of(fd: int) -> list[int]:
+    """The other descriptors of this process open on ``fd``'s file, such as
+    the copy an ``mmap`` object keeps of the file it maps."""
+    st = os.fstat(fd)
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            other = os.stat(int(name))
+        except OSError:  # the listing's own descriptor, closed since
+            continue
+        if int(name) != fd and (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
+            found.append(int(name))
+    return found
+
+
+def disown(fds) -> None:
+    """Point the descriptors ``fds`` to /dev/null.
 
     For descriptors whose owner is out of reach, such as the copy an
-    ``mmap`` object keeps of the file it maps: the owner still holds its
-    number and closes it one day, so the number is not closed twice.
+    ``mmap`` object keeps of the file it maps: the owner still holds the
+    number and closes it one day, so no number is closed twice.
     """
-    devnull = None
+    if not fds:
+        return
+    devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
     try:
-        for name in os.listdir("/proc/self/fd"):
-            fd = int(name)
-            if fd in keep:
-                continue
-            try:
-                st = os.stat(fd)
-            except OSError:
-                continue
-            if (st.st_dev, st.st_ino) == identity:
-                if devnull is None:
-                    devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
-                os.dup2(devnull, fd, inheritable=False)
+        for fd in fds:
+            os.dup2(devnull, fd, inheritable=False)
     finally:
-        if devnull is not None:
-            os.close(devnull)
+        os.close(devnull)
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -122,18 +127,13 @@ _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_
 _PROT_NONE, _MAP_FIXED, _MAP_NORESERVE = 0, 0x10, 0x4000
 
 
-def unmap_shared(mm: mmap.mmap) -> bool:
-    """Put an inaccessible private mapping where ``mm`` maps shared memory.
+def unmap_shared(address: int, length: int) -> bool:
+    """Put an inaccessible private mapping over the shared memory mapped
+    at ``address``.
 
-    The shared memory is then no longer held by this process, while ``mm``
-    stays a valid object: closing it later unmaps the placeholder. Any
-    access to it faults. Returns False where it cannot (not Linux).
+    The shared memory is then no longer held by this process, while the
+    ``mmap`` object that maps it stays valid: closing it later unmaps the
+    placeholder. Any access faults. Returns False where it cannot.
     """
-    view = ctypes.c_char.from_buffer(mm)
-    try:
-        address = ctypes.addressof(view)
-    finally:
-        del view
     flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_FIXED | _MAP_NORESERVE
-    got = _libc.mmap(address, len(mm), _PROT_NONE, flags, -1, 0)
-    return got == address
+    return _libc.mmap(address, length, _PROT_NONE, flags, -1, 0) == address
