@@ -207,17 +207,19 @@ class Janitor:
 
 
 _janitor: Janitor | None = None
+_janitor_lock = threading.Lock()
 
 
 def janitor() -> Janitor:
     """This process's janitor."""
     global _janitor
-    if _janitor is None:
-        from . import _inherited
+    with _janitor_lock:
+        if _janitor is None:
+            from . import _inherited
 
-        _janitor = Janitor()
-        _inherited.track(_janitor)
-    return _janitor
+            _janitor = Janitor()
+            _inherited.track(_janitor)
+        return _janitor
 
 
 # -- the janitor's side -------------------------------------------------------------------

@@ -138,6 +138,47 @@ def wait_empty(path: str, within: float = 5.0) -> list[str]:
     return os.listdir(path)
 
 
+JANITOR_DRIVER = """
+import os, subprocess, sys
+from simdist._janitor import janitor
+
+doomed = subprocess.Popen(["sleep", "60"], start_new_session=True)
+spared = subprocess.Popen(["sleep", "60"], start_new_session=True)
+janitor().register("group", doomed.pid)
+janitor().register("group", spared.pid)
+janitor().unregister("group", spared.pid)  # ended by the driver itself, say
+for path in sys.argv[1:]:
+    janitor().register("path", path)
+janitor().unregister("path", sys.argv[-1])
+print(doomed.pid, spared.pid, janitor().pid, flush=True)
+sys.stdin.read()  # until killed
+"""
+
+
+def test_the_janitor_ends_what_is_registered_when_its_driver_is_killed(tmp_path, tmp):
+    paths = [os.path.join(tmp, name) for name in ("dir", "file", "kept")]
+    os.mkdir(paths[0])
+    open(os.path.join(paths[0], "inside"), "w").close()
+    open(paths[1], "w").close()
+    open(paths[2], "w").close()
+    proc = subprocess.Popen([sys.executable, "-c", JANITOR_DRIVER, *paths], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    pids = []
+    try:
+        pids = [int(p) for p in read_line(proc, 30).split()]
+        doomed, spared, janitor = pids
+        proc.kill()
+        proc.wait()
+        assert wait_gone([doomed, janitor]) == []
+        assert os.path.exists(f"/proc/{spared}") and os.listdir(tmp) == ["kept"]
+    finally:
+        proc.kill()
+        proc.wait()
+        for pid in pids:
+            kill_session(pid)
+        wait_gone(pids)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 @pytest.mark.parametrize("backend", BACKENDS)
