@@ -14,10 +14,12 @@ world's driver, the janitor's pipe -- registers here, and in every child
 forked from this process, before any other code runs there
 (``os.register_at_fork``), each is told to ``release_inherited(keep)``:
 close its descriptors except those in ``keep`` (those a worker being
-started needs, see :func:`keeping`) and replace its shared mappings with
-inaccessible private ones (:func:`unmap_shared`), so that the memory goes
-with the parent's last mapping. The objects stay behind in the child,
-unusable: a world used there raises ``SimdistError``.
+started needs, see :func:`keeping`: its own world's arena stays as it is)
+and replace its shared mappings with inaccessible private ones
+(:func:`unmap_shared`), so that the memory goes with the parent's last
+mapping. The objects stay behind in the child, unusable: a world used
+there raises ``SimdistError``. An object closed before the fork does
+nothing: the numbers it held may belong to other files by then.
 
 Only descriptors that simdist created are closed, through the objects that
 own them, so nothing closes them twice. The copy of its file that an
