@@ -36,7 +36,9 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 LEAK_GRACE = 5.0  # seconds a test's processes get to be reaped before it fails
 HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker", "simdist-janitor")
 
-SESSION_TMPDIR = tempfile.mkdtemp(prefix="pytest-simdist-")
+SYSTEM_TMPDIR = tempfile.gettempdir()
+# Short: the fork server's and Open MPI's sockets live below it (at most 107 bytes).
+SESSION_TMPDIR = tempfile.mkdtemp(prefix="pt-")
 os.environ["TMPDIR"] = tempfile.tempdir = SESSION_TMPDIR
 # Removed at exit after multiprocessing's own pymp-* directory (priority -100).
 multiprocessing.util.Finalize(None, shutil.rmtree, args=(SESSION_TMPDIR, True), exitpriority=-101)

@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from conftest import mpiexec_or_skip, process_table, wait_gone
+from conftest import SYSTEM_TMPDIR, mpiexec_or_skip, process_table, wait_gone
 
 BACKENDS = ["fork", "forkserver", "spawn", "mpi"]
 
@@ -112,8 +112,9 @@ def read_line(proc: subprocess.Popen, timeout: float) -> str:
 
 @pytest.fixture
 def tmp(tmp_path):
-    """The drivers' TMPDIR: short, for the fork server's socket path (at most 107 bytes)."""
-    path = tempfile.mkdtemp(prefix="t-")
+    """The drivers' TMPDIR: short, for the fork server's and Open MPI's
+    socket paths (at most 107 bytes)."""
+    path = tempfile.mkdtemp(prefix="t-", dir=SYSTEM_TMPDIR)
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
