@@ -15,14 +15,27 @@ the driver, even when a peer of the failed rank computes forever.
 A run is hung when a rank waits in a call and no rank has moved for
 ``timeout`` seconds: each run has a :class:`HangWatch`, to which the
 backend's ``hang_report`` shows the ranks' positions as it reads them.
+
+A rank is dead when its process has ended (:class:`ProcessEnd`), not when
+its pipes close: processes that the rank's code started hold copies of
+them. Worlds belong to the process that opened them: a child forked from
+it cannot run them (see :mod:`simdist._inherited`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import multiprocessing.connection
+import os
 import pickle
+import select
+import signal
+import threading
 import time
 from typing import Sequence
+
+from ._errors import SimdistError
 
 GRACE = 2.0  # seconds the other ranks get after a failure
 POLL = 0.05  # seconds between looks for a hang
@@ -65,6 +78,101 @@ class HangWatch:
                 for rank, wait in enumerate(waiting)}
 
 
+class ProcessEnd:
+    """Tells when one process has ended, from the process itself.
+
+    A rank's pipes, and multiprocessing's sentinel, stay open as long as any
+    process that inherited them lives: a rank that forked and then died
+    would look alive for as long as its child. A pidfd (Linux 5.3 and
+    later) becomes readable when the process exits, and ``fd`` can be
+    waited on together with connections. Without pidfds ``fd`` is None and
+    :meth:`ended` reads /proc, which the drivers do at every look. Either
+    way the process is not reaped (its parent does that), so a process
+    group it leads keeps its id until then.
+    """
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        try:
+            self.fd: int | None = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            self.fd = None
+
+    def ended(self) -> bool:
+        if self.fd is not None:
+            poller = select.poll()
+            poller.register(self.fd, select.POLLIN)
+            return bool(poller.poll(0))
+        try:
+            with open(f"/proc/{self.pid}/stat", "rb") as fh:
+                return fh.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
+        except (OSError, IndexError):
+            return True
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the end; True if it has ended."""
+        deadline = time.monotonic() + timeout
+        while not self.ended():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if self.fd is not None:
+                poller = select.poll()
+                poller.register(self.fd, select.POLLIN)
+                poller.poll(left * 1000)
+            else:
+                time.sleep(min(left, 0.01))
+        return True
+
+    def kill(self) -> None:
+        """SIGKILL the process, unless it has ended (its pid may be another's by now)."""
+        try:
+            if self.fd is not None:
+                signal.pidfd_send_signal(self.fd, signal.SIGKILL)
+            elif not self.ended():
+                os.kill(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+@contextlib.contextmanager
+def interrupts_deferred(block: bool = True):
+    """Hold Ctrl-C back while a process is being started, and deliver it after.
+
+    A SIGINT that arrives while ``os.fork`` runs is handled by the next
+    Python code that runs, which in the parent can be an at-fork hook (the
+    logging module's), where the KeyboardInterrupt is printed and dropped:
+    the driver went on starting its world. And the child, until it ignores
+    SIGINT, is in the driver's process group, so the terminal's Ctrl-C
+    killed it ("RankDied ... while the world was starting").
+
+    Within, SIGINT only gets noted (in the main thread, where Python runs
+    its handlers), and with ``block`` it is also blocked in this thread, so
+    children are born with it blocked (a worker unblocks it once it ignores
+    it). On the way out the handler is restored and a noted or pending
+    SIGINT reaches it.
+    """
+    noted = []
+    handler = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
+    if callable(handler):
+        signal.signal(signal.SIGINT, lambda signum, frame: noted.append(frame))
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if block else None
+    try:
+        yield
+    finally:
+        if callable(handler):
+            signal.signal(signal.SIGINT, handler)
+        if mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        if noted:
+            handler(signal.SIGINT, noted[0])
+
+
 class Driver:
     """Base class of the simulator's and the MPI backend's drivers."""
 
@@ -74,6 +182,7 @@ class Driver:
     def __init__(self) -> None:
         self.run_id = 0
         self.watch: HangWatch | None = None  # the current run's
+        self.owner = os.getpid()  # the process that opened the world
 
     # -- for subclasses ---------------------------------------------------------
     def connection(self, rank: int):
@@ -82,9 +191,28 @@ class Driver:
     def prepare(self) -> None:
         """Before a run: replace ranks that died since the last one."""
 
-    def receive(self, outcomes: dict, dead: dict, timeout: float) -> None:
-        """Wait up to ``timeout`` for messages; record outcomes and deaths."""
+    def process_end(self, rank: int) -> ProcessEnd:
+        """The end of ``rank``'s process."""
         raise NotImplementedError
+
+    def receive(self, outcomes: dict, dead: dict, timeout: float) -> None:
+        """Wait up to ``timeout`` for messages and for ranks' ends; record
+        outcomes and deaths (of ranks without an outcome)."""
+        waiting = {}
+        for rank in range(self.size):
+            if rank not in outcomes and rank not in dead:
+                waiting[self.connection(rank)] = rank
+                if self.process_end(rank).fd is not None:
+                    waiting[self.process_end(rank).fd] = rank
+        ready = multiprocessing.connection.wait(list(waiting), timeout)
+        for rank in sorted(set(waiting.values())):
+            end = self.process_end(rank)
+            woke = [x for x in ready if waiting[x] == rank]
+            if not woke and end.fd is not None:
+                continue  # without a pidfd, every look checks every rank
+            connected = self.drain(rank, outcomes, block=self.connection(rank) in woke)
+            if rank not in outcomes and (not connected or end.ended()):
+                dead[rank] = self.death(rank)
 
     def hang_report(self, outcomes: dict) -> dict[int, str] | None:
         """A per-rank report if the run is hung (``self.watch`` says), else None."""
@@ -97,6 +225,11 @@ class Driver:
     # -- the run ------------------------------------------------------------------
     def run(self, payload_parts: tuple) -> tuple[dict, dict, dict | None]:
         """Send a run to every rank; return (outcomes, dead, hang report)."""
+        if os.getpid() != self.owner:
+            raise SimdistError(
+                f"World.run: this world belongs to process {self.owner}, which opened it; "
+                f"process {os.getpid()} was forked from it and cannot run it: open a World there"
+            )
         self.prepare()
         self.run_id += 1
         self.watch = HangWatch(self.timeout)

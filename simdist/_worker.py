@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import multiprocessing
 import os
 import pickle
 import signal
@@ -49,13 +50,18 @@ _PR_SET_PDEATHSIG = 1
 
 class Channel:
     """The rank's end of its pipe; sends are serialised so that log records
-    from any thread and the final result never interleave."""
+    from any thread and the final result never interleave. A process forked
+    by the rank's code inherits the pipe but does not write on it: its
+    messages would interleave with the rank's."""
 
     def __init__(self, conn):
         self.conn = conn
         self.lock = threading.Lock()
+        self.pid = os.getpid()
 
     def send(self, msg) -> None:
+        if os.getpid() != self.pid:
+            return
         data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
         with self.lock:
             self.conn.send_bytes(data)
@@ -81,6 +87,37 @@ class ForwardHandler(logging.Handler):
             self.handleError(record)
 
 
+def become_worker(own_fds) -> None:
+    """Make this process a simulator rank's worker, before anything else runs in it.
+
+    It dies with its parent and ignores Ctrl-C (see :func:`ignore_interrupts`).
+    It leads a session and process group of its own, which whatever the rank's code
+    starts joins: the driver ends the whole group with the rank (and the
+    terminal's Ctrl-C, meant for the driver, no longer reaches the rank).
+    It may have children, although multiprocessing started it as a daemon
+    and refuses children to daemons (``multiprocessing.Pool``,
+    ``ProcessPoolExecutor`` and a World inside a rank): the driver ends them.
+    Its own descriptors ``own_fds`` are made close-on-exec (the spawn and
+    fork-server start methods hand them over inheritable).
+    """
+    die_with_parent()
+    ignore_interrupts()
+    try:  # a session, not only a group: rank 0 may read the terminal, which a
+        os.setsid()  # background group of the driver's session may not (SIGTTIN)
+    except OSError:  # pragma: no cover - a group leader already
+        os.setpgid(0, 0)
+    multiprocessing.current_process().daemon = False
+    for fd in own_fds:
+        os.set_inheritable(fd, False)
+
+
+def ignore_interrupts() -> None:
+    """Ignore SIGINT (the driver handles Ctrl-C), then unblock it: the driver
+    starts workers with it blocked, so that none arrives before this."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def die_with_parent() -> None:
     """Ask the kernel to SIGKILL us when our parent exits (Linux).
 
@@ -97,10 +134,12 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
-def watch_lifeline(lifeline, inherited_write_end) -> None:
-    """Exit when the driver's end of the lifeline closes (the driver died)."""
-    if inherited_write_end is not None:  # fork copied the driver's end too
-        os.close(inherited_write_end)
+def watch_lifeline(lifeline) -> None:
+    """Exit when the driver's end of the lifeline closes (the driver died).
+
+    The driver's end is the only write end: a worker forked from the driver
+    had its copy closed at the fork (``_inherited``).
+    """
 
     def watch():
         while os.read(lifeline.fd, 1):
@@ -141,13 +180,21 @@ def execute(rank: int, make_comm, payload: bytes, sys_path, cwd, log_levels, *, 
     and ``returned`` are called when the function starts, raises, returns.
     """
     global _current
+    pid = os.getpid()
     try:
         _configure(sys_path, cwd, log_levels)
         fn, args, kwargs = pickle.loads(payload)
         _current = make_comm()
         if started:
             started()
-        value = fn(_current, *args, **kwargs)
+        try:
+            value = fn(_current, *args, **kwargs)
+        except BaseException as exc:
+            if os.getpid() != pid:
+                _leave_forked_child(exc)
+            raise
+        if os.getpid() != pid:
+            _leave_forked_child(None)
     except Aborted as exc:
         failed and failed()
         return "aborted", exc.reason
@@ -172,6 +219,27 @@ def execute(rank: int, make_comm, payload: bytes, sys_path, cwd, log_levels, *, 
                 f"{type(value).__name__}: {exc}\n",
                 None,
             )
+
+
+def _leave_forked_child(exc: BaseException | None) -> None:
+    """End a process that the rank's code forked and that left the rank's
+    function (returned or raised) instead of exiting: it must not go on as
+    a second copy of the rank. Exits as a script would: status 0, the
+    ``sys.exit`` status, or 1 after printing the traceback."""
+    code = 0
+    if isinstance(exc, SystemExit):
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if not isinstance(exc.code, (int, type(None))):
+            print(exc.code, file=sys.stderr)
+    elif exc is not None:
+        traceback.print_exception(exc)
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(code)
 
 
 def _user_traceback(exc: BaseException) -> str:

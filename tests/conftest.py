@@ -1,16 +1,26 @@
 """Shared test setup: Hypothesis profiles and a guard against leaked resources.
 
 Every test is checked for what it leaves behind: descendant processes of the
-pytest process, entries in /dev/shm, and simdist memfds (open descriptors or
-mappings) held by the pytest process. Multiprocessing's forkserver and
-resource_tracker helpers persist by design and are ignored (their children,
-such as forkserver-started workers, are not).
+pytest process, entries in /dev/shm, simdist memfds (open descriptors or
+mappings) held by the pytest process, and temporary directories of simdist
+(``simdist-*``) or multiprocessing (``pymp-*``). Multiprocessing's forkserver
+and resource_tracker helpers, and simdist's janitor, persist by design (one
+per process) and are ignored (their children, such as forkserver-started
+workers, are not), as is the pytest process's own ``pymp-*`` directory.
+
+The session runs with a temporary directory of its own (``TMPDIR``), so that
+the temporary directories of other test runs on the machine are not taken
+for this run's leaks; it is removed at the end.
 """
 
 from __future__ import annotations
 
 import collections
+import multiprocessing
+import multiprocessing.util
 import os
+import shutil
+import tempfile
 import time
 import types
 
@@ -24,7 +34,14 @@ settings.register_profile("dev", deadline=2000, max_examples=100)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 LEAK_GRACE = 5.0  # seconds a test's processes get to be reaped before it fails
-HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
+HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker", "simdist-janitor")
+
+SYSTEM_TMPDIR = tempfile.gettempdir()
+# Short: the fork server's and Open MPI's sockets live below it (at most 107 bytes).
+SESSION_TMPDIR = tempfile.mkdtemp(prefix="pt-")
+os.environ["TMPDIR"] = tempfile.tempdir = SESSION_TMPDIR
+# Removed at exit after multiprocessing's own pymp-* directory (priority -100).
+multiprocessing.util.Finalize(None, shutil.rmtree, args=(SESSION_TMPDIR, True), exitpriority=-101)
 
 
 def _read(path: str) -> str:
@@ -151,18 +168,32 @@ def dev_shm() -> set[str]:
         return set()
 
 
+def temp_dirs() -> set[str]:
+    """simdist's and multiprocessing's directories in the temporary directory
+    (without this process's own ``pymp-*``, which lives as long as it does)."""
+    own = multiprocessing.current_process()._config.get("tempdir")
+    root = tempfile.gettempdir()
+    try:
+        names = os.listdir(root)
+    except FileNotFoundError:
+        return set()
+    return {os.path.join(root, name) for name in names if name.startswith(("simdist-", "pymp-"))} - {own}
+
+
 def _leaks(before) -> list[str]:
-    procs, shm, fds = before
+    procs, shm, fds, tmp = before
     found = [f"process {desc}" for pid, desc in descendants().items() if pid not in procs]
     found += [f"/dev/shm/{name}" for name in sorted(dev_shm() - shm)]
     found += [f"memfd {what} (x{n})" for what, n in (memfds() - fds).items()]
+    found += [f"temporary directory {path}" for path in sorted(temp_dirs() - tmp)]
     return found
 
 
 @pytest.fixture(autouse=True)
 def no_leaks():
-    """Fail the test if it leaves processes, /dev/shm entries or memfds behind."""
-    before = (set(descendants()), dev_shm(), memfds())
+    """Fail the test if it leaves processes, /dev/shm entries, memfds or
+    temporary directories behind."""
+    before = (set(descendants()), dev_shm(), memfds(), temp_dirs())
     yield
     deadline = time.monotonic() + LEAK_GRACE
     while (leaked := _leaks(before)) and time.monotonic() < deadline:

@@ -4,9 +4,15 @@
 ranks; each connects back to the driver's loopback listener and the two
 sides run ``multiprocessing``'s HMAC challenge both ways with a per-world
 secret before anything is unpickled, so a peer without the secret is
-refused. The job runs in a process group of its own, killed with the
-driver (PDEATHSIG) or when a run fails: a rank blocked inside MPI cannot
-be unwound, so a failed run ends the job and the next run starts a new one.
+refused. The job runs in a session of its own, which also holds whatever
+the ranks' code starts (Open MPI and MPICH both put each rank in a process
+group of its own, inside that session). The whole session is killed when
+a run fails (a rank blocked inside MPI cannot be unwound, so a failed run
+ends the job and the next run starts a new one), when the world closes,
+and by the janitor (``_janitor``) when the driver dies; ``mpiexec`` also
+dies with the driver (PDEATHSIG). A rank is dead when its process ends (a
+pidfd on the pid it sent in its hello), also while processes it started
+hold its connection open.
 
 Hangs are found as on the simulator, by the run's hang watch -- a rank
 waits in a call and no rank moves for ``timeout`` seconds -- from the
@@ -27,11 +33,13 @@ import socket
 import subprocess
 import sys
 import time
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 
+from .. import _inherited
 from .. import _stdin as stdin
-from .._driver import Driver
+from .._driver import Driver, ProcessEnd, interrupts_deferred
 from .._errors import SimdistError
+from .._janitor import end_session, janitor
 from .._whereabouts import CALL, FAILED, RETURNED, USER
 from ._handshake import Handshakes, Refused, authenticate, refused
 from ._tracking import Whereabouts
@@ -107,44 +115,11 @@ def launch_environment(mpiexec: str, tmpdir: str) -> dict[str, str]:
     return env
 
 
-def _own_group_dying_with_us() -> None:  # runs in the child before exec
+def _own_session_dying_with_us() -> None:  # runs in the child before exec
     os.setsid()
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-
-
-def _descendants(pid: int) -> list[int]:
-    """The processes below ``pid`` (from /proc), children first."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        kids = children.get(todo.pop(0), [])
-        found += kids
-        todo += kids
-    return found
-
-
-def _wait_gone(pids, within: float) -> None:
-    """Wait until none of ``pids`` is alive (zombies count as gone)."""
-    deadline = time.monotonic() + within
-    for pid in pids:
-        while time.monotonic() < deadline:
-            try:
-                with open(f"/proc/{pid}/stat") as fh:
-                    if fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
-                        break
-            except (OSError, IndexError):
-                break
-            time.sleep(0.02)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked while it was forked
 
 
 class MpiDriver(Driver):
@@ -164,7 +139,10 @@ class MpiDriver(Driver):
         self._pids: list[int | None] = [None] * size
         self._segments: set[str] = set()  # the job's files in /dev/shm, removed after it ends
         self._tmpdir: str | None = None  # the job's TMPDIR (see session_tmpdir), removed after it ends
+        self._job_end: ProcessEnd | None = None  # mpiexec's
+        self._ends: dict[int, ProcessEnd] = {}  # each rank's, opened when first waited on
         self._closed = False
+        _inherited.track(self)
         try:
             self._launch()
         except BaseException:
@@ -194,12 +172,16 @@ class MpiDriver(Driver):
         self._conns = [None] * self.size
         self._pids = [None] * self.size
         self._tmpdir = session_tmpdir()
-        try:
-            self._job = subprocess.Popen(
-                self.command(), env=self._environment(), stdin=subprocess.DEVNULL, preexec_fn=_own_group_dying_with_us
-            )
-        except OSError as exc:
-            raise SimdistError(f"backend 'mpi': cannot start {self.mpiexec}: {exc.strerror}") from None
+        janitor().register("path", self._tmpdir)
+        with interrupts_deferred():
+            try:
+                self._job = subprocess.Popen(
+                    self.command(), env=self._environment(), stdin=subprocess.DEVNULL, preexec_fn=_own_session_dying_with_us
+                )
+            except OSError as exc:
+                raise SimdistError(f"backend 'mpi': cannot start {self.mpiexec}: {exc.strerror}") from None
+            self._job_end = ProcessEnd(self._job.pid)
+            janitor().register("session", self._job.pid)
         limit = max(self.timeout, 60.0)
         deadline = time.monotonic() + limit
         handshakes = Handshakes(self._listener, self._key)  # concurrent: no peer delays the ranks
@@ -253,34 +235,40 @@ class MpiDriver(Driver):
         self._conns[rank] = conn
         self._pids[rank] = pid
 
+    def _job_status(self) -> int | None:
+        """mpiexec's exit status as Popen gives it (negative: killed by that
+        signal), None while it runs. It is not reaped, so that its session
+        keeps its id until :meth:`_kill_job` has ended every process of it."""
+        if self._job.returncode is not None:
+            return self._job.returncode
+        try:
+            info = os.waitid(os.P_PID, self._job.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return self._job.poll()
+        if info is None:
+            return None
+        return -info.si_status if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED) else info.si_status
+
     def _kill_job(self) -> None:
+        """End the job's session -- mpiexec, its daemons, the ranks and
+        whatever their code started -- then reap mpiexec."""
         job = self._job
-        if job is None or job.poll() is not None:
+        if job is None or self._job_end is None:  # ended already
             return
-        if self.flavor != "openmpi":
-            # MPICH's hydra runs its proxy and each rank in a process group of
-            # their own, and a SIGTERM makes mpiexec print a "BAD TERMINATION"
-            # banner on the user's terminal for every run stopped on purpose:
-            # SIGKILL the whole tree at once, mpiexec first, so it says nothing.
-            tree = _descendants(job.pid)
-            for kill, pid in [(os.killpg, job.pid)] + [(os.kill, p) for p in tree]:
-                try:
-                    kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            job.wait()
-            _wait_gone(tree, 5.0)
-            return
-        for sig, wait_s in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
+        if self.flavor == "openmpi" and self._job_status() is None:
+            # Open MPI's launcher stops its ranks on SIGTERM. MPICH's would
+            # print a "BAD TERMINATION" banner on the user's terminal for
+            # every run stopped on purpose: its session is killed at once.
             try:
-                os.killpg(job.pid, sig)
+                os.killpg(job.pid, signal.SIGTERM)
             except ProcessLookupError:
-                return
-            try:
-                job.wait(wait_s)
-                return
-            except subprocess.TimeoutExpired:
-                continue
+                pass
+            self._job_end.wait(2.0)
+        end_session(job.pid)  # mpiexec first
+        job.wait()
+        self._job_end.close()
+        self._job_end = None
+        janitor().unregister("session", job.pid)
 
     def _end_job(self) -> None:
         self._kill_job()
@@ -288,46 +276,68 @@ class MpiDriver(Driver):
             if conn is not None:
                 conn.close()
         self._conns = [None] * self.size
+        for end in self._ends.values():
+            end.close()
+        self._ends.clear()
         # A killed MPI job cannot clean up after itself: remove its segments.
         for path in self._segments:
             try:
                 os.unlink(path)
             except OSError:
                 pass
+            janitor().unregister("path", path)
         self._segments.clear()
         if self._tmpdir is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
+            janitor().unregister("path", self._tmpdir)
             self._tmpdir = None
+
+    def release_inherited(self, keep) -> None:
+        """In a child forked from the driver (see ``_inherited``): let go of
+        the listener and the connections; the world is not the child's."""
+        if self._closed:  # closed already: the numbers it held may be another's now
+            return
+        self._closed = True
+        self._listener.close()
+        for conn in self._conns:
+            if conn is not None:
+                conn.close()
+        for end in [self._job_end, *self._ends.values()]:
+            if end is not None:
+                end.close()
 
     # -- a run --------------------------------------------------------------------
     def prepare(self) -> None:
-        if self._job.poll() is not None:
-            _log.warning("backend 'mpi': the MPI job ended between runs (status %s); starting a new one", self._job.returncode)
+        if self._job_status() is not None:
+            _log.warning("backend 'mpi': the MPI job ended between runs (status %s); starting a new one", self._job_status())
             self._end_job()
             self._launch()
         self._where: dict[int, tuple] = {}
         self._asked = 0.0
 
     def death(self, rank: int) -> str:
-        code = self._job.poll()
+        code = self._job_status()
         if code is None:
+            if self.process_end(rank).wait(0.5):  # a closed connection comes first
+                return "exited or was killed (its process has ended)"
             return "lost its connection to the driver"
         if code < 0:
             return f"ended with the MPI job (mpiexec killed by {signal.Signals(-code).name})"
         return f"ended with the MPI job (mpiexec exited with status {code})"
 
-    def receive(self, outcomes, dead, timeout) -> None:
-        pending = {self._conns[r]: r for r in range(self.size) if r not in outcomes and r not in dead}
-        for ready in wait(list(pending), timeout):
-            rank = pending[ready]
-            if not self.drain(rank, outcomes, block=True):
-                dead[rank] = self.death(rank)
+    def process_end(self, rank: int) -> ProcessEnd:
+        if rank not in self._ends:
+            self._ends[rank] = ProcessEnd(self._pids[rank])
+        return self._ends[rank]
 
     def handle(self, rank, msg, outcomes) -> None:
         if msg[0] == "where":
             self._where[rank] = msg[2]
         elif msg[0] == "segments":  # files the ranks could not remove early
-            self._segments.update(p for p in msg[1] if p.startswith("/dev/shm/"))
+            for path in msg[1]:
+                if path.startswith("/dev/shm/") and path not in self._segments:
+                    self._segments.add(path)
+                    janitor().register("path", path)
         else:
             super().handle(rank, msg, outcomes)
 
@@ -369,11 +379,8 @@ class MpiDriver(Driver):
                     conn.send_bytes(pickle.dumps(("exit",)))
                 except OSError:
                     pass
-        if self._job is not None:
-            try:
-                self._job.wait(10.0)
-            except subprocess.TimeoutExpired:
-                pass
+        if self._job_end is not None:
+            self._job_end.wait(10.0)
         self._end_job()
         self._listener.close()
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import pickle
 import queue
-import signal
 import socket
 import sys
 import threading
@@ -22,7 +21,7 @@ from multiprocessing.connection import Connection, answer_challenge, deliver_cha
 
 from .._stdin import VARIABLE, mpi_rank_stdin, take_stdin
 from .._whereabouts import FAILED, RETURNED, USER
-from .._worker import Channel, die_with_parent, execute, forward_logs
+from .._worker import Channel, die_with_parent, execute, forward_logs, ignore_interrupts
 from ._tracking import TrackedComm, Whereabouts
 
 
@@ -82,7 +81,7 @@ def _read_commands(conn: Connection, channel: Channel, where: Whereabouts, comma
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     die_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C
+    ignore_interrupts()
     key = bytes.fromhex(os.environ.pop("SIMDIST_AUTHKEY"))
     options = {"check_calls": True} if os.environ.pop("SIMDIST_CHECK_CALLS", "") == "1" else {}
     from mpi4py import MPI

@@ -126,6 +126,7 @@ import threading
 import numpy as np
 
 from .._errors import Aborted, CollectiveMismatch, SimdistError
+from .._inherited import close_fd, copies_of, disown, unmap_shared
 from ._layout import (
     ABORT_DRIVER, E_ARRIVE, FAILED, H_ABORT, H_MAGIC, H_SIZE, MAGIC, RETURNED, S_BELL, S_STATE, S_WAITING_FOR, Layout,
 )
@@ -176,6 +177,8 @@ class Arena:
         self.fd = fd
         self.rank = rank
         self.mm = mmap.mmap(fd, layout.total)
+        self.address = ctypes.addressof(ctypes.c_char.from_buffer(self.mm))
+        self.copies: list[int] = []  # the mmap's own descriptors of the file (see release_inherited)
         self.buf = memoryview(self.mm)
         self.q = self.buf.cast("q")
         self.size = layout.size
@@ -222,6 +225,7 @@ class Arena:
                     f"{layout.size} ranks: {exc.strerror}; use fewer ranks or a smaller slot_bytes"
                 ) from None
             arena = cls(layout, fd, rank=None)
+            arena.copies = copies_of(fd)
         except BaseException:
             os.close(fd)
             raise
@@ -241,7 +245,19 @@ class Arena:
             # rank's code kept past its run): the mapping goes with the process.
             pass
         self.mm = None
-        os.close(self.fd)
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def release_inherited(self, keep) -> None:
+        """In a child forked from the driver: let go of this arena's memory
+        and descriptors, unless ``keep`` holds its descriptor (a worker of
+        this very world is being started). See ``_inherited``."""
+        if self.fd is None or self.fd in keep:
+            return
+        unmap_shared(self.address, self.layout.total)
+        disown(self.copies)
+        self.fd = close_fd(self.fd)
 
     def reset_control(self) -> None:
         """Zero sleeping flags, status, contexts and ring pointers; only while no worker runs."""

@@ -2,27 +2,37 @@
 
 The driver owns the arena (``_arena``) and one pipe per worker. During a run
 it watches three things at once: the pipes (results and log records), the
-process sentinels (a worker that died), and the arena's status table (a
-rank that waits while no rank moves: a hang, which the run's
+workers' ends (a pidfd per worker, see ``ProcessEnd``: a worker that died,
+even while processes it started hold its pipes), and the arena's status
+table (a rank that waits while no rank moves: a hang, which the run's
 ``HangWatch`` decides from the positions read there). To stop a failed run
 it sets the abort word, which wakes every waiting rank; workers that have
 not come back within the grace period are killed and replaced.
+
+Each worker leads a process group of its own, which holds whatever its
+rank's code starts (``os.fork``, ``subprocess``, ``multiprocessing``): when
+a worker dies, is killed or replaced, or the world closes, the driver
+SIGKILLs the whole group, and the janitor (``_janitor``) does it if the
+driver itself is killed.
 """
 
 from __future__ import annotations
 
 import logging
 import multiprocessing
-import multiprocessing.connection
+import multiprocessing.process
 import multiprocessing.reduction
+import multiprocessing.util
 import os
 import pickle
 import signal
 import time
 import weakref
 
-from .._driver import GRACE, Driver
+from .. import _inherited
+from .._driver import GRACE, Driver, ProcessEnd, interrupts_deferred
 from .._errors import RankDied, SimdistError
+from .._janitor import end_group, janitor
 from .._stdin import driver_stdin
 from ._arena import Arena
 from ._layout import ABORT_DRIVER, CALL, H_ABORT, S_CTX, S_P2P_KIND, S_P2P_PEER, S_PROGRESS, S_STATE, Layout
@@ -49,10 +59,32 @@ class _SharedFd:
 
 
 class _Worker:
+    """One rank's worker process, its pipe, and its end (see ``ProcessEnd``)."""
+
     def __init__(self, process, conn):
         self.process = process
         self.conn = conn
         self.pid = process.pid
+        self.end = ProcessEnd(process.pid)
+        self.how: str | None = None  # how it ended, once stopped
+
+    def stop(self) -> str:
+        """End the worker and every process it started, reap it; return how it ended."""
+        if self.how is None:
+            end_group(self.pid)  # before reaping: the group's id is still the worker's
+            self.end.kill()
+            self.how = _reap(self.process, self.end)
+            self.end.close()
+            self.conn.close()
+            janitor().unregister("group", self.pid)
+        return self.how
+
+    def release_inherited(self) -> None:
+        self.conn.close()
+        self.end.close()
+        # Not the child's children: multiprocessing would SIGTERM them when
+        # the child exits (it terminates the daemonic children it knows of).
+        getattr(multiprocessing.process, "_children", set()).discard(self.process)
 
 
 class SimDriver(Driver):
@@ -73,8 +105,11 @@ class SimDriver(Driver):
         self._lifeline = os.pipe()
         self._workers: list[_Worker | None] = [None] * size
         self.close = weakref.finalize(self, _shutdown, self._workers, self.arena, self._lifeline)
+        _inherited.track(self)
         try:
             self._start(range(size))
+            if start_method == "forkserver":  # the fork server's socket lives there
+                janitor().register("path", multiprocessing.util.get_temp_dir())
         except BaseException:
             self.close()
             raise
@@ -86,32 +121,48 @@ class SimDriver(Driver):
     def connection(self, rank: int):
         return self._workers[rank].conn
 
+    def process_end(self, rank: int) -> ProcessEnd:
+        return self._workers[rank].end
+
     def death(self, rank: int) -> str:
-        proc = self._workers[rank].process
-        proc.join(1.0)
-        return _how(proc)
+        return self._workers[rank].stop()
+
+    def release_inherited(self, keep) -> None:
+        """In a child forked from the driver (see ``_inherited``): keep only ``keep``."""
+        if not self.close.detach():  # closed already: the numbers it held may be another's now
+            return
+        self.arena.release_inherited(keep)
+        for fd in self._lifeline:
+            _inherited.close_fd(fd, keep)
+        for w in self._workers:
+            if w is not None:
+                w.release_inherited()
 
     def _start(self, ranks) -> None:
         lay = self._layout
         layout_args = {"size": lay.size, "slot_bytes": lay.slot_bytes, "ring_bytes": lay.ring_bytes, "contexts": lay.contexts}
         fd = _SharedFd(self.arena.fd)
         lifeline = _SharedFd(self._lifeline[0])
-        inherited = self._lifeline[1] if self.start_method == "fork" else None
+        # A forked child is born with SIGINT blocked until it ignores it; the
+        # fork server's children are not (it serves other code too).
+        block = self.start_method != "forkserver"
         started = []
         for rank in ranks:
             parent, child = self._mp.Pipe()
             stdin = driver_stdin() if rank == 0 else None  # rank 0 reads the driver's, as under mpiexec
             proc = self._mp.Process(
                 target=_worker.main,
-                args=(rank, layout_args, fd, child, lifeline, inherited, self.order, None if stdin is None else _SharedFd(stdin)),
+                args=(rank, layout_args, fd, child, lifeline, self.order, None if stdin is None else _SharedFd(stdin)),
                 name=f"simdist-rank-{rank}",
                 daemon=True,
             )
-            proc.start()
-            child.close()
-            if stdin is not None:
-                os.close(stdin)
-            self._workers[rank] = _Worker(proc, parent)
+            with interrupts_deferred(block), _inherited.keeping((self.arena.fd, self._lifeline[0], child.fileno())):
+                proc.start()
+                child.close()
+                if stdin is not None:
+                    os.close(stdin)
+                self._workers[rank] = _Worker(proc, parent)
+                janitor().register("group", proc.pid)
             started.append(rank)
         limit = max(self.timeout, 60.0)
         deadline = time.monotonic() + limit
@@ -119,41 +170,23 @@ class SimDriver(Driver):
             w = self._workers[rank]
             try:
                 while not w.conn.poll(0.1):
-                    if not w.process.is_alive():
+                    if w.end.ended():
                         raise EOFError
                     if time.monotonic() > deadline:
                         raise SimdistError(f"rank {rank} did not start within {limit:.0f} s")
                 msg = pickle.loads(w.conn.recv_bytes())
             except (EOFError, OSError):
-                w.process.join(5.0)
-                raise RankDied({rank: _how(w.process)}, " while the world was starting") from None
+                raise RankDied({rank: w.stop()}, " while the world was starting") from None
             assert msg[0] == "ready", msg
 
     # -- a run --------------------------------------------------------------------
     def prepare(self) -> None:
-        gone = [r for r, w in enumerate(self._workers) if not w.process.is_alive()]
+        gone = [r for r, w in enumerate(self._workers) if w.end.ended()]
         if gone:  # died between runs: the last run had finished, so replace it
             for rank in gone:
-                self._workers[rank].process.join(1.0)
-                self._workers[rank].conn.close()
-                _log.warning("rank %d %s between runs; starting a new worker", rank, _how(self._workers[rank].process))
+                _log.warning("rank %d %s between runs; starting a new worker", rank, self._workers[rank].stop())
             self._start(gone)
         self.arena.reset_control()
-
-    def receive(self, outcomes, dead, timeout) -> None:
-        waiting = {}
-        for rank, w in enumerate(self._workers):
-            if rank not in outcomes and rank not in dead:
-                waiting[w.conn] = rank
-                waiting[w.process.sentinel] = rank
-        for ready in multiprocessing.connection.wait(list(waiting), timeout):
-            rank = waiting[ready]
-            if rank in outcomes or rank in dead:
-                continue
-            w = self._workers[rank]
-            self.drain(rank, outcomes, block=ready is w.conn)
-            if rank not in outcomes and not w.process.is_alive():
-                dead[rank] = self.death(rank)
 
     def hang_report(self, outcomes):
         positions = _positions(self.arena)
@@ -174,11 +207,7 @@ class SimDriver(Driver):
                 break
         stuck = [r for r in range(self.size) if r not in outcomes]
         for rank in stuck:
-            proc = self._workers[rank].process
-            if proc.is_alive():
-                proc.kill()
-            proc.join(5.0)
-            self._workers[rank].conn.close()
+            self._workers[rank].stop()
         if stuck:
             self._start(stuck)
 
@@ -212,9 +241,28 @@ def _how(proc) -> str:
     return f"exited with status {code}"
 
 
+def _reap(proc, end: ProcessEnd, within: float = 5.0) -> str:
+    """Wait for ``proc`` (being killed) to end, reap it; return how it ended.
+
+    Not ``proc.join(timeout)``: that waits on multiprocessing's sentinel,
+    which a process the worker started may hold open.
+    """
+    deadline = time.monotonic() + within
+    while proc.is_alive():
+        if time.monotonic() > deadline:
+            return "stopped responding"
+        if end.wait(0.05):  # ended; its parent (the fork server) may not have told yet
+            time.sleep(0.001)
+    proc.join()
+    how = _how(proc)
+    proc.close()
+    return how
+
+
 def _shutdown(workers: list, arena: Arena, lifeline: tuple[int, int]) -> None:
-    """Stop the workers (politely, then by force) and unmap the arena."""
-    live = [w for w in workers if w is not None]
+    """Stop the workers (politely, then by force) with whatever they
+    started, and unmap the arena."""
+    live = [w for w in workers if w is not None and w.how is None]
     for w in live:
         try:
             w.conn.send_bytes(pickle.dumps(("exit",)))
@@ -222,11 +270,9 @@ def _shutdown(workers: list, arena: Arena, lifeline: tuple[int, int]) -> None:
             pass
     deadline = time.monotonic() + 2.0
     for w in live:
-        w.process.join(max(0.0, deadline - time.monotonic()))
-        if w.process.is_alive():
-            w.process.kill()
-            w.process.join(5.0)
-        w.conn.close()
+        w.end.wait(max(0.0, deadline - time.monotonic()))
+    for w in live:
+        w.stop()
     arena.close()
     for fd in lifeline:
         os.close(fd)

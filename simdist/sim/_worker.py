@@ -6,10 +6,9 @@ from __future__ import annotations
 import ctypes
 import os
 import pickle
-import signal
 
 from .._stdin import take_stdin
-from .._worker import Channel, die_with_parent, execute, forward_logs, watch_lifeline
+from .._worker import Channel, become_worker, execute, forward_logs, watch_lifeline
 from ._arena import Arena, _libc
 from ._layout import FAILED, RETURNED, S_STATE, USER, Layout
 from ._comm import SimComm, close_run
@@ -98,13 +97,11 @@ def release_freed_memory() -> None:
         trim(0)
 
 
-def main(rank: int, layout_args: dict, shared_fd, conn, lifeline, inherited_write_end, order: str = "fold",
-         stdin=None) -> None:
+def main(rank: int, layout_args: dict, shared_fd, conn, lifeline, order: str = "fold", stdin=None) -> None:
     """Entry point of a worker process; ``stdin``, rank 0's, is the driver's standard input."""
-    die_with_parent()
+    become_worker((shared_fd.fd, lifeline.fd, conn.fileno()))
     take_stdin(None if stdin is None else stdin.fd)  # the others keep multiprocessing's /dev/null
-    watch_lifeline(lifeline, inherited_write_end)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C
+    watch_lifeline(lifeline)
     channel = Channel(conn)
     arena = Arena(Layout(**layout_args), shared_fd.fd, rank)
     _pin(rank, arena.size)
