@@ -212,7 +212,7 @@ def leaks(before: dict, tmp: str, scratch: str, within: float = 5.0) -> dict:
     while True:
         now = _snapshot(tmp)
         left = {
-            "processes": sorted(_descendants(os.getpid())) + _forked_children_alive(scratch),
+            "processes": sorted(_descendants(os.getpid()) - before["procs"]) + _forked_children_alive(scratch),
             "descriptors": sorted(now["fds"] - before["fds"]),
             "memfds": _memfds(),
             "dev_shm": sorted(now["shm"] - before["shm"]),
@@ -235,7 +235,8 @@ def chaos(trials: int, size: int = 3, backend: str = "sim", seed: int = 0, timeo
     tmp = tempfile.mkdtemp(prefix="chaos-tmp-")
     saved = os.environ.get("TMPDIR"), tempfile.tempdir
     os.environ["TMPDIR"], tempfile.tempdir = tmp, None
-    before = _snapshot(tmp)
+    simdist.World(1).close()  # starts this process's janitor (it lasts as long as the process) before the count
+    before = _snapshot(tmp) | {"procs": _descendants(os.getpid())}
     rng = random.Random(seed)
     records, start = [], time.monotonic()
     try:
