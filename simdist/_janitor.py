@@ -121,22 +121,23 @@ class Janitor:
         self._registered: set[tuple[str, str]] = set()
         self._unavailable = False  # it could not be started: not tried again
 
-    def register(self, kind: str, value) -> None:
-        """Have ``value`` ended (``kind``: group, session, path) if this process dies."""
-        self._send("+", kind, str(value))
+    def register(self, kind: str, *values) -> None:
+        """Have the ``values`` ended (``kind``: group, session, path) if this process dies."""
+        self._send("+", kind, [str(value) for value in values])
 
-    def unregister(self, kind: str, value) -> None:
-        """``value`` has been ended (or moved on): forget it."""
-        self._send("-", kind, str(value))
+    def unregister(self, kind: str, *values) -> None:
+        """The ``values`` have been ended (or moved on): forget them."""
+        self._send("-", kind, [str(value) for value in values])
 
-    def _send(self, sign: str, kind: str, value: str) -> None:
-        assert kind in KINDS and "\n" not in value, (kind, value)
+    def _send(self, sign: str, kind: str, values: list[str]) -> None:
+        assert kind in KINDS and not any("\n" in value for value in values), (kind, values)
         with self._lock:
-            if sign == "+":
-                self._registered.add((kind, value))
-            else:
-                self._registered.discard((kind, value))
-            line = f"{sign}{kind} {value}\n".encode()
+            for value in values:
+                if sign == "+":
+                    self._registered.add((kind, value))
+                else:
+                    self._registered.discard((kind, value))
+            line = "".join(f"{sign}{kind} {value}\n" for value in values).encode()
             if self._pipe is None:
                 if sign == "+":
                     self._start()  # sends every registration, this one included

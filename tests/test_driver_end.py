@@ -228,11 +228,14 @@ def test_ctrl_c_while_worlds_start_raises_keyboard_interrupt_and_leaves_nothing(
             janitor = int(words[1])
             time.sleep(rng.uniform(0.0, 0.25))
             os.killpg(proc.pid, signal.SIGINT)  # the terminal's Ctrl-C goes to the whole group
+            interrupted = time.monotonic()
             try:
                 out, _ = proc.communicate(timeout=30)
             except subprocess.TimeoutExpired:
                 out = "the driver went on: no exit within 30 s of Ctrl-C"
             assert out.strip() == "KeyboardInterrupt", f"trial {trial} of {trials}: {out.strip()}"
+            took = time.monotonic() - interrupted
+            assert took < 8, f"trial {trial} of {trials}: the driver exited {took:.1f} s after Ctrl-C"
             assert wait_gone([janitor]) == [], "the janitor outlived the driver"
             assert wait_session_gone(proc.pid) == [], f"trial {trial}: processes left after Ctrl-C"
             assert wait_empty(tmp) == [], f"trial {trial}: files left after Ctrl-C"

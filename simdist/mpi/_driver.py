@@ -373,13 +373,15 @@ class MpiDriver(Driver):
         if self._closed:
             return
         self._closed = True
+        told = 0  # ranks that were told to exit
         for conn in self._conns:
             if conn is not None:
                 try:
                     conn.send_bytes(pickle.dumps(("exit",)))
+                    told += 1
                 except OSError:
                     pass
-        if self._job_end is not None:
+        if self._job_end is not None and told == self.size:  # else (Ctrl-C while it started) it would not end
             self._job_end.wait(10.0)
         self._end_job()
         self._listener.close()

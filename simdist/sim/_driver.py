@@ -145,25 +145,25 @@ class SimDriver(Driver):
         lifeline = _SharedFd(self._lifeline[0])
         # A forked child is born with SIGINT blocked until it ignores it; the
         # fork server's children are not (it serves other code too).
-        block = self.start_method != "forkserver"
         started = []
-        for rank in ranks:
-            parent, child = self._mp.Pipe()
-            stdin = driver_stdin() if rank == 0 else None  # rank 0 reads the driver's, as under mpiexec
-            proc = self._mp.Process(
-                target=_worker.main,
-                args=(rank, layout_args, fd, child, lifeline, self.order, None if stdin is None else _SharedFd(stdin)),
-                name=f"simdist-rank-{rank}",
-                daemon=True,
-            )
-            with interrupts_deferred(block), _inherited.keeping((self.arena.fd, self._lifeline[0], child.fileno())):
-                proc.start()
+        with interrupts_deferred(block=self.start_method != "forkserver"):
+            for rank in ranks:
+                parent, child = self._mp.Pipe()
+                stdin = driver_stdin() if rank == 0 else None  # rank 0 reads the driver's, as under mpiexec
+                proc = self._mp.Process(
+                    target=_worker.main,
+                    args=(rank, layout_args, fd, child, lifeline, self.order, None if stdin is None else _SharedFd(stdin)),
+                    name=f"simdist-rank-{rank}",
+                    daemon=True,
+                )
+                with _inherited.keeping((self.arena.fd, self._lifeline[0], child.fileno())):
+                    proc.start()
                 child.close()
                 if stdin is not None:
                     os.close(stdin)
                 self._workers[rank] = _Worker(proc, parent)
-                janitor().register("group", proc.pid)
-            started.append(rank)
+                started.append(rank)
+            janitor().register("group", *(self._workers[rank].pid for rank in started))
         limit = max(self.timeout, 60.0)
         deadline = time.monotonic() + limit
         for rank in started:
