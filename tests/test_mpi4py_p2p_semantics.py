@@ -112,6 +112,7 @@ def test_buffered_sends_draw_on_the_attached_buffer_and_raise_err_buffer_beyond_
         assert refused(lambda: comm.Bsend(np.zeros(1), right, 2))  # the buffer is full
         assert refused(lambda: comm.bsend("x", right, 2))
         comm.Bsend(None, MPI.PROC_NULL)
+        comm.Barrier()  # no rank receives (and frees a peer's buffer) before every rank found it full
         got = np.zeros(20000)
         comm.Recv(got, left, 1)
         assert got[-1] == 19999.0
