@@ -162,6 +162,8 @@ def parse(spec, *, writable: bool, blocks: int = 0, what: str = "buf") -> BufSpe
             return BufSpec(raw, datatype, spec.nbytes // extent // max(blocks, 1))
     o_buf, o_count, o_displ, o_type = _items(spec, (list, tuple), what)
     raw, datatype = _memory_and_type(o_buf, o_type, writable, what)
+    if not datatype and o_count is None:  # mpi4py's own check; with a count, MPI's ERR_TYPE below
+        raise ValueError("message: cannot infer count, datatype is null")
     extent = datatype.Get_size()
     length, offset = raw.size, 0
     if o_displ is not None:
