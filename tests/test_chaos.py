@@ -10,7 +10,7 @@ import chaos
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend, start_method, trials", [("sim", "fork", 60), ("sim", "forkserver", 20), ("mpi", None, 12)])
+@pytest.mark.parametrize("backend, start_method, trials", [("sim", "fork", 40), ("sim", "forkserver", 10), ("mpi", None, 6)])
 def test_random_faults_on_a_reused_world_give_no_wrong_result_no_hang_and_no_leak(backend, start_method, trials):
     if backend == "mpi":
         from conftest import mpiexec_or_skip

@@ -214,7 +214,7 @@ def test_a_killed_driver_leaves_no_process_and_no_file(backend, sig, tmp_path, t
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend, trials", [("fork", 40), ("forkserver", 8), ("spawn", 8), ("mpi", 4)])
+@pytest.mark.parametrize("backend, trials", [("fork", 20), ("forkserver", 4), ("spawn", 4), ("mpi", 2)])
 def test_ctrl_c_while_worlds_start_raises_keyboard_interrupt_and_leaves_nothing(backend, trials, tmp_path, tmp):
     if backend == "mpi":
         mpiexec_or_skip()
