@@ -104,7 +104,19 @@ MESSAGES = """
     assert msg.recv() == "x" and msg == MPI.MESSAGE_NULL and not msg
 """
 
-ERRHANDLERS = """
+#: Rank-side: each of ``calls`` raises MPI.Exception of ``error_class``.
+RAISES = """
+    def raises(error_class, *calls):
+        for call in calls:
+            try:
+                call()
+            except MPI.Exception as exc:
+                assert exc.Get_error_class() == error_class, exc
+            else:
+                raise AssertionError(f"{call} raised nothing; expected error class {error_class}")
+"""
+
+ERRHANDLERS = RAISES + """
     assert comm.Get_errhandler() == MPI.ERRORS_RETURN and MPI.COMM_SELF.Get_errhandler() == MPI.ERRORS_RETURN
     comm.Set_errhandler(MPI.ERRORS_ARE_FATAL)
     got = comm.Get_errhandler()
@@ -115,13 +127,7 @@ ERRHANDLERS = """
     assert dup.Get_errhandler() == MPI.ERRORS_RETURN          # mpi4py's policy on new communicators
     dup.Free()
     comm.Set_errhandler(MPI.ERRORS_RETURN)
-    for call in (lambda: comm.Set_errhandler(MPI.ERRHANDLER_NULL), MPI.ERRHANDLER_NULL.Free):
-        try:
-            call()
-        except MPI.Exception as exc:
-            assert exc.Get_error_class() == MPI.ERR_ARG, exc
-        else:
-            raise AssertionError("no ERR_ARG")
+    raises(MPI.ERR_ARG, lambda: comm.Set_errhandler(MPI.ERRHANDLER_NULL), MPI.ERRHANDLER_NULL.Free)
     assert comm.Get_errhandler() == MPI.ERRORS_RETURN
     comm.Call_errhandler(MPI.ERR_OTHER)                      # under ERRORS_RETURN: nothing happens
     seen = []
@@ -138,28 +144,17 @@ ERRHANDLERS = """
     assert seen == [(True, MPI.ERR_OTHER), (True, MPI.ERR_RANK)], seen
     comm.Set_errhandler(MPI.ERRORS_RETURN)
     mine.Free()
-    for call in (MPI.COMM_NULL.Get_errhandler, lambda: MPI.COMM_NULL.Set_errhandler(MPI.ERRORS_RETURN)):
-        try:
-            call()
-        except MPI.Exception as exc:
-            assert exc.Get_error_class() == MPI.ERR_COMM, exc
-        else:
-            raise AssertionError("no ERR_COMM")
+    raises(MPI.ERR_COMM, MPI.COMM_NULL.Get_errhandler, lambda: MPI.COMM_NULL.Set_errhandler(MPI.ERRORS_RETURN))
 """
 
-EXCEPTIONS = """
+EXCEPTIONS = RAISES + """
     exc = MPI.Exception(MPI.ERR_RANK)
     assert repr(exc) == "MPI.Exception(6)" and str(exc) == "MPI_ERR_RANK: invalid rank" and exc.args == (6,)
     assert (exc.Get_error_code(), exc.Get_error_class(), exc.error_string) == (6, 6, "MPI_ERR_RANK: invalid rank")
     assert exc == MPI.ERR_RANK and int(exc) == 6 and not MPI.Exception() and isinstance(exc, RuntimeError)
     assert MPI.Get_error_string(MPI.ERR_INFO_NOKEY) == "MPI_ERR_INFO_NOKEY: unknown key for given info object"
     assert MPI.Get_error_class(MPI.ERR_LASTCODE) == MPI.ERR_UNKNOWN
-    try:
-        MPI.Get_error_class(MPI.ERR_LASTCODE + 1)
-    except MPI.Exception as err:
-        assert err.Get_error_class() == MPI.ERR_ARG
-    else:
-        raise AssertionError("no ERR_ARG")
+    raises(MPI.ERR_ARG, lambda: MPI.Get_error_class(MPI.ERR_LASTCODE + 1))
     status = MPI.Status()
     expected = [
         (MPI.DATATYPE_NULL.Commit, MPI.ERR_TYPE), (MPI.DATATYPE_NULL.Dup, MPI.ERR_TYPE),
