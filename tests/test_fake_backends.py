@@ -67,7 +67,7 @@ def same(a, b) -> bool:
 
 
 def test_registry_names_classes_and_factories_agree():
-    assert set(fb.LEGAL) == {"random_order", "random_delays"}
+    assert set(fb.LEGAL) == {"random_order", "random_delays", "ring_allreduce"}
     assert set(fb.FAULTY) == set(fb.FAKES) - set(fb.LEGAL) and len(fb.FAULTY) >= 14
     for name, cls in fb.FAKES.items():
         assert cls.name == name and issubclass(cls, fb.Wrapper) and issubclass(cls, simdist.Communicator)

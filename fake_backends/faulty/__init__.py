@@ -32,6 +32,7 @@ from .data import (AllgatherArrivalOrder, ModifiesInput, ReusedResultBuffer, Sta
 from .legal import RandomDelays, RandomOrder
 from .p2p import ReorderedMessages
 from .process import DyingRank, HangingRank, NoWaitBarrier
+from .ring import RingAliasesInput, RingAllreduce, RingSendsFirst, RingSkipsAStep
 from .reductions import (MissingLastRank, NarrowedFloat64, OneUlpApart, SumForMean, UnreducedTail,
                          WrongMeanDivisor)
 
@@ -44,14 +45,16 @@ _CLASSES = (
     ReorderedMessages,
     # process bugs
     HangingRank, DyingRank, NoWaitBarrier,
+    # a ring allreduce's bugs
+    RingAliasesInput, RingSendsFirst, RingSkipsAStep,
     # legal
-    RandomOrder, RandomDelays,
+    RandomOrder, RandomDelays, RingAllreduce,
 )
 
 #: Every fake, by name.
 FAKES: dict[str, type[Wrapper]] = {cls.name: cls for cls in _CLASSES}
 #: The fakes that stay within the contract: a property suite must accept them.
-LEGAL: dict[str, type[Wrapper]] = {cls.name: cls for cls in (RandomOrder, RandomDelays)}
+LEGAL: dict[str, type[Wrapper]] = {cls.name: cls for cls in (RandomOrder, RandomDelays, RingAllreduce)}
 #: The fakes with a bug: a property suite must reject each.
 FAULTY: dict[str, type[Wrapper]] = {name: cls for name, cls in FAKES.items() if name not in LEGAL}
 
@@ -93,8 +96,12 @@ reordered_messages = _factory("reordered_messages")
 hanging_rank = _factory("hanging_rank")
 dying_rank = _factory("dying_rank")
 no_wait_barrier = _factory("no_wait_barrier")
+ring_aliases_input = _factory("ring_aliases_input")
+ring_sends_first = _factory("ring_sends_first")
+ring_skips_a_step = _factory("ring_skips_a_step")
 random_order = _factory("random_order")
 random_delays = _factory("random_delays")
+ring_allreduce = _factory("ring_allreduce")
 
 __all__ = [
     "FAKES", "LEGAL", "FAULTY", "make", "Wrapper", "ReductionWrapper", "COLLECTIVES",
