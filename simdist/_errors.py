@@ -38,6 +38,13 @@ class SimdistError(Exception):
     __module__ = "simdist"
 
 
+def _ranks_text(ranks: list[int]) -> str:
+    """``rank 1``, ``ranks 0 and 2``, ``ranks 0, 1 and 3``."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    return "ranks " + ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
+
+
 class RankError(SimdistError):
     """One or more ranks raised an exception.
 
@@ -56,8 +63,10 @@ class RankError(SimdistError):
         self.exceptions = dict(exceptions or {})
         self.aborted = sorted(aborted)
         self.died = dict(sorted((died or {}).items()))
-        ranks = ", ".join(str(r) for r in self.failures)
-        parts = [f"{len(self.failures)} rank(s) raised: {ranks}"]
+        parts = [f"{_ranks_text(list(self.failures))} raised"]
+        if len(self.failures) == 1:  # its exception, as the traceback's last line says it
+            lines = [line for line in next(iter(self.failures.values())).strip().splitlines() if line.strip()]
+            parts[0] += f" {lines[-1].strip()}" if lines else ""
         if self.died:
             replaced = "it" if len(self.died) == 1 else "them"
             parts[0] += "; " + "; ".join(f"rank {r} {how}" for r, how in self.died.items())

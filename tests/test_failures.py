@@ -71,7 +71,7 @@ def test_rank_error_carries_the_traceback_and_lists_aborted_ranks(world3):
     assert isinstance(err.exceptions[1], MarkedError)
     assert err.exceptions[1].args == ("boom-from-rank-1",)
     message = str(err)
-    assert "1 rank(s) raised: 1" in message
+    assert message.startswith("rank 1 raised test_failures.MarkedError: boom-from-rank-1\n")
     assert "--- rank 1 ---" in message
     assert "boom-from-rank-1" in message
     assert "[0, 2]" in message and "interrupted" in message

@@ -17,8 +17,27 @@ from ._verdict import check
 __all__ = ["Tally", "judge_row"]
 
 
+#: Kinds of finding, by a phrase of the problem's text; "wrong result" otherwise.
+_KINDS = (("raised", " raised "), ("input modified", "modified its input"),
+          ("result aliases the input", "sharing memory"), ("read-only result", "read-only array"),
+          ("result changed later", "changed when later calls ran"))
+
+
+def kinds_of(problems: list[str]) -> list[str]:
+    """The kinds of finding ``problems`` (one sentence each) report, in a fixed order."""
+    found = [kind for kind, phrase in _KINDS if any(phrase in p for p in problems)]
+    if any(not any(phrase in p for _, phrase in _KINDS) for p in problems):
+        found.append("wrong result")
+    return found
+
+
 class Tally:
-    """What is known about one row so far."""
+    """What is known about one row so far.
+
+    The first failure is the row's reason; every kind of finding (a raise,
+    an input modified, a wrong result, ...) is kept with its count and first
+    case, so a raise in one case does not hide what the other cases found.
+    """
 
     def __init__(self, row: Row):
         self.row = row
@@ -31,19 +50,30 @@ class Tally:
         self.worst = ""
         self.verdict = "pass"
         self.reason = ""
+        self.findings: dict[str, dict] = {}
 
-    def fail(self, reason: str) -> None:
+    def fail(self, reason: str, problems: list[str] | None = None) -> None:
+        """Count a failed case; ``problems`` are its findings (default: the reason alone)."""
         self.failed += 1
         if self.verdict != "FAIL":
             self.verdict, self.reason = "FAIL", reason
+        for kind in kinds_of(problems or [reason]):
+            finding = self.findings.setdefault(kind, {"kind": kind, "cases": 0, "first": reason})
+            finding["cases"] += 1
 
     def as_dict(self) -> dict:
         row = self.row
+        others: dict[str, list[str]] = {}  # first reason -> "kind in N case(s)"
+        for f in self.findings.values():
+            if f["first"] != self.reason:
+                others.setdefault(f["first"], []).append(f"{f['kind']} in {f['cases']} case(s)")
+        also = "; also " + "; ".join(f"{', '.join(kinds)}, first: {first}" for first, kinds in others.items())
         return {
             "collective": row.collective, "dtype": row.dtype, "op": row.op, "cases": self.cases,
             "failed_cases": self.failed, "exact": self.exact and self.cases > 0,
             "max_ratio": self.ratio, "max_error": self.error, "bound": self.bound, "worst_case": self.worst,
-            "verdict": self.verdict, "reason": self.reason,
+            "verdict": self.verdict, "reason": self.reason + (also if others else ""),
+            "findings": list(self.findings.values()),
         }
 
 
@@ -105,9 +135,8 @@ def _first_difference(a: np.ndarray, b: np.ndarray) -> int:
     return int(np.flatnonzero((bytes_a != bytes_b).any(axis=1))[0])
 
 
-def judge_row(tally: Tally, per_rank: list[list], n: int, seed: int) -> None:
-    """Judge one row from every rank's entries."""
-    row = tally.row
+def judge_row(tally: Tally, row: Row, per_rank: list[list], n: int, seed: int) -> None:
+    """Judge ``row`` (the tally's row, or some of its cases) from every rank's entries."""
     for i, case in enumerate(row.cases):
         got = [entries[i] if i < len(entries) else None for entries in per_rank]
         if all(g is None for g in got):
@@ -117,7 +146,7 @@ def judge_row(tally: Tally, per_rank: list[list], n: int, seed: int) -> None:
         if "unsupported" in status:
             said = [r for r, s in enumerate(status) if s == "unsupported"]
             message = got[said[0]][1]
-            if len(said) == n and i == 0:
+            if len(said) == n and case == tally.row.cases[0]:
                 tally.verdict, tally.reason = "unsupported", message
             elif len(said) == n:
                 tally.fail(f"{text}: every rank raised 'not supported' after earlier calls of {row.label} "
@@ -147,5 +176,5 @@ def judge_row(tally: Tally, per_rank: list[list], n: int, seed: int) -> None:
             if row.collective in ("barrier", "send_recv"):
                 tally.ratio = math.inf
             more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
-            tally.fail(f"{text}: " + "; ".join(problems[:3]) + more)
+            tally.fail(f"{text}: " + "; ".join(problems[:3]) + more, problems)
 

@@ -20,6 +20,7 @@ from typing import Callable
 import numpy as np
 
 from .._errors import InvalidArgument, InvalidType, InvalidValue
+from .._frames import where_raised
 from ._cases import Case, Row, case_input, describe_case, messages
 
 __all__ = ["load_factory", "CaseError", "identify", "rank_main"]
@@ -28,15 +29,15 @@ _BARRIER_LATE = 0.003  # seconds the late rank of a barrier case sleeps
 
 
 class CaseError(Exception):
-    """A rank's call raised: carries the row, the case and the error, so the
-    driver knows which row failed."""
+    """A rank's call raised: carries the row, the case (its index and its
+    description) and the error, so the driver knows which case failed."""
 
-    def __init__(self, rank: int, rid: int, case: str, error: str):
-        self.rank, self.rid, self.case, self.error = rank, rid, case, error
+    def __init__(self, rank: int, rid: int, index: int, case: str, error: str):
+        self.rank, self.rid, self.index, self.case, self.error = rank, rid, index, case, error
         super().__init__(f"rank {rank}: {case}: {error}")
 
     def __reduce__(self):
-        return type(self), (self.rank, self.rid, self.case, self.error)
+        return type(self), (self.rank, self.rid, self.index, self.case, self.error)
 
 
 def load_factory(spec: str) -> Callable:
@@ -164,9 +165,9 @@ def rank_main(comm, factory: str | None, rows: list[Row], n: int, seed: int):
                     entries.append(["unsupported", f"{type(exc).__name__}: {exc}"])
                     break
                 lines = traceback.format_exception_only(type(exc), exc)
-                where = traceback.extract_tb(exc.__traceback__)[-1]
-                error = "".join(lines).strip() + f" (raised at {where.filename}:{where.lineno} in {where.name})"
-                raise CaseError(rank, row.rid, f"{row.label}, {describe_case(row, case, n)}", error) from None
+                error = "".join(lines).strip() + f" (raised at {where_raised(exc)})"
+                raise CaseError(rank, row.rid, case.index, f"{row.label}, {describe_case(row, case, n)}",
+                                error) from None
             entries.append(["ok", *entry])
         out.append(entries)
     for entries in out:  # results must not change when later calls run

@@ -16,8 +16,9 @@ recv). It returns a report: one row per (collective, dtype, op), and totals.
 #   on the driver in ``_judging``. This module runs batches and reports.
 # * Many rows run in one ``world.run`` (a round trip costs ~1 ms); the driver
 #   judges them after the run. A run that raises cannot say how far it got,
-#   so: a rank's exception is wrapped in ``CaseError`` naming its row (that
-#   row fails, the rest of the batch runs again); any other failure (a hang,
+#   so: a rank's exception is wrapped in ``CaseError`` naming its case (that
+#   case fails, the batch runs again without it, so the row's other cases
+#   are still judged); any other failure (a hang,
 #   a mismatch, a dead rank) makes each row of the batch run on its own, and
 #   the row that fails again gets the failure as its reason.
 # * "Unsupported": a rank whose call raises ``InvalidArgument`` saying "not
@@ -132,7 +133,7 @@ class _Runner:
             if results is None:
                 continue
             for k, row in enumerate(batch):
-                judge_row(self.tallies[row.rid], [per_rank[k] for per_rank in results], self.size, self.seed)
+                judge_row(self.tallies[row.rid], row, [per_rank[k] for per_rank in results], self.size, self.seed)
                 self.done += len(row.cases)
                 self._report(row.label)
 
@@ -146,11 +147,12 @@ class _Runner:
             self.failed_time += time.perf_counter() - t0
             timeout = isinstance(exc, CollectiveTimeout)
             culprit = _case_error(exc)
-            if culprit is not None:  # a rank raised in a known row: the others run again
-                failed = next(row for row in batch if row.rid == culprit.rid)
-                self.tallies[failed.rid].fail(f"rank {culprit.rank} raised in {culprit.case}: {culprit.error}")
-                self.done += len(failed.cases)
-                rest = [row for row in batch if row.rid != culprit.rid]
+            if culprit is not None:  # a rank raised in a known case: the batch runs again without it
+                self.tallies[culprit.rid].fail(f"rank {culprit.rank} raised in {culprit.case}: {culprit.error}")
+                self.done += 1
+                rest = [row._replace(cases=tuple(c for c in row.cases if c.index != culprit.index))
+                        if row.rid == culprit.rid else row for row in batch]
+                rest = [row for row in rest if row.cases]
                 if rest:
                     pending.insert(0, rest)
             elif len(batch) > 1:  # which row? each on its own

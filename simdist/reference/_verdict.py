@@ -103,20 +103,54 @@ def _structure(rank: int, collective: str, got, want_dtype, want_shape) -> str:
     return ""
 
 
-def _describe(rank: int, judged: Judgement, got: np.ndarray, shape: tuple) -> str:
+def _describe(judged: Judgement, got: np.ndarray, shape: tuple, parts: Sequence[np.ndarray] | None) -> str:
+    """What is wrong in one rank's result (no rank named: ranks with the same
+    text are reported together). ``parts`` are the ranks' inputs to a
+    reduction, in rank order, shown at the worst element; an allreduce's or
+    reduce's worst element is placed in its chunk of an even split, where
+    chunked algorithms (ring, reduce-scatter + gather) go wrong."""
     bad = np.flatnonzero(~judged.ok)
     if bad.size == 0:
         return ""
     ratio = judged.ratio
     j = int(bad[np.argmax(ratio[bad])])
     where = f"element {tuple(map(int, np.unravel_index(j, shape))) if len(shape) > 1 else j}"
-    head = (f"rank {rank}: {bad.size} of {judged.ok.size} element(s) wrong; worst {where}: "
-            f"got {_show(got.reshape(-1)[j])}")
+    if parts is not None and len(parts) > 1 and judged.ok.size > 1:
+        where += _chunk(j, judged.ok.size, len(parts))
+    head = f"{bad.size} of {judged.ok.size} element(s) wrong; worst {where}: got {_show(got.reshape(-1)[j])}"
     expected = _show(judged.expected[j])
     if judged.exact[j] or not math.isfinite(judged.error[j]) or judged.bound[j] == 0:
-        return f"{head}, expected {expected}" + (" (bit for bit)" if judged.exact[j] else "")
-    return (f"{head}, exact value {expected}: |error| {judged.error[j]:.3g} > bound "
-            f"{judged.bound[j]:.3g} (ratio {float(judged.error[j]) / float(judged.bound[j]):.3g})")
+        text = f"{head}, expected {expected}" + (" (bit for bit)" if judged.exact[j] else "")
+    else:
+        text = (f"{head}, exact value {expected}: |error| {judged.error[j]:.3g} > bound "
+                f"{judged.bound[j]:.3g} (ratio {float(judged.error[j]) / float(judged.bound[j]):.3g})")
+    if parts is not None:
+        shown = ", ".join(f"rank {r} {_show(p.reshape(-1)[j])}" for r, p in enumerate(parts[:_SHOWN_INPUTS]))
+        text += f"; the inputs there: {shown}" + (", ..." if len(parts) > _SHOWN_INPUTS else "")
+    return text
+
+
+_SHOWN_INPUTS = 8  # ranks whose input at the worst element a reason shows
+
+
+def _chunk(j: int, total: int, n: int) -> str:
+    """Where element ``j`` of ``total`` falls in an even ``n``-way split
+    (the first ``total % n`` chunks one longer, as ``numpy.array_split``
+    and MPI libraries' ring algorithms cut)."""
+    small, extra = divmod(total, n)
+    long_end = extra * (small + 1)
+    c = j // (small + 1) if j < long_end else extra + (j - long_end) // small
+    lo = c * small + min(c, extra)
+    hi = lo + small + (c < extra)
+    return f" (chunk {c} of {n}: elements {lo}-{hi - 1})"
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    if ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"ranks {ranks[0]}-{ranks[-1]}"
+    return "ranks " + ", ".join(map(str, ranks))
 
 
 def _as_array(x, rank: int, collective: str) -> np.ndarray:
@@ -235,6 +269,7 @@ def check(collective: str, inputs: Sequence, outputs: Sequence, *, op: str = "su
     full = None
     if collective == "reduce_scatter" and order in NAMED_ORDERS:  # block r of the ordered allreduce
         full = in_order(order, op, [xs[j] for j in range(n)])
+    described: dict[str, list[int]] = {}  # what is wrong -> the ranks it is wrong on
     for r in well_formed:
         got = np.ascontiguousarray(outputs[r])
         flat = got.reshape(-1)
@@ -254,8 +289,12 @@ def check(collective: str, inputs: Sequence, outputs: Sequence, *, op: str = "su
             top = np.flatnonzero(ratio == ratio.max())
             j = int(top[np.argmax(judged.error[top])])  # the largest ratio, then the largest error
             worst = max(worst, (float(ratio[j]), float(judged.error[j]), float(judged.bound[j])))
-        if (p := _describe(r, judged, got, want[r])):
-            problems.append(p)
+        parts = None
+        if collective in REDUCTIONS:
+            parts = [xs[j][r] if collective == "reduce_scatter" else xs[j] for j in range(n)]
+        if (text := _describe(judged, got, want[r], parts)):
+            described.setdefault(text, []).append(r)
+    problems += [f"{_ranks_text(ranks)}: {text}" for text, ranks in described.items()]
     ratio, max_error, bound = worst
     return Verdict(
         collective=collective,
