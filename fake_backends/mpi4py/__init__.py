@@ -22,9 +22,9 @@ This package itself is what a program sees as ``mpi4py``: ``rc``,
 from __future__ import annotations
 
 from ._errors import MPIAbort, unsupported
-from ._install import installed
+from ._install import installed, installed_for_run
 
-__all__ = ["MPIAbort", "installed", "rc", "get_config", "get_include"]
+__all__ = ["MPIAbort", "installed", "installed_for_run", "rc", "get_config", "get_include"]
 
 #: The mpi4py version whose API the stand-in follows.
 __version__ = "4.1.2"
