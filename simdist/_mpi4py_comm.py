@@ -28,7 +28,7 @@ CALLS = (*COLLECTIVES, "send", "recv")
 
 #: Why a sub-communicator has no mpi4py communicator (the simulated mpi4py has its world only).
 NOT_THE_WORLD = ("base must be the world communicator of the run, not a sub-communicator; "
-                 "split the mpi4py communicator instead")
+                 "split the mpi4py communicator instead: simdist.mpi4py_comm(comm).Split(color, key)")
 _NOT_A_RUN_COMM = (
     "must be the communicator World.run passed to the function (simdist.comm()), on the sim or mpi "
     "backend; a communicator that wraps it has no mpi4py communicator of its own: pass the one it wraps"
