@@ -111,6 +111,16 @@ def test_mpi4py_messages_never_match_the_base_communicators_and_back(world3):
     assert world3.run(_mixed_traffic) == [(("mpi4py", (r - 1) % 3), (r - 1) % 3, 3) for r in range(3)]
 
 
+@pytest.mark.slow
+def test_on_open_mpi_the_mpi4py_communicator_is_a_duplicate_of_its_own_each_run():
+    pytest.importorskip("mpi4py")
+    with simdist.World(2, backend="mpi", timeout=30) as world:
+        for _ in range(3):
+            assert world.run(_mixed_traffic) == [(("mpi4py", 1), 1, 2), (("mpi4py", 0), 0, 2)]
+        names = world.run(lambda comm: type(simdist.mpi4py_comm(comm)).__module__)
+    assert names == ["mpi4py.MPI"] * 2
+
+
 def _refusals(comm):
     sub = comm.split(comm.rank % 2)
     errors = []

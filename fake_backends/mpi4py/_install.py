@@ -33,8 +33,9 @@ from simdist._errors import SimdistError
 from . import MPI, _comm, _runtime
 
 
-def _is_mpi4py(name: str) -> bool:
-    return name == "mpi4py" or name.startswith("mpi4py.")
+def _mpi4py_names() -> list:
+    """The names of ``sys.modules`` that are mpi4py's (one scan per install and remove)."""
+    return [name for name in sys.modules if name.startswith("mpi4py") and (name == "mpi4py" or name[6] == ".")]
 
 
 class _Installation:
@@ -47,9 +48,7 @@ class _Installation:
         from . import rc
 
         package = sys.modules[__package__]
-        self.saved = {name: mod for name, mod in sys.modules.items() if _is_mpi4py(name)}
-        for name in self.saved:
-            del sys.modules[name]
+        self.saved = {name: sys.modules.pop(name) for name in _mpi4py_names()}
         self.rt = _runtime.current = _runtime.Runtime(comm)
         _comm.COMM_WORLD._state = _comm.world_state(self.rt)
         _comm.COMM_SELF._state = _comm.self_state(self.rt)
@@ -70,7 +69,7 @@ class _Installation:
             rt.close()
             _comm.COMM_WORLD._state = None
             _comm.COMM_SELF._state = None
-            for name in [n for n in sys.modules if _is_mpi4py(n)]:
+            for name in _mpi4py_names():
                 del sys.modules[name]
             sys.modules.update(self.saved)
 
