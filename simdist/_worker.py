@@ -56,6 +56,7 @@ def at_return(callback) -> None:
 
 
 def _function_ended(returned: bool) -> None:
+    """Call the ``at_return`` callbacks not yet called, in the order given."""
     while _at_return:
         callback = _at_return.pop(0)
         if returned:
@@ -65,6 +66,7 @@ def _function_ended(returned: bool) -> None:
                 callback(False)
             except BaseException:
                 pass
+
 
 _PR_SET_PDEATHSIG = 1
 

@@ -157,6 +157,24 @@ def test_importing_mpi4py_in_a_simulated_rank_gives_the_simulated_world(world3):
         assert world3.run(_import_mpi4py) == [(6, 3, True)] * 3
 
 
+def _raise_after_a_send(comm):
+    simdist.mpi4py_comm(comm).isend("never received", dest=(comm.rank + 1) % comm.size)
+    raise ValueError("the function failed")
+
+
+def test_a_run_whose_function_raised_leaves_the_next_run_a_fresh_simulated_world(world3):
+    with pytest.raises(simdist.RankError, match="the function failed"):
+        world3.run(_raise_after_a_send)
+    assert world3.run(_installed_now) == [False] * 3  # removed when the function raised
+    assert world3.run(_import_mpi4py) == [(6, 3, True)] * 3
+
+
+def _installed_now(comm):
+    from fake_backends.mpi4py import _runtime
+
+    return _runtime.current is not None
+
+
 @pytest.mark.slow
 def test_a_driver_that_imported_the_real_mpi4py_leaves_its_ranks_the_simulated_one(tmp_path):
     """The module of a factory imports mpi4py at the top, in the driver too
