@@ -15,6 +15,7 @@ from ._errors import (
     RankError,
     SimdistError,
 )
+from ._mpi4py_comm import Mpi4pyCommunicator, mpi4py_comm
 from ._worker import comm
 from ._world import World, run
 
@@ -26,6 +27,8 @@ __all__ = [
     "World",
     "run",
     "comm",
+    "mpi4py_comm",
+    "Mpi4pyCommunicator",
     "SimdistError",
     "RankError",
     "CollectiveMismatch",

@@ -29,6 +29,7 @@ from . import _pickling
 from ._errors import Aborted, CollectiveMismatch, SimdistError
 
 _current = None  # the communicator of the function this rank is running
+_at_return: list = []  # callbacks for the end of that function (see at_return)
 
 
 def comm():
@@ -44,6 +45,28 @@ def comm():
             "`simdist run -n N script.py`, or call it inside a function passed to World.run"
         )
     return _current
+
+
+def at_return(callback) -> None:
+    """Call ``callback(returned)`` when the function this rank runs ends:
+    ``returned`` is True if it returned (what the callback raises is then
+    the rank's error, as if the function had raised it), False if it raised
+    (what the callback raises is dropped: the function's error is the one)."""
+    _at_return.append(callback)
+
+
+def _function_ended(returned: bool) -> None:
+    """Call the ``at_return`` callbacks not yet called, in the order given."""
+    while _at_return:
+        callback = _at_return.pop(0)
+        if returned:
+            callback(True)
+        else:
+            try:
+                callback(False)
+            except BaseException:
+                pass
+
 
 _PR_SET_PDEATHSIG = 1
 
@@ -189,6 +212,8 @@ def execute(rank: int, make_comm, payload: bytes, sys_path, cwd, log_levels, *, 
             started()
         try:
             value = fn(_current, *args, **kwargs)
+            if os.getpid() == pid:
+                _function_ended(returned=True)
         except BaseException as exc:
             if os.getpid() != pid:
                 _leave_forked_child(exc)
@@ -205,6 +230,7 @@ def execute(rank: int, make_comm, payload: bytes, sys_path, cwd, log_levels, *, 
         failed and failed()
         return "error", (_user_traceback(exc), _pickled_or_none(exc))
     finally:
+        _function_ended(returned=False)  # the callbacks left: the function raised
         _current = None
     if returned:
         returned()

@@ -22,6 +22,8 @@ EXPECTED_ALL = [
     "World",
     "run",
     "comm",
+    "mpi4py_comm",
+    "Mpi4pyCommunicator",
     "SimdistError",
     "RankError",
     "CollectiveMismatch",

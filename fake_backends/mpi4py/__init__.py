@@ -13,7 +13,12 @@ Modules: ``MPI`` (the public names), ``_comm`` (communicators, point to
 point), ``_collectives`` and ``_objects`` (buffer and object collectives),
 ``_p2p`` (protocol and progress engine), ``_requests`` (Status, Request,
 Message), ``_buffers`` (buffer specifications), ``_datatypes``, ``_ops``,
-``_errors``, ``_runtime`` (installing), ``_names`` (what is not supported).
+``_errors``, ``_install`` and ``_runtime`` (installing, for a block or for
+the rest of a ``World.run`` call), ``_names`` (what is not supported).
+
+On a simulator rank, ``import mpi4py`` gives this package even without
+``installed()`` (``simdist.sim``'s import redirection), and ``MPI.COMM_WORLD``
+is bound to the rank's world at its first use in each run.
 
 This package itself is what a program sees as ``mpi4py``: ``rc``,
 ``__version__``, ``get_config()``.
@@ -22,9 +27,9 @@ This package itself is what a program sees as ``mpi4py``: ``rc``,
 from __future__ import annotations
 
 from ._errors import MPIAbort, unsupported
-from ._install import installed
+from ._install import installed, installed_for_run
 
-__all__ = ["MPIAbort", "installed", "rc", "get_config", "get_include"]
+__all__ = ["MPIAbort", "installed", "installed_for_run", "rc", "get_config", "get_include"]
 
 #: The mpi4py version whose API the stand-in follows.
 __version__ = "4.1.2"

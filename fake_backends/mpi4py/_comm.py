@@ -17,7 +17,6 @@ from __future__ import annotations
 import numpy as np
 
 from simdist._arguments import check_op
-from simdist._errors import SimdistError
 
 from . import _runtime
 from ._collectives import BufferCollectives
@@ -139,9 +138,10 @@ class Comm(PointToPoint, BufferCollectives, VectorCollectives, ObjectCollectives
         """The state, or the error of a null, freed, finalized communicator
         or one of an earlier run."""
         st = self._state
+        if st is None and self._fixed is not None:
+            _runtime.get()  # installs the stand-in for the run on a simulator rank, or raises
+            st = self._state
         if st is None:
-            if self._fixed is not None:
-                raise SimdistError(_runtime.NOT_RUNNING)
             raise MPIException(ERR_COMM, "the communicator is MPI.COMM_NULL")
         if st.rt is not _runtime.current:  # only one runtime is ever open: st's has ended
             raise earlier_run(st.members[st.rank], f"{st.name}, a communicator")
@@ -298,10 +298,7 @@ class Comm(PointToPoint, BufferCollectives, VectorCollectives, ObjectCollectives
 
     def Abort(self, errorcode: int = 0):
         """End the job: ``simdist run`` exits with ``errorcode``."""
-        rt = _runtime.current
-        if rt is None:
-            raise SimdistError(_runtime.NOT_RUNNING)
-        raise MPIAbort(errorcode, rt.world.rank)
+        raise MPIAbort(errorcode, _runtime.get().world.rank)
 
     # -- everything else ------------------------------------------------------------------------
     def __getattr__(self, name):

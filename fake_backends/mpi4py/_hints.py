@@ -291,5 +291,6 @@ def _environment() -> dict:
 
 INFO_NULL = Info()
 INFO_NULL._constant = True
-INFO_ENV = Info.Create(_environment())
+# A long command line or directory (pytest's, say) is cut to what an info value may hold.
+INFO_ENV = Info.Create({key: value[:MAX_INFO_VAL - 1] for key, value in _environment().items()})
 INFO_ENV._constant = True

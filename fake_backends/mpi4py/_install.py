@@ -14,7 +14,13 @@ backend; a function passed to ``World.run`` can do it too::
 
 When the block ends normally, the engine first hands over every message
 still queued (as MPI_Finalize would), so a rank that sends and returns at
-once does not lose its messages.
+once does not lose its messages. A run may hold several blocks, one after
+the other (``_runtime`` keeps their messages apart).
+
+``installed_for_run(comm)`` installs the stand-in for the rest of the current
+``World.run`` call instead (``simdist.mpi4py_comm``; and the first use of
+``MPI.COMM_WORLD`` in a simulator rank's run, see ``for_current_run``): it
+is removed, after the same flush, when the run's function returns.
 """
 
 from __future__ import annotations
@@ -27,39 +33,88 @@ from simdist._errors import SimdistError
 from . import MPI, _comm, _runtime
 
 
-@contextlib.contextmanager
-def installed(comm):
-    """Run the block with ``mpi4py`` (and ``mpi4py.MPI``) importable as the
-    stand-in on ``comm``; yields the MPI module. See the module docstring."""
-    _runtime.check_world(comm)
-    if _runtime.current is not None:
-        raise SimdistError("the mpi4py stand-in is already installed on this rank")
-    from . import rc
+def _mpi4py_names() -> list:
+    """The names of ``sys.modules`` that are mpi4py's (one scan per install and remove)."""
+    return [name for name in sys.modules if name.startswith("mpi4py") and (name == "mpi4py" or name[6] == ".")]
 
-    package = sys.modules[__package__]
-    saved = {name: mod for name, mod in sys.modules.items() if name == "mpi4py" or name.startswith("mpi4py.")}
-    for name in saved:
-        del sys.modules[name]
-    rt = _runtime.current = _runtime.Runtime(comm)
-    _comm.COMM_WORLD._state = _comm.world_state(rt)
-    _comm.COMM_SELF._state = _comm.self_state(rt)
-    rc.__init__()
-    sys.modules["mpi4py"] = package
-    sys.modules["mpi4py.MPI"] = MPI
-    sys.modules["mpi4py.rc"] = rc
-    ok = False
-    try:
-        yield MPI
-        ok = True
-    finally:
+
+class _Installation:
+    """The stand-in installed on ``comm`` until ``remove``; see the module docstring."""
+
+    def __init__(self, comm):
+        _runtime.check_world(comm)
+        if _runtime.current is not None:
+            raise SimdistError("the mpi4py stand-in is already installed on this rank")
+        from . import rc
+
+        package = sys.modules[__package__]
+        self.saved = {name: sys.modules.pop(name) for name in _mpi4py_names()}
+        self.rt = _runtime.current = _runtime.Runtime(comm)
+        _comm.COMM_WORLD._state = _comm.world_state(self.rt)
+        _comm.COMM_SELF._state = _comm.self_state(self.rt)
+        rc.__init__()
+        sys.modules["mpi4py"] = package
+        sys.modules["mpi4py.MPI"] = MPI
+        sys.modules["mpi4py.rc"] = rc
+
+    def remove(self, ended_normally: bool) -> None:
+        """Flush the engine if the program ended normally (as MPI_Finalize
+        would), then put back what ``sys.modules`` held."""
+        rt = self.rt
         try:
-            if ok and not rt.finalized:
+            if ended_normally and not rt.finalized:
                 rt.engine.flush()
         finally:
             _runtime.current = None
             rt.close()
             _comm.COMM_WORLD._state = None
             _comm.COMM_SELF._state = None
-            for name in [n for n in sys.modules if n == "mpi4py" or n.startswith("mpi4py.")]:
+            for name in _mpi4py_names():
                 del sys.modules[name]
-            sys.modules.update(saved)
+            sys.modules.update(self.saved)
+
+
+@contextlib.contextmanager
+def installed(comm):
+    """Run the block with ``mpi4py`` (and ``mpi4py.MPI``) importable as the
+    stand-in on ``comm``; yields the MPI module. See the module docstring."""
+    installation = _Installation(comm)
+    ok = False
+    try:
+        yield MPI
+        ok = True
+    finally:
+        installation.remove(ok)
+
+
+def installed_for_run(comm):
+    """``MPI.COMM_WORLD`` of the stand-in on ``comm``, the world communicator
+    of the run this rank is in: installed now, for the rest of the run,
+    unless it already is (see the module docstring)."""
+    _runtime.check_world(comm)
+    rt = _runtime.current
+    if rt is not None:
+        if rt.world is not comm:
+            raise SimdistError(
+                f"rank {comm.rank}: the mpi4py stand-in is already installed on this rank on {rt.world!r}, "
+                f"not on {comm!r}: use the communicator the run passed to the function")
+        return MPI.COMM_WORLD
+    from simdist._worker import at_return
+
+    installation = _Installation(comm)
+    at_return(installation.remove)
+    return MPI.COMM_WORLD
+
+
+def for_current_run() -> None:
+    """Install the stand-in for the rest of the run when this process is a
+    simulator rank inside ``World.run``; otherwise raise the error that says
+    how to run the program."""
+    from simdist._worker import _current
+
+    if _current is None or getattr(_current, "transport", None) is None:
+        raise SimdistError(_runtime.NOT_RUNNING)
+    installed_for_run(_current)
+
+
+_runtime.install_for_current_run = for_current_run

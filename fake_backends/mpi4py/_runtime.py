@@ -1,24 +1,46 @@
 """The stand-in's per-run state on a rank: the runtime that ``installed``
 (``_install``) creates and every communicator of the run reaches through
-``current``."""
+``current``.
+
+Installations of one run
+------------------------
+A rank may install the stand-in several times in one ``World.run`` (two
+``installed()`` blocks, or a block and the run-long installation of
+``simdist.mpi4py_comm``). Each installation has an engine of its own, and
+its records must never reach another's: a peer still in its first block
+(finishing a collective, or flushing at the block's end) would otherwise
+take the first records of this rank's second block and drop them with its
+engine, and the second block would wait for them for ever ("waiting in
+probe ... tag=5066825"). So the n-th installation of a run (counted per
+rank from 0; every rank installs in the same order, as it calls
+collectives) sends and probes its records with a transport tag of its own,
+``TRANSPORT_TAG + (n << 32)``: the first is the plain ``TRANSPORT_TAG``.
+Records of an earlier installation that nobody took (an ACK, a message
+never received) are stashed by the transport when a later one probes past
+them, and dropped with the run.
+"""
 
 from __future__ import annotations
 
+import weakref
+
 from simdist._errors import SimdistError
 
-from ._p2p import Engine
+from ._p2p import TRANSPORT_TAG, Engine
+
 NOT_RUNNING = (
     "simdist's mpi4py stand-in is not running on this process: run the program with "
-    "`simdist run -n N prog.py`, or inside `with fake_backends.mpi4py.installed(comm):` on a rank"
+    "`simdist run -n N prog.py`; in a function run by World.run on the simulator, use "
+    "`simdist.mpi4py_comm(comm)` or `with fake_backends.mpi4py.installed(comm):`"
 )
 
 
 class Runtime:
-    """The stand-in's state on one rank for one run."""
+    """The stand-in's state on one rank for one installation."""
 
     def __init__(self, world):
         self.world = world
-        self.engine = Engine(world.transport)
+        self.engine = Engine(_transport_of_installation(world))
         self.finalized = False
         self._self_ctx = -1
         self.states: list = []  # every communicator state of the run (see close)
@@ -42,10 +64,52 @@ class Runtime:
 
 current: Runtime | None = None
 
+# The world communicator of the last installation and how many the run has had (see the module docstring).
+_last_world: weakref.ref | None = None
+_installations = 0
+
+
+def _transport_of_installation(world):
+    """The world's transport, as the run's next installation must use it."""
+    global _last_world, _installations
+    same_run = _last_world is not None and _last_world() is world
+    _installations = _installations + 1 if same_run else 0
+    _last_world = weakref.ref(world)
+    if _installations == 0:
+        return world.transport
+    return _TaggedTransport(world.transport, TRANSPORT_TAG + (_installations << 32))
+
+
+class _TaggedTransport:
+    """``transport`` with the engine's records under ``tag`` instead of ``TRANSPORT_TAG``."""
+
+    def __init__(self, transport, tag: int):
+        self._transport = transport
+        self._tag = tag
+
+    def __getattr__(self, name):  # rank, size, ring_bytes, record_bytes, ...
+        return getattr(self._transport, name)
+
+    def probe(self, source, tag, block=True):
+        return self._transport.probe(source, self._tag if tag == TRANSPORT_TAG else tag, block=block)
+
+    def recv(self, source, tag):
+        return self._transport.recv(source, self._tag if tag == TRANSPORT_TAG else tag)
+
+    def try_send(self, x, dest, tag):
+        return self._transport.try_send(x, dest, self._tag if tag == TRANSPORT_TAG else tag)
+
+
+#: Installs the stand-in for the rest of the run on a simulator rank inside
+#: ``World.run``, or raises NOT_RUNNING (``_install.for_current_run``, which sets it).
+install_for_current_run = None
+
 
 def get() -> Runtime:
+    """The current runtime; on a simulator rank inside ``World.run``, the
+    first call of the run installs the stand-in for the rest of the run."""
     if current is None:
-        raise SimdistError(NOT_RUNNING)
+        install_for_current_run()
     return current
 
 

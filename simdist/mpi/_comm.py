@@ -96,6 +96,7 @@ from mpi4py import MPI
 
 from .._arguments import DTYPE_CODE, DTYPES, OP_CODE, as_input, check_blocks, check_int, check_op, check_rank_arg, check_stackable, where
 from .._communicator import Communicator
+from .._mpi4py_comm import NOT_THE_WORLD
 from .._errors import CollectiveMismatch, InvalidArgument, InvalidType, InvalidValue, SimdistError
 from .._reduction import LOGICAL, divide_mean
 from .. import _signature as sig
@@ -201,6 +202,7 @@ class MpiComm(Communicator):
         self._run = _run
         if _run is not None:
             _run.append(self)
+        self._dup = None  # the duplicate for mpi4py code (mpi4py_dup)
         self._tag_ub = MPI.COMM_WORLD.Get_attr(MPI.TAG_UB)
         self._check = bool(check_calls)
         if self._check:
@@ -237,6 +239,25 @@ class MpiComm(Communicator):
     def _open(self, name: str) -> None:
         if self._closed:
             raise SimdistError(f"rank {self._rank}: {name} on a communicator {self._closed}")
+
+    def mpi4py_dup(self):
+        """``simdist.mpi4py_comm``: a duplicate of the MPI communicator, for
+        code written with mpi4py (its messages never match ``send``/``recv``'s);
+        made at the first call (collective, as MPI_Comm_dup), then the same;
+        freed with this communicator. Only for the world (or a communicator
+        congruent with it): the simulator has no mpi4py sub-communicators."""
+        self._open("mpi4py_comm")
+        if MPI.Comm.Compare(self._comm, MPI.COMM_WORLD) not in (MPI.IDENT, MPI.CONGRUENT):
+            raise InvalidType(f"rank {self._rank}: mpi4py_comm: {NOT_THE_WORLD}")
+        if self._dup is None:
+            self._dup = self._comm.Dup()
+        return self._dup
+
+    def _free_mpi(self) -> None:
+        """Free the MPI communicator and the duplicate for mpi4py code (unless the code freed it)."""
+        for comm in (self._dup, self._comm):
+            if comm is not None and comm != MPI.COMM_NULL:
+                comm.Free()
 
     def _type(self, dtype: np.dtype, name: str):
         datatype = TYPES.get(dtype)
@@ -529,7 +550,7 @@ class MpiComm(Communicator):
         self._open("free")
         if self._check:
             self._sign(_K["free"])
-        self._comm.Free()
+        self._free_mpi()
         self._closed = _FREED
         if self._run is not None:
             self._run.remove(self)
@@ -552,5 +573,5 @@ class RunComms:
         comm = MpiComm(MPI.COMM_WORLD.Dup(), _run=self._live, **self._options)
         for old in earlier:
             old._closed = _EARLIER_RUN
-            old._comm.Free()
+            old._free_mpi()
         return comm

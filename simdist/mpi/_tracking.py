@@ -117,3 +117,6 @@ class TrackedComm(Communicator):
 
     def free(self):
         return self._call("free", self._comm.free)
+
+    def mpi4py_dup(self):
+        return self._comm.mpi4py_dup()

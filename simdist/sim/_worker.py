@@ -12,6 +12,7 @@ from .._worker import Channel, become_worker, execute, forward_logs, watch_lifel
 from ._arena import Arena, _libc
 from ._layout import FAILED, RETURNED, S_STATE, USER, Layout
 from ._comm import SimComm, close_run
+from ._mpi4py_import import redirect as redirect_mpi4py
 from ._p2p import Mailboxes
 
 
@@ -102,6 +103,7 @@ def main(rank: int, layout_args: dict, shared_fd, conn, lifeline, order: str = "
     become_worker((shared_fd.fd, lifeline.fd, conn.fileno()))
     take_stdin(None if stdin is None else stdin.fd)  # the others keep multiprocessing's /dev/null
     watch_lifeline(lifeline)
+    redirect_mpi4py()  # a simulated rank must never start a real MPI world of one
     channel = Channel(conn)
     arena = Arena(Layout(**layout_args), shared_fd.fd, rank)
     _pin(rank, arena.size)
