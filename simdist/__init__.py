@@ -15,7 +15,7 @@ from ._errors import (
     RankError,
     SimdistError,
 )
-from ._worker import comm
+from .mpi._spmd import comm
 from ._world import World, run
 
 __version__ = "0.1.0"
