@@ -16,7 +16,7 @@ from ._errors import (
     SimdistError,
 )
 from ._mpi4py_comm import Mpi4pyCommunicator, mpi4py_comm
-from ._worker import comm
+from .mpi._spmd import comm
 from ._world import World, run
 
 __version__ = "0.1.0"

@@ -87,13 +87,14 @@ def _run_main(target: str, argv: list[str], module: bool) -> int:
 
 
 def run_script(target: str, argv: list[str], size: int, *, module: bool = False, backend: str = "sim",
-               timeout: float = 60.0) -> ScriptOutcome:
+               timeout: float = 60.0, hosts: dict | None = None) -> ScriptOutcome:
     """Run ``target`` (a path, or a module name with ``module=True``) on
-    ``size`` ranks; return the outcome instead of raising."""
+    ``size`` ranks; return the outcome instead of raising. ``hosts``: World's
+    hosts, hostfile, launcher and listen arguments."""
     if not module and not os.path.isfile(target):
         return ScriptOutcome(2, error=f"simdist run: no such script: {target}")
     try:
-        with World(size, backend=backend, timeout=timeout) as world:
+        with World(size, backend=backend, timeout=timeout, **(hosts or {})) as world:
             codes = world.run(_rank_main, target, list(argv), module, backend == "sim")
     except CollectiveTimeout as exc:
         return ScriptOutcome(HUNG, error=f"simdist run: the ranks hung: {exc}")

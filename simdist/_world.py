@@ -55,7 +55,13 @@ class World:
     the MPI ranks compare every collective's signature before running it
     (like ``TORCH_DISTRIBUTED_DEBUG=DETAIL``), so mismatched calls raise
     :class:`CollectiveMismatch` instead of hanging; the simulator always
-    does.
+    does. ``hosts`` (names, or one comma-separated string), ``hostfile`` and
+    ``launcher`` (a command used instead of ``mpiexec``, such as ``"srun
+    --mpi=pmix"``) spread the ranks over machines; the driver then listens
+    on ``listen`` (``"ADDR[:PORT]"``) or on the address that routes to the
+    first remote host (docs/mpi.md, "Running on a cluster"). Inside a job
+    started by an MPI launcher, a World of the backend joins that job
+    instead of starting one.
 
     ``order`` names the simulator's reduction order: ``"fold"`` (the
     canonical rank-ascending left fold), or the order of an algorithm of
@@ -81,6 +87,10 @@ class World:
         mpiexec: str | None = None,
         check_calls: bool = False,
         order: str = "fold",
+        hosts=None,
+        hostfile=None,
+        launcher=None,
+        listen=None,
     ):
         if isinstance(size, bool) or not isinstance(size, int):
             raise InvalidType(f"World(size={size!r}): size must be an int >= 1")
@@ -105,11 +115,14 @@ class World:
         self._closed = False
         self._turn = threading.Lock()  # one run (or close) at a time
         self._runner: int | None = None  # the thread running, for re-entry
+        hosted = dict(hosts=hosts, hostfile=hostfile, launcher=launcher, listen=listen)
         if backend == "mpi":
-            from .mpi._driver import MpiDriver  # imported only when used
+            from .mpi import driver  # imported only when used
 
-            self._driver = MpiDriver(size, self.timeout, mpiexec, check_calls=check_calls)
+            self._driver = driver(size, self.timeout, mpiexec, check_calls=check_calls, **hosted)
         else:
+            if any(v is not None for v in hosted.values()):
+                raise InvalidValue("World(hosts=, hostfile=, launcher=, listen=): these place MPI ranks; use backend='mpi'")
             if order not in ORDERS:
                 raise InvalidValue(f"World(order={order!r}): use one of {', '.join(ORDERS)}")
             self._driver = SimDriver(size, self.timeout, start_method, slot_bytes, order)
@@ -246,6 +259,10 @@ def run(
     mpiexec: str | None = None,
     check_calls: bool = False,
     order: str = "fold",
+    hosts=None,
+    hostfile=None,
+    launcher=None,
+    listen=None,
     **kwargs,
 ) -> list[Any]:
     """Run ``fn(comm, *args, **kwargs)`` once on a new world of ``size`` ranks.
@@ -253,6 +270,7 @@ def run(
     The keyword arguments named like :class:`World`'s configure the world;
     all others are passed to ``fn``.
     """
-    options = dict(start_method=start_method, slot_bytes=slot_bytes, mpiexec=mpiexec, check_calls=check_calls, order=order)
+    options = dict(start_method=start_method, slot_bytes=slot_bytes, mpiexec=mpiexec, check_calls=check_calls, order=order,
+                   hosts=hosts, hostfile=hostfile, launcher=launcher, listen=listen)
     with World(size, backend=backend, timeout=timeout, **options) as world:
         return world.run(fn, *args, **kwargs)

@@ -82,7 +82,7 @@ def rank_side(port: int, key: bytes, rank: int) -> None:
     conn = Connection(sock.detach())
     answer_challenge(conn, key)
     deliver_challenge(conn, key)
-    conn.send_bytes(pickle.dumps(("hello", rank, os.getpid(), 2, "a test")))
+    conn.send_bytes(pickle.dumps(("hello", rank, os.getpid(), 2, "a test", "a-host")))
     try:
         conn.recv_bytes()  # until the driver's end closes
     except EOFError:

@@ -167,7 +167,7 @@ def test_a_rank_in_a_world_of_another_size_is_an_mpiexec_of_another_mpi(world):
         try:
             answer_challenge(conn, driver._key)
             deliver_challenge(conn, driver._key)
-            conn.send_bytes(pickle.dumps(("hello", 0, os.getpid(), 1, "Some Other MPI v1.0")))
+            conn.send_bytes(pickle.dumps(("hello", 0, os.getpid(), 1, "Some Other MPI v1.0", socket.gethostname())))
         finally:
             conn.close()
 

@@ -8,18 +8,25 @@ import sys
 from .._script import run_script
 
 
-_VALUED = ("-n", "--size", "--backend", "--timeout")
+_VALUED = ("-n", "--size", "--backend", "--timeout", "--host", "--hostfile", "--launcher", "--listen")
 
 
 def add_parser(subparsers):
     parser = subparsers.add_parser(
         "run",
         help="run an SPMD script on N ranks (like mpiexec); inside, simdist.comm() is the rank's communicator",
-        usage="simdist run -n N [--backend sim|mpi] [--timeout S] (script.py | -m module) [args ...]",
+        usage="simdist run -n N [--backend sim|mpi] [--timeout S] [--host H1,H2 | --hostfile F] [--launcher CMD] "
+              "[--listen ADDR[:PORT]] (script.py | -m module) [args ...]",
     )
     parser.add_argument("-n", "--size", type=int, required=True, help="number of ranks")
     parser.add_argument("--backend", choices=("sim", "mpi"), default="sim", help="simulator (default) or real MPI")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds without progress before a hang is reported (default 60)")
+    hosts = parser.add_argument_group("MPI across hosts (--backend mpi; see docs/mpi.md, 'Running on a cluster')")
+    hosts.add_argument("--host", dest="hosts", metavar="H1,H2", help="hosts for mpiexec, comma-separated (HOST:SLOTS for Open MPI)")
+    hosts.add_argument("--hostfile", metavar="F", help="a hostfile for mpiexec")
+    hosts.add_argument("--launcher", metavar="CMD", help="a command that starts the ranks instead of mpiexec, e.g. 'srun --mpi=pmix'")
+    hosts.add_argument("--listen", metavar="ADDR[:PORT]",
+                       help="where the driver listens for the ranks (default: the address that routes to the first remote host)")
     parser.add_argument("-m", dest="target_module", metavar="module", help="run a module as __main__, like python -m")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="the script and its arguments")
     return parser
@@ -64,7 +71,11 @@ def run(args) -> int:
         target, rest = args.args[0], args.args[1:]
     else:
         parser.error("simdist run: give a script or -m module")
-    outcome = run_script(target, rest, args.size, module=bool(args.target_module), backend=args.backend, timeout=args.timeout)
+    hosts = {name: getattr(args, name) for name in ("hosts", "hostfile", "launcher", "listen") if getattr(args, name)}
+    if hosts and args.backend != "mpi":
+        parser.error(f"--{'host' if 'hosts' in hosts else next(iter(hosts))} places MPI ranks: add --backend mpi")
+    outcome = run_script(target, rest, args.size, module=bool(args.target_module), backend=args.backend,
+                         timeout=args.timeout, hosts=hosts)
     if outcome.error:
         print(outcome.error, file=sys.stderr)
     return outcome.status

@@ -5,7 +5,23 @@ initialises MPI; a driver that only launches ranks must not do that (a
 singleton MPI process of Open MPI leaves a segment in /dev/shm behind).
 """
 
-__all__ = ["MpiComm"]
+__all__ = ["MpiComm", "driver"]
+
+
+def driver(size: int, timeout: float, mpiexec: str | None = None, *, check_calls: bool = False, **hosts):
+    """The driver of ``World(size, backend="mpi", ...)``: one that starts an
+    MPI job, or, in a process an MPI launcher started, one that joins the
+    launcher's job (``_spmd``). ``hosts``: World's hosts, hostfile, launcher
+    and listen."""
+    from ._hosts import placement
+    from ._spmd import JobDriver, launched
+
+    where = placement(**hosts)
+    if launched() and not where.spread and mpiexec is None:
+        return JobDriver(size, timeout, check_calls=check_calls)
+    from ._driver import MpiDriver
+
+    return MpiDriver(size, timeout, mpiexec, check_calls=check_calls, where=where)
 
 
 def __getattr__(name):

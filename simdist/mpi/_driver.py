@@ -1,7 +1,8 @@
 """The MPI backend's driver: one ``mpiexec`` job per world.
 
 ``mpiexec -n N python -m simdist.mpi._worker 127.0.0.1:PORT`` starts the
-ranks; each connects back to the driver's loopback listener and the two
+ranks; each connects back to the driver's loopback listener (an address
+the nodes reach when the world has hosts: ``_hosts``) and the two
 sides run ``multiprocessing``'s HMAC challenge both ways with a per-world
 secret before anything is unpickled, so a peer without the secret is
 refused. The job runs in a session of its own, which also holds whatever
@@ -42,6 +43,7 @@ from .._errors import SimdistError
 from .._janitor import end_session, janitor
 from .._whereabouts import CALL, FAILED, RETURNED, USER
 from ._handshake import Handshakes, Refused, authenticate, refused
+from ._hosts import Placement, forwarded, host_options, listen_address
 from ._tracking import Whereabouts
 
 _log = logging.getLogger("simdist")
@@ -68,7 +70,8 @@ def find_mpiexec() -> str:
 
 @functools.lru_cache(maxsize=None)
 def flavor(mpiexec: str) -> str:
-    """``openmpi``, ``mpich`` or ``unknown``, from ``mpiexec --version`` (asked once per path)."""
+    """``openmpi``, ``mpich``, ``slurm`` (srun) or ``unknown``, from
+    ``mpiexec --version`` (asked once per path)."""
     try:
         out = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
@@ -77,6 +80,8 @@ def flavor(mpiexec: str) -> str:
         return "openmpi"
     if "HYDRA" in out or "MPICH" in out:
         return "mpich"
+    if out.startswith("slurm"):
+        return "slurm"
     return "unknown"
 
 
@@ -122,18 +127,46 @@ def _own_session_dying_with_us() -> None:  # runs in the child before exec
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked while it was forked
 
 
+#: Variables the ranks need, passed by name to Open MPI's ranks on other hosts.
+_FORWARDED = ("SIMDIST_AUTHKEY", "SIMDIST_CHECK_CALLS", "PYTHONPATH")
+
+
+class _RemoteEnd:
+    """The end of a rank on another host, which no pidfd can watch: it is
+    seen only as its connection closing (``fd`` None: looked at every time)."""
+
+    fd = None
+
+    def ended(self) -> bool:
+        return False
+
+    def wait(self, timeout: float) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
 class MpiDriver(Driver):
-    def __init__(self, size: int, timeout: float, mpiexec: str | None = None, *, check_calls: bool = False):
+    def __init__(self, size: int, timeout: float, mpiexec: str | None = None, *, check_calls: bool = False,
+                 where: Placement = Placement()):
         super().__init__()
         self.size = size
         self.timeout = timeout
         self.check_calls = check_calls
-        self.mpiexec = mpiexec or find_mpiexec()
+        self.where = where
+        if where.launcher:
+            self.mpiexec = shutil.which(where.launcher[0]) or where.launcher[0]
+        else:
+            self.mpiexec = mpiexec or find_mpiexec()
         self.flavor = flavor(self.mpiexec)
         self._key = secrets.token_bytes(32)
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._listener.bind(("127.0.0.1", 0))
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a fixed port, again after a failed run
+        self._listener.bind(listen_address(where))
         self._listener.listen(size + 16)
+        self._host = socket.gethostname()
+        self._local: list[bool] = [True] * size  # whether each rank runs on this host
         self._job: subprocess.Popen | None = None
         self._conns: list[Connection | None] = [None] * size
         self._pids: list[int | None] = [None] * size
@@ -156,13 +189,21 @@ class MpiDriver(Driver):
     def connection(self, rank: int):
         return self._conns[rank]
 
-    def command(self) -> list[str]:
-        port = self._listener.getsockname()[1]
-        return launch_command(self.mpiexec, self.size) + [sys.executable, "-m", "simdist.mpi._worker", f"127.0.0.1:{port}"]
+    def command(self, env: dict | None = None) -> list[str]:
+        """The job's command line; ``env`` is the job's environment (for the
+        variables Open MPI must be told to pass to other hosts)."""
+        address, port = self._listener.getsockname()
+        if self.where.spread:
+            launch = [*(self.where.launcher or [self.mpiexec]), "-n", str(self.size), *host_options(self.flavor, self.where),
+                      *forwarded(self.flavor, self.where, env if env is not None else os.environ, _FORWARDED)]
+        else:
+            launch = launch_command(self.mpiexec, self.size)
+        return launch + [sys.executable, "-m", "simdist.mpi._worker", f"{address}:{port}"]
 
     def _environment(self) -> dict[str, str]:
         env = dict(launch_environment(self.mpiexec, self._tmpdir), SIMDIST_AUTHKEY=self._key.hex())
-        env[stdin.VARIABLE] = stdin.stdin_for_rank_0()  # mpiexec gets /dev/null: rank 0 opens it itself
+        # mpiexec gets /dev/null: rank 0 opens it itself, on this host only
+        env[stdin.VARIABLE] = "" if self.where.spread else stdin.stdin_for_rank_0()
         if self.check_calls:
             env["SIMDIST_CHECK_CALLS"] = "1"
         return env
@@ -174,9 +215,11 @@ class MpiDriver(Driver):
         self._tmpdir = session_tmpdir()
         janitor().register("path", self._tmpdir)
         with interrupts_deferred():
+            env = self._environment()
+            command = self.command(env)
             try:
                 self._job = subprocess.Popen(
-                    self.command(), env=self._environment(), stdin=subprocess.DEVNULL, preexec_fn=_own_session_dying_with_us
+                    command, env=env, stdin=subprocess.DEVNULL, preexec_fn=_own_session_dying_with_us
                 )
             except OSError as exc:
                 raise SimdistError(f"backend 'mpi': cannot start {self.mpiexec}: {exc.strerror}") from None
@@ -190,7 +233,7 @@ class MpiDriver(Driver):
                 if self._job.poll() is not None:
                     raise SimdistError(
                         f"backend 'mpi': mpiexec exited with status {self._job.returncode} before every rank "
-                        f"connected ({self._conns.count(None)} of {self.size} missing); command: {' '.join(self.command())}"
+                        f"connected ({self._conns.count(None)} of {self.size} missing); command: {' '.join(command)}"
                     )
                 if time.monotonic() > deadline:
                     self._kill_job()
@@ -220,7 +263,7 @@ class MpiDriver(Driver):
     def _enrol(self, hello: tuple, conn: Connection) -> None:
         """Take an authenticated rank's connection (or refuse it), or say
         why the job cannot work (it ends then)."""
-        _, rank, pid, size, library = hello
+        _, rank, pid, size, library, host = hello
         if size == self.size and (not 0 <= rank < size or self._conns[rank] is not None):
             conn.close()
             refused(Refused(f"unexpected greeting {hello!r}"))
@@ -234,6 +277,7 @@ class MpiDriver(Driver):
             )
         self._conns[rank] = conn
         self._pids[rank] = pid
+        self._local[rank] = host == self._host
 
     def _job_status(self) -> int | None:
         """mpiexec's exit status as Popen gives it (negative: killed by that
@@ -255,7 +299,7 @@ class MpiDriver(Driver):
         job = self._job
         if job is None or self._job_end is None:  # ended already
             return
-        if self.flavor == "openmpi" and self._job_status() is None:
+        if self.flavor in ("openmpi", "slurm") and self._job_status() is None:
             # Open MPI's launcher stops its ranks on SIGTERM. MPICH's would
             # print a "BAD TERMINATION" banner on the user's terminal for
             # every run stopped on purpose: its session is killed at once.
@@ -318,6 +362,8 @@ class MpiDriver(Driver):
     def death(self, rank: int) -> str:
         code = self._job_status()
         if code is None:
+            if not self._local[rank]:
+                return "lost its connection to the driver (its process on another host ended, or the network failed)"
             if self.process_end(rank).wait(0.5):  # a closed connection comes first
                 return "exited or was killed (its process has ended)"
             return "lost its connection to the driver"
@@ -327,14 +373,14 @@ class MpiDriver(Driver):
 
     def process_end(self, rank: int) -> ProcessEnd:
         if rank not in self._ends:
-            self._ends[rank] = ProcessEnd(self._pids[rank])
+            self._ends[rank] = ProcessEnd(self._pids[rank]) if self._local[rank] else _RemoteEnd()
         return self._ends[rank]
 
     def handle(self, rank, msg, outcomes) -> None:
         if msg[0] == "where":
             self._where[rank] = msg[2]
-        elif msg[0] == "segments":  # files the ranks could not remove early
-            for path in msg[1]:
+        elif msg[0] == "segments":  # files the ranks could not remove early (this host's only)
+            for path in msg[1] if self._local[rank] else ():
                 if path.startswith("/dev/shm/") and path not in self._segments:
                     self._segments.add(path)
                     janitor().register("path", path)

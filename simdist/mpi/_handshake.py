@@ -3,7 +3,7 @@
 A connection to the world's loopback listener is a rank only once it has
 proved that it knows the world's secret: ``multiprocessing``'s HMAC
 challenge runs both ways, and only then is its hello (rank, pid, size, MPI
-library) unpickled. Anything else is refused.
+library, host name) unpickled. Anything else is refused.
 
 Any local process can connect to a loopback port, so the handshakes must
 not wait on one another: each runs in a thread of its own, and a peer that
@@ -52,7 +52,7 @@ def _timeouts(sock: socket.socket, seconds: float) -> None:
 
 def authenticate(sock: socket.socket, key: bytes) -> tuple[tuple, Connection]:
     """The handshake with the peer on ``sock``: the challenge both ways,
-    then its hello ``("hello", rank, pid, size, library)``. Returns the
+    then its hello ``("hello", rank, pid, size, library, host)``. Returns the
     hello and a Connection over a duplicate of ``sock``'s descriptor (the
     caller closes ``sock``); raises :class:`Refused` for anything else.
     Each send and receive is bounded by ``HANDSHAKE`` seconds."""
@@ -63,8 +63,8 @@ def authenticate(sock: socket.socket, key: bytes) -> tuple[tuple, Connection]:
         deliver_challenge(conn, key)  # the peer proves it has the key before we answer or unpickle
         answer_challenge(conn, key)
         hello = pickle.loads(conn.recv_bytes(1024))
-        if not (isinstance(hello, tuple) and len(hello) == 5 and hello[0] == "hello"
-                and all(isinstance(v, int) for v in hello[1:4]) and isinstance(hello[4], str)):
+        if not (isinstance(hello, tuple) and len(hello) == 6 and hello[0] == "hello"
+                and all(isinstance(v, int) for v in hello[1:4]) and all(isinstance(v, str) for v in hello[4:])):
             raise Refused(f"unexpected greeting {hello!r}")
         _timeouts(sock, 0)  # no bounds once it is a rank
     except Refused:

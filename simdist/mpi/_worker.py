@@ -22,6 +22,8 @@ from multiprocessing.connection import Connection, answer_challenge, deliver_cha
 from .._stdin import VARIABLE, mpi_rank_stdin, take_stdin
 from .._whereabouts import FAILED, RETURNED, USER
 from .._worker import Channel, die_with_parent, execute, forward_logs, ignore_interrupts
+from ._segments import unlink_segments_once_mapped
+from ._spmd import driven
 from ._tracking import TrackedComm, Whereabouts
 
 
@@ -33,37 +35,6 @@ def _connect(address: str, key: bytes) -> Connection:
     answer_challenge(conn, key)
     deliver_challenge(conn, key)
     return conn
-
-
-def _shared_memory_files() -> list[str]:
-    """Files in /dev/shm this process maps (the MPI library's segments),
-    without those already removed (UCX, under MPICH, removes its own)."""
-    with open("/proc/self/maps") as maps:
-        paths = {line.split(None, 5)[5].strip() for line in maps if " /dev/shm/" in line}
-    return sorted(p for p in paths if not p.endswith(" (deleted)"))
-
-
-def _unlink_segments_once_mapped(comm) -> list[str]:
-    """Remove the MPI library's /dev/shm files as soon as every rank maps
-    all of them, so that nothing stays in /dev/shm however the job ends
-    (memory is freed with the last mapping). Open MPI's shared-memory
-    transport maps every peer's segment (one per rank) during MPI_Init for
-    worlds of up to 32 ranks; MPICH maps one segment per node, shared by all
-    its ranks. Either way every rank then maps the same files. Where they
-    differ (larger Open MPI worlds, where a rank maps a peer's segment only
-    when it first talks to it), no rank has them all yet, so the files are
-    left to the driver, which removes them after the job ends. Returns the
-    files left."""
-    files = _shared_memory_files()
-    every = comm.allgather(files)
-    if all(theirs == files for theirs in every):
-        for path in files:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-        return []
-    return sorted({path for theirs in every for path in theirs})
 
 
 def _read_commands(conn: Connection, channel: Channel, where: Whereabouts, commands: queue.Queue) -> None:
@@ -82,13 +53,14 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     die_with_parent()
     ignore_interrupts()
+    driven()  # the launcher's variables are simdist's own mpiexec's here
     key = bytes.fromhex(os.environ.pop("SIMDIST_AUTHKEY"))
     options = {"check_calls": True} if os.environ.pop("SIMDIST_CHECK_CALLS", "") == "1" else {}
     from mpi4py import MPI
 
     from ._comm import RunComms
 
-    left = _unlink_segments_once_mapped(MPI.COMM_WORLD)  # before anything can fail
+    left = unlink_segments_once_mapped(MPI.COMM_WORLD)  # before anything can fail
     conn = _connect(argv[0], key)
     channel = Channel(conn)
     rank = MPI.COMM_WORLD.Get_rank()
@@ -98,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     # The world's size and the library let the driver tell an mpiexec of
     # another MPI (whose ranks each find a world of 1) from a slow start.
     library = MPI.Get_library_version().splitlines()[0].split(",")[0].strip()
-    channel.send(("hello", rank, os.getpid(), MPI.COMM_WORLD.Get_size(), library))
+    channel.send(("hello", rank, os.getpid(), MPI.COMM_WORLD.Get_size(), library, socket.gethostname()))
     channel.send(("segments", left))
     where = Whereabouts()
     runs = RunComms(**options)

@@ -1,0 +1,49 @@
+"""The MPI library's files in /dev/shm, removed as early as they can be.
+
+Used by the driver's ranks and by programs started by the user's launcher,
+so that a job that is killed or aborted leaves no segment behind.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["unlink_segments_once_mapped"]
+
+
+def _shared_memory_files() -> list[str]:
+    """Files in /dev/shm this process maps (the MPI library's segments),
+    without those already removed (UCX, under MPICH, removes its own)."""
+    with open("/proc/self/maps") as maps:
+        paths = {line.split(None, 5)[5].strip() for line in maps if " /dev/shm/" in line}
+    return sorted(p for p in paths if not p.endswith(" (deleted)"))
+
+
+def unlink_segments_once_mapped(world) -> list[str]:
+    """Remove the MPI library's /dev/shm files as soon as every rank of
+    this host maps all of them, so that nothing stays in /dev/shm however the job ends
+    (memory is freed with the last mapping). Open MPI's shared-memory
+    transport maps every peer's segment (one per rank) during MPI_Init for
+    worlds of up to 32 ranks; MPICH maps one segment per node, shared by all
+    its ranks. Either way every rank then maps the same files. Where they
+    differ (larger Open MPI worlds, where a rank maps a peer's segment only
+    when it first talks to it), no rank has them all yet, so the files are
+    left to the driver, which removes them after the job ends. Returns the
+    files left. Ranks on other hosts have files of their own: each host's
+    ranks compare theirs."""
+    from mpi4py import MPI
+
+    files = _shared_memory_files()
+    node = world.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        every = node.allgather(files)
+    finally:
+        node.Free()
+    if all(theirs == files for theirs in every):
+        for path in files:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        return []
+    return sorted({path for theirs in every for path in theirs})
