@@ -123,11 +123,13 @@ def _own_session_dying_with_us() -> None:  # runs in the child before exec
 
 
 class MpiDriver(Driver):
-    def __init__(self, size: int, timeout: float, mpiexec: str | None = None, *, check_calls: bool = False):
+    def __init__(self, size: int, timeout: float, mpiexec: str | None = None, *, check_calls: bool = False,
+                 sync_sends: bool = False):
         super().__init__()
         self.size = size
         self.timeout = timeout
         self.check_calls = check_calls
+        self.sync_sends = sync_sends
         self.mpiexec = mpiexec or find_mpiexec()
         self.flavor = flavor(self.mpiexec)
         self._key = secrets.token_bytes(32)
@@ -165,6 +167,8 @@ class MpiDriver(Driver):
         env[stdin.VARIABLE] = stdin.stdin_for_rank_0()  # mpiexec gets /dev/null: rank 0 opens it itself
         if self.check_calls:
             env["SIMDIST_CHECK_CALLS"] = "1"
+        if self.sync_sends:
+            env["SIMDIST_SYNC_SENDS"] = "1"
         return env
 
     # -- the job ------------------------------------------------------------------
