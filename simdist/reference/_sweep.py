@@ -219,6 +219,7 @@ def sweep(
     timeout: float = 10.0,
     collectives=None,
     dtypes=None,
+    sync_sends: bool = False,
 ) -> dict:
     """Check every collective of a backend on a world of ``size`` ranks.
 
@@ -247,7 +248,8 @@ def sweep(
     reported as failed ("not run").
 
     ``collectives`` and ``dtypes`` (names; default all, see
-    :data:`SWEEP_COLLECTIVES`) restrict the sweep. ``progress(done, total,
+    :data:`SWEEP_COLLECTIVES`) restrict the sweep. ``sync_sends`` runs
+    the world with synchronous sends (see :class:`simdist.World`). ``progress(done, total,
     label)``, if given, is called as cases complete.
 
     Returns a report of JSON types (except ``inf`` ratios): ``rows``, a list
@@ -264,7 +266,7 @@ def sweep(
     collectives, dtypes = _selection(collectives, dtypes)
     started = time.perf_counter()
     rows = plan(size, quick, collectives, dtypes)
-    with World(size, backend=backend, timeout=timeout) as world:
+    with World(size, backend=backend, timeout=timeout, sync_sends=sync_sends) as world:
         try:
             identities = world.run(identify, factory)
         except SimdistError as exc:
