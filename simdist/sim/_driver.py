@@ -200,10 +200,8 @@ class SimDriver(Driver):
         waited = self.watch.hung(positions, [p[0] == CALL for p in positions])
         if not at_once and waited is None:
             return None
-        if at_once:  # how long each rank has waited, as the watch would say at the timeout
-            now, watch = time.monotonic(), self.watch
-            waited = {r: now - watch.rank_since.get(r, watch.since) if p[0] == CALL else None
-                      for r, p in enumerate(positions)}
+        if at_once:  # found within a poll of the last move: how long is not news
+            waited = dict.fromkeys(range(self.size))
         report = {r: whereabouts(self.arena, r, w) for r, w in waited.items()}
         chain, closed = wait_cycle(self.arena)
         if not at_once and not closed:
