@@ -45,15 +45,41 @@ def safe_ring(comm, n=10):
     return int(got[-1])
 
 
-@pytest.mark.parametrize("n", [2, 3, 5])
-def test_a_ring_that_sends_before_it_receives_deadlocks_at_once_with_its_cycle(n):
-    line = _line(unsafe_ring, "every rank sends first")
+@pytest.fixture(scope="module")
+def sync2():
+    with simdist.World(2, timeout=60, sync_sends=True) as world:
+        yield world
+
+
+@pytest.fixture(scope="module")
+def sync3():
+    with simdist.World(3, timeout=60, sync_sends=True) as world:
+        yield world
+
+
+@pytest.fixture
+def synchronous(request, sync2, sync3):
+    """A world of ``request.param`` ranks with synchronous sends (2 and 3 shared)."""
+    n = request.param
+    if n in (2, 3):
+        yield {2: sync2, 3: sync3}[n]
+        return
     with simdist.World(n, timeout=60, sync_sends=True) as world:
-        started = time.monotonic()
-        with pytest.raises(simdist.Deadlock) as info:
-            world.run(unsafe_ring)
-        assert time.monotonic() - started < 10  # at once, not at the 60 s timeout
-        assert world.run(safe_ring) == [(r - 1) % n for r in range(n)]  # usable again
+        yield world
+
+
+SIZES = [pytest.param(2, marks=pytest.mark.slow), 3, pytest.param(5, marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("synchronous", SIZES, indirect=True)
+def test_a_ring_that_sends_before_it_receives_deadlocks_at_once_with_its_cycle(synchronous):
+    world, n = synchronous, synchronous.size
+    line = _line(unsafe_ring, "every rank sends first")
+    started = time.monotonic()
+    with pytest.raises(simdist.Deadlock) as info:
+        world.run(unsafe_ring)
+    assert time.monotonic() - started < 10  # at once, not at the 60 s timeout
+    assert world.run(safe_ring) == [(r - 1) % n for r in range(n)]  # usable again
     err = info.value
     assert isinstance(err, simdist.CollectiveTimeout) and err.at_once and err.closed
     assert err.cycle == [(r, f"send(dest={(r + 1) % n}, tag=0) at {HERE}:{line}") for r in range(n)]
@@ -65,16 +91,23 @@ def test_a_ring_that_sends_before_it_receives_deadlocks_at_once_with_its_cycle(n
             in err.report[r]
 
 
+@pytest.mark.slow
 def test_the_same_ring_passes_with_buffered_sends_the_default():
     with simdist.World(3, timeout=60) as world:
         assert world.run(unsafe_ring) == [2, 0, 1]
 
 
-@pytest.mark.parametrize("n", [2, 3, 5])
-def test_a_ring_where_even_ranks_send_first_passes_with_synchronous_sends(n):
-    with simdist.World(n, timeout=60, sync_sends=True) as world:
-        assert world.run(safe_ring) == [(r - 1) % n for r in range(n)]
-        assert world.run(safe_ring, 300_000) == [(r - 1) % n for r in range(n)]  # larger than a ring
+@pytest.mark.parametrize("synchronous", SIZES, indirect=True)
+def test_a_ring_where_even_ranks_send_first_passes_with_synchronous_sends(synchronous):
+    n = synchronous.size
+    assert synchronous.run(safe_ring) == [(r - 1) % n for r in range(n)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("synchronous", [2, 3, 5], indirect=True)
+def test_a_ring_of_messages_larger_than_a_ring_buffer_passes_with_synchronous_sends(synchronous):
+    n = synchronous.size
+    assert synchronous.run(safe_ring, 300_000) == [(r - 1) % n for r in range(n)]
 
 
 def _stashed_but_not_received(comm):
@@ -86,13 +119,16 @@ def _stashed_but_not_received(comm):
         comm.recv(0, tag=1)
 
 
-def test_a_message_stashed_by_a_recv_for_another_tag_does_not_release_a_synchronous_sender():
-    with simdist.World(2, timeout=60, sync_sends=True) as world:
-        with pytest.raises(simdist.Deadlock) as info:
-            world.run(_stashed_but_not_received)
+def test_a_message_stashed_by_a_recv_for_another_tag_does_not_release_a_synchronous_sender(sync2):
+    with pytest.raises(simdist.Deadlock) as info:
+        sync2.run(_stashed_but_not_received)
     assert [(r, call.split(" at ")[0]) for r, call in info.value.cycle] == [
         (0, "send(dest=1, tag=1)"), (1, "recv(source=0, tag=2)")]
-    with simdist.World(2, timeout=60) as world:  # buffered, it passes
+
+
+@pytest.mark.slow
+def test_a_message_stashed_by_a_recv_for_another_tag_is_fine_with_buffered_sends():
+    with simdist.World(2, timeout=60) as world:
         assert world.run(_stashed_but_not_received) == [None, None]
 
 
@@ -109,14 +145,15 @@ def _taken_late(comm, delay, size, stash_first):
     return taken
 
 
-@pytest.mark.parametrize("size, stash_first", [(10, False), (10, True), (400_000, False)],
-                         ids=["small", "stashed-first", "larger-than-a-ring"])
-def test_a_synchronous_send_returns_once_a_recv_posted_later_takes_it(size, stash_first):
-    with simdist.World(2, timeout=60, sync_sends=True) as world:
-        returned, taken = world.run(_taken_late, 0.3, size, stash_first)
+@pytest.mark.parametrize("size, stash_first", [
+    (10, False), (10, True), pytest.param(400_000, False, marks=pytest.mark.slow)],
+    ids=["small", "stashed-first", "larger-than-a-ring"])
+def test_a_synchronous_send_returns_once_a_recv_posted_later_takes_it(sync2, size, stash_first):
+    returned, taken = sync2.run(_taken_late, 0.1, size, stash_first)
     assert returned >= taken  # the send waited for the recv (one monotonic clock for the machine)
 
 
+@pytest.mark.slow
 def test_a_buffered_send_returns_before_the_recv():
     with simdist.World(2, timeout=60) as world:
         returned, taken = world.run(_taken_late, 0.3, 10, False)
@@ -129,6 +166,7 @@ def _probe_any_while_peer_receives(comm):
     return comm.recv(0, tag=3)
 
 
+@pytest.mark.slow
 def test_a_probe_from_any_rank_ends_the_chain_with_any_rank():
     with simdist.World(2, timeout=60) as world:
         with pytest.raises(simdist.Deadlock) as info:
@@ -148,9 +186,9 @@ def _one_computes(comm, seconds):
     return int(comm.recv(0)[0])
 
 
-def test_ranks_waiting_for_a_rank_that_computes_are_no_deadlock():
-    with simdist.World(3, timeout=60, sync_sends=True) as world:
-        assert world.run(_one_computes, 1.0) == [0, 1, 1]
+@pytest.mark.slow
+def test_ranks_waiting_for_a_rank_that_computes_are_no_deadlock(sync3):
+    assert sync3.run(_one_computes, 1.0) == [0, 1, 1]
 
 
 def _pair_deadlocks_while_one_computes(comm):

@@ -436,7 +436,7 @@ class Arena:
         ``on`` is the rank reported as waited on (None: no single rank).
 
         While asleep the rank shows the driver what it waits for, so that
-        the driver can tell a deadlock (``_report.deadlock``): ``S_BLOCKED``
+        the driver can tell a deadlock (``_deadlock.deadlocked``): ``S_BLOCKED``
         is odd from the first ``ready()`` that found nothing to the return,
         with ``q[word] >= target`` the condition, or for ``word=ANY_RING``
         (a wait for a new record from any rank) the sum of the heads into
