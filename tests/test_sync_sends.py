@@ -233,3 +233,73 @@ def test_on_mpi_a_ring_that_sends_first_hangs_with_ssend_and_passes_when_buffere
         assert all("waiting" in info.value.report[r] for r in (0, 1)), info.value.report
     with simdist.World(2, backend="mpi", timeout=3.0) as world:
         assert world.run(unsafe_ring) == [1, 0]  # small: Open MPI buffers it (eager)
+
+
+RING_COMM = '''
+import numpy as np
+
+
+class RingComm:
+    """A ring allreduce (reduce-scatter, then allgather) on send/recv, where
+    every rank sends before it receives."""
+
+    def __init__(self, base):
+        self.base = base
+
+    def __getattr__(self, name):
+        return getattr(self.base, name)
+
+    def allreduce(self, x, op="sum"):
+        n, r = self.base.size, self.base.rank
+        if op != "sum" or n == 1:
+            return self.base.allreduce(x, op)
+        flat = np.array(x, copy=True).reshape(-1)
+        chunks = np.array_split(np.arange(flat.size), n)
+        right, left = (r + 1) % n, (r - 1) % n
+        for step in range(n - 1):
+            self.base.send(flat[chunks[(r - step) % n]], right)
+            flat[chunks[(r - step - 1) % n]] += self.base.recv(left)
+        for step in range(n - 1):
+            self.base.send(flat[chunks[(r + 1 - step) % n]], right)
+            flat[chunks[(r - step) % n]] = self.base.recv(left)
+        return flat.reshape(x.shape)
+
+
+def make(base):
+    return RingComm(base)
+'''
+
+
+@pytest.mark.slow
+def test_check_with_synchronous_sends_fails_a_ring_allreduce_that_sends_first(tmp_path, monkeypatch):
+    from simdist.reference import sweep
+
+    (tmp_path / "ringcomm.py").write_text(RING_COMM)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    options = dict(quick=True, collectives=["allreduce"], dtypes=["int32"], timeout=60)
+    buffered = sweep(3, "sim", "ringcomm:make", **options)
+    assert buffered["ok"], buffered["rows"]
+    synchronous = sweep(3, "sim", "ringcomm:make", sync_sends=True, **options)
+    assert not synchronous["ok"]
+    reasons = [row["reason"] for row in synchronous["rows"] if row["verdict"] == "FAIL"]
+    assert reasons and all(r.startswith("deadlock: rank 0 in send(dest=1, tag=0) at ringcomm.py:") for r in reasons), \
+        reasons
+
+
+@pytest.mark.slow
+def test_the_property_suite_fails_that_ring_by_default_and_passes_it_with_buffered_sends(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "ringcomm.py").write_text(RING_COMM)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+               SIMDIST_PROPERTY_EXAMPLES="5")
+    command = [sys.executable, "-m", "pytest", "--pyargs", "properties", "-q", "-p", "no:cacheprovider",
+               "--simdist-backend", "ringcomm:make", "--simdist-np", "3", "-k", "allreduce", "-x"]
+    default = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert default.returncode == 1, default.stdout[-3000:]
+    assert "deadlock: rank 0 in send(dest=1, tag=0) at ringcomm.py:" in default.stdout, default.stdout[-3000:]
+    buffered = subprocess.run(command + ["--simdist-buffered-sends"], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=600)
+    assert buffered.returncode == 0, buffered.stdout[-3000:]

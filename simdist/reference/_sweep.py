@@ -38,6 +38,7 @@ from .._arguments import DTYPES
 from .._errors import (
     CollectiveMismatch,
     CollectiveTimeout,
+    Deadlock,
     InvalidType,
     InvalidValue,
     RankDied,
@@ -66,6 +67,8 @@ def _why(exc: SimdistError) -> str:
             last = [line for line in tb.strip().splitlines() if line.strip()]
             parts.append(f"rank {r} raised {last[-1].strip() if last else '?'}")
         return "; ".join(parts)
+    if isinstance(exc, Deadlock):  # its first line is the cycle
+        return str(exc).splitlines()[0]
     if isinstance(exc, CollectiveTimeout):
         where = "; ".join(f"rank {r}: {w}" for r, w in exc.report.items())
         return f"hang: no progress for {exc.timeout:g} s (the timeout); {where}"
