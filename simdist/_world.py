@@ -16,7 +16,9 @@ from typing import Any, Callable
 
 from . import _pickling
 from ._driver import log_levels
-from ._errors import CollectiveMismatch, CollectiveTimeout, Deadlock, InvalidType, InvalidValue, RankDied, RankError, SimdistError
+from ._errors import (
+    CollectiveMismatch, CollectiveTimeout, Deadlock, InvalidType, InvalidValue, RankDied, RankError, SimdistError,
+)
 from ._orders import ORDERS
 from .sim._driver import START_METHODS, SimDriver
 
@@ -275,7 +277,7 @@ def run(
     The keyword arguments named like :class:`World`'s configure the world;
     all others are passed to ``fn``.
     """
-    options = dict(start_method=start_method, slot_bytes=slot_bytes, mpiexec=mpiexec, check_calls=check_calls, order=order,
-                   sync_sends=sync_sends)
+    options = dict(start_method=start_method, slot_bytes=slot_bytes, mpiexec=mpiexec, check_calls=check_calls,
+                   order=order, sync_sends=sync_sends)
     with World(size, backend=backend, timeout=timeout, **options) as world:
         return world.run(fn, *args, **kwargs)

@@ -35,7 +35,9 @@ from .._errors import Deadlock, RankDied, SimdistError
 from .._janitor import end_group, janitor
 from .._stdin import driver_stdin
 from ._arena import Arena
-from ._layout import ABORT_DRIVER, CALL, H_ABORT, H_SYNC_SENDS, S_CTX, S_P2P_KIND, S_P2P_PEER, S_PROGRESS, S_STATE, Layout
+from ._layout import (
+    ABORT_DRIVER, CALL, H_ABORT, H_SYNC_SENDS, S_CTX, S_P2P_KIND, S_P2P_PEER, S_PROGRESS, S_STATE, Layout,
+)
 from . import _worker
 from ._deadlock import deadlocked, wait_cycle
 from ._p2p import SEND, SSEND
