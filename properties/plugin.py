@@ -52,6 +52,10 @@ def pytest_addoption(parser):
     group.addoption("--simdist-np", type=int, default=4, metavar="N", help="ranks (default 4)")
     group.addoption("--simdist-timeout", type=float, default=30.0, metavar="S",
                     help="seconds before a waiting rank is reported as hung (default 30)")
+    group.addoption("--simdist-sync-sends", dest="simdist_sync_sends", action="store_true", default=True,
+                    help="every send waits until its recv takes the message, as MPI's Ssend (the default)")
+    group.addoption("--simdist-buffered-sends", dest="simdist_sync_sends", action="store_false",
+                    help="sends return once the message is buffered (the World default)")
     group.addoption("--simdist-first-failure", action="store_true",
                     help="once a backend fails a test, skip its remaining tests")
 
@@ -92,7 +96,8 @@ def _backend(config, size: int, spec: str) -> Backend:
 
         kind, factory = parse_spec(spec, config.getoption("simdist_factory"))
         if ("world", kind, size) not in cache:
-            cache["world", kind, size] = simdist.World(size, kind, timeout=config.getoption("simdist_timeout"))
+            cache["world", kind, size] = simdist.World(size, kind, timeout=config.getoption("simdist_timeout"),
+                                                       sync_sends=config.getoption("simdist_sync_sends"))
         cache[spec, size] = Backend(kind, factory, size, cache["world", kind, size])
     return cache[spec, size]
 

@@ -13,12 +13,18 @@ from simdist import reference
 from . import strategies as s
 
 
-def _exchange(comm, messages):
-    """Each rank sends its messages in list order, then receives its own."""
+def _exchange(comm, messages, synchronous):
+    """Each rank sends its messages in list order, then receives its own;
+    with ``synchronous`` sends (which wait for their recv) every rank takes
+    the list in order instead, each message sent and then received."""
+    received = []
     for i, (src, dst, tag, length) in enumerate(messages):
         if comm.rank == src:
             comm.send(np.arange(length, dtype=np.int64) + 1000 * i, dst, tag)
-    received = []
+        elif comm.rank == dst and synchronous:
+            received.append((i, comm.recv(src, tag)))
+    if synchronous:
+        return received
     for i, (src, dst, tag, length) in enumerate(messages):
         if comm.rank == dst:
             received.append((i, comm.recv(src, tag)))
@@ -28,7 +34,7 @@ def _exchange(comm, messages):
 @given(st.data())
 def test_messages_arrive_in_order_per_source_and_tag(world, data):
     messages = data.draw(s.messages(world.size))
-    outs = world.run(_exchange, messages)
+    outs = world.run(_exchange, messages, world.world.sync_sends)
     for rank, received in enumerate(outs):
         # Receives are posted in list order per (source, tag), so the k-th
         # receive from (src, tag) must get the k-th message sent on it.

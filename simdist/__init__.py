@@ -8,6 +8,7 @@ from ._communicator import OPS, Communicator
 from ._errors import (
     CollectiveMismatch,
     CollectiveTimeout,
+    Deadlock,
     InvalidArgument,
     InvalidType,
     InvalidValue,
@@ -33,6 +34,7 @@ __all__ = [
     "RankError",
     "CollectiveMismatch",
     "CollectiveTimeout",
+    "Deadlock",
     "RankDied",
     "InvalidArgument",
     "InvalidType",

@@ -4,6 +4,7 @@
     ├── RankError                 one or more ranks raised; carries each traceback
     ├── CollectiveMismatch        ranks disagree on a call (kind, dtype, shape, op, root)
     ├── CollectiveTimeout         a rank waited in a call longer than the world's timeout
+    │   └── Deadlock              ranks wait for each other in a cycle: the wait-for cycle
     ├── RankDied                  a worker process was killed or exited
     └── InvalidArgument           bad input to a collective (also a TypeError/ValueError)
         ├── InvalidType           ... of the wrong type or dtype (subclasses TypeError)
@@ -25,6 +26,7 @@ __all__ = [
     "RankError",
     "CollectiveMismatch",
     "CollectiveTimeout",
+    "Deadlock",
     "RankDied",
     "InvalidArgument",
     "InvalidType",
@@ -119,6 +121,40 @@ class CollectiveTimeout(SimdistError):
 
     def __reduce__(self):
         return type(self), (self.timeout, self.report)
+
+
+class Deadlock(CollectiveTimeout):
+    """Ranks wait for each other in a cycle, so none of them can ever return.
+
+    ``cycle`` lists ``(rank, call)`` along the wait-for cycle, each rank
+    waiting for the next and the last for the first (``closed``); when the
+    last waits for a message from any rank instead, ``closed`` is False.
+    ``report`` maps every rank to where it is, as in CollectiveTimeout.
+    ``at_once`` is True when the simulator found it as soon as every rank
+    that had not returned waited in a wait no rank could end, False when it
+    was found at the world's ``timeout``.
+    """
+
+    __module__ = "simdist"
+
+    def __init__(self, timeout: float, report: dict[int, str], cycle: list, closed: bool = True,
+                 at_once: bool = True):
+        self.timeout = timeout
+        self.report = dict(sorted(report.items()))
+        self.cycle = [(int(r), str(call)) for r, call in cycle]
+        self.closed = closed
+        self.at_once = at_once
+        links = [f"rank {r} in {call}" for r, call in self.cycle]
+        links.append(f"rank {self.cycle[0][0]}" if closed and self.cycle else "any rank")
+        when = ("found as soon as every rank that had not returned waited" if at_once
+                else f"no progress for {timeout:g} s (the world's timeout)")
+        lines = ["deadlock: " + " <- ".join(links),
+                 f"(each rank waits for the next; {when}); where each rank is:"]
+        lines += [f"  rank {r}: {where}" for r, where in self.report.items()]
+        SimdistError.__init__(self, "\n".join(lines))
+
+    def __reduce__(self):
+        return type(self), (self.timeout, self.report, self.cycle, self.closed, self.at_once)
 
 
 class RankDied(SimdistError):

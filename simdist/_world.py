@@ -16,7 +16,9 @@ from typing import Any, Callable
 
 from . import _pickling
 from ._driver import log_levels
-from ._errors import CollectiveMismatch, CollectiveTimeout, InvalidType, InvalidValue, RankDied, RankError, SimdistError
+from ._errors import (
+    CollectiveMismatch, CollectiveTimeout, Deadlock, InvalidType, InvalidValue, RankDied, RankError, SimdistError,
+)
 from ._orders import ORDERS
 from .sim._driver import START_METHODS, SimDriver
 
@@ -69,6 +71,21 @@ class World:
     :mod:`simdist.reference`), to compare a backend pinned to that
     algorithm bit for bit. Every order is deterministic.
 
+    ``sync_sends=True`` makes every ``send`` synchronous, as MPI's
+    ``Ssend``: it returns only once the matching ``recv`` has taken the
+    message (a message another ``recv`` only set aside, for another tag,
+    is not taken). A program that relies on sends being buffered, such as
+    a ring where every rank sends before it receives, then deadlocks at
+    every message size, as it would on MPI above the eager limit, instead
+    of passing here and hanging on a cluster. The default (False) buffers
+    a send while the message fits in the ring to its destination (up to
+    1 MiB). On the MPI backend ``send`` then uses ``Ssend``.
+
+    A run in which every rank that has not returned waits for another (a
+    deadlock) raises :class:`Deadlock`, a CollectiveTimeout naming the
+    wait-for cycle: on the simulator as soon as no rank can move, on MPI
+    at the timeout.
+
     One World runs one function at a time: ``run`` called from several
     threads runs their functions one after the other, in the order the
     threads get the world, and ``close`` from another thread waits for the
@@ -91,6 +108,7 @@ class World:
         hostfile=None,
         launcher=None,
         listen=None,
+        sync_sends: bool = False,
     ):
         if isinstance(size, bool) or not isinstance(size, int):
             raise InvalidType(f"World(size={size!r}): size must be an int >= 1")
@@ -105,6 +123,8 @@ class World:
             raise InvalidValue(f"World(backend={backend!r}): unknown backend; use 'sim' or 'mpi'")
         if not (isinstance(timeout, (int, float)) and timeout > 0):
             raise InvalidValue(f"World(timeout={timeout!r}): timeout must be a number of seconds > 0")
+        if not isinstance(sync_sends, bool):
+            raise InvalidType(f"World(sync_sends={sync_sends!r}): sync_sends must be True or False")
         start_method = start_method or "fork"
         if start_method not in START_METHODS:
             raise InvalidValue(f"World(start_method={start_method!r}): use one of {', '.join(START_METHODS)}")
@@ -112,6 +132,7 @@ class World:
         self.backend = backend
         self.timeout = float(timeout)
         self.start_method = start_method
+        self.sync_sends = sync_sends
         self._closed = False
         self._turn = threading.Lock()  # one run (or close) at a time
         self._runner: int | None = None  # the thread running, for re-entry
@@ -119,13 +140,14 @@ class World:
         if backend == "mpi":
             from .mpi import driver  # imported only when used
 
-            self._driver = driver(size, self.timeout, mpiexec, check_calls=check_calls, **hosted)
+            self._driver = driver(size, self.timeout, mpiexec, check_calls=check_calls, sync_sends=sync_sends,
+                                  **hosted)
         else:
             if any(v is not None for v in hosted.values()):
                 raise InvalidValue("World(hosts=, hostfile=, launcher=, listen=): these place MPI ranks; use backend='mpi'")
             if order not in ORDERS:
                 raise InvalidValue(f"World(order={order!r}): use one of {', '.join(ORDERS)}")
-            self._driver = SimDriver(size, self.timeout, start_method, slot_bytes, order)
+            self._driver = SimDriver(size, self.timeout, start_method, slot_bytes, order, sync_sends)
 
     def close(self) -> None:
         """Stop every worker and release the shared memory. Idempotent."""
@@ -190,6 +212,8 @@ class World:
         errors = {r: data for r, (kind, data) in outcomes.items() if kind == "error"}
         if dead and not errors:
             raise RankDied(dead, " during World.run; the world has replaced it")
+        if isinstance(report, Deadlock):
+            raise report
         if report is not None:
             raise CollectiveTimeout(self.timeout, report)
         mismatches = {r: data for r, (kind, data) in outcomes.items() if kind == "mismatch"}
@@ -263,6 +287,7 @@ def run(
     hostfile=None,
     launcher=None,
     listen=None,
+    sync_sends: bool = False,
     **kwargs,
 ) -> list[Any]:
     """Run ``fn(comm, *args, **kwargs)`` once on a new world of ``size`` ranks.
@@ -270,7 +295,8 @@ def run(
     The keyword arguments named like :class:`World`'s configure the world;
     all others are passed to ``fn``.
     """
-    options = dict(start_method=start_method, slot_bytes=slot_bytes, mpiexec=mpiexec, check_calls=check_calls, order=order,
-                   hosts=hosts, hostfile=hostfile, launcher=launcher, listen=listen)
+    options = dict(start_method=start_method, slot_bytes=slot_bytes, mpiexec=mpiexec, check_calls=check_calls,
+                   order=order, sync_sends=sync_sends, hosts=hosts, hostfile=hostfile, launcher=launcher,
+                   listen=listen)
     with World(size, backend=backend, timeout=timeout, **options) as world:
         return world.run(fn, *args, **kwargs)

@@ -59,7 +59,8 @@ class HangingRank(_AtCall):
     collective: a lost message, a deadlocked thread, a stuck device.
 
     Shows as a hang: ``World.run`` raises :class:`simdist.CollectiveTimeout`
-    after the world's ``timeout``, its report naming the last rank as
+    after the world's ``timeout`` (on the simulator a :class:`simdist.Deadlock`,
+    at once, when no other rank computes), its report naming the last rank as
     waiting in ``recv(source=itself, tag=NEVER_TAG)`` (it blocks in a
     receive no one will match, so even a one-rank world sees a rank waiting
     in a call) and the others waiting in the collective. Calls before the

@@ -70,6 +70,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--collectives", metavar="A,B,...",
                    help=f"only these collectives (default all: {','.join(SWEEP_COLLECTIVES)})")
     p.add_argument("--dtypes", metavar="A,B,...", help="only these dtypes (default all)")
+    p.add_argument("--sync-sends", dest="sync_sends", action="store_true", default=None,
+                   help="every send waits until its recv takes the message (MPI's Ssend), in the sweep and the "
+                        "property suite (default: buffered sends in the sweep, synchronous in the suite)")
+    p.add_argument("--buffered-sends", dest="sync_sends", action="store_false",
+                   help="sends return once buffered, in the sweep and the property suite")
     p.add_argument("--no-properties", dest="properties", action="store_false",
                    help="skip the property suite (python -m pytest --pyargs properties), which runs after the sweep "
                         "when pytest and hypothesis are installed (pip install \"simdist[check]\")")
@@ -192,7 +197,8 @@ def _properties(args, backend: str, factory: str | None) -> dict:
         print("check: running the property suite (python -m pytest --pyargs properties) ...", file=sys.stderr)
 
     return run_properties(backend if backend == "mpi" else "sim", factory, args.size, timeout=args.timeout,
-                          seed=args.seed, examples=10 if args.quick else 25, announce=announce)
+                          seed=args.seed, examples=10 if args.quick else 25, announce=announce,
+                          sync_sends=args.sync_sends)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -209,6 +215,7 @@ def run(args: argparse.Namespace) -> int:
         report = sweep(
             args.size, backend, factory, quick=args.quick, progress=progress, seed=args.seed,
             timeout=args.timeout, collectives=_names(args.collectives), dtypes=_names(args.dtypes),
+            sync_sends=bool(args.sync_sends),
         )
     except InvalidArgument as exc:
         progress.finish()

@@ -185,11 +185,13 @@ class MpiComm(Communicator):
     owned, and ``free`` releases them. ``check_calls=True`` makes every
     collective first compare the ranks' call signatures, so mismatched calls
     raise :class:`simdist.CollectiveMismatch` on every rank (see the module
-    docstring); communicators returned by ``split`` inherit it.
+    docstring); ``sync_sends=True`` makes ``send`` synchronous (``Ssend``:
+    it returns once the matching ``recv`` has started). Communicators
+    returned by ``split`` inherit both.
     """
 
-    def __init__(self, comm, *, check_calls: bool = False, _owned: bool = False, _name: str | None = None,
-                 _run: list | None = None):
+    def __init__(self, comm, *, check_calls: bool = False, sync_sends: bool = False, _owned: bool = False,
+                 _name: str | None = None, _run: list | None = None):
         if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
             raise InvalidType(f"MpiComm: comm={comm!r} must be an mpi4py intracommunicator, such as MPI.COMM_WORLD")
         self._comm = comm
@@ -205,6 +207,8 @@ class MpiComm(Communicator):
         self._dup = None  # the duplicate for mpi4py code (mpi4py_dup)
         self._tag_ub = MPI.COMM_WORLD.Get_attr(MPI.TAG_UB)
         self._check = bool(check_calls)
+        self._sync = bool(sync_sends)
+        self._send = comm.Ssend if self._sync else comm.Send  # see send
         if self._check:
             if _name is None:
                 same = MPI.Comm.Compare(comm, MPI.COMM_WORLD) in (MPI.IDENT, MPI.CONGRUENT)
@@ -217,16 +221,21 @@ class MpiComm(Communicator):
             self._shapes = None  # every rank's full shape, after a second Allgather
 
     @classmethod
-    def world(cls, *, check_calls: bool = False) -> "MpiComm":
+    def world(cls, *, check_calls: bool = False, sync_sends: bool = False) -> "MpiComm":
         """Every process of the MPI job, on a duplicate of MPI_COMM_WORLD so
         that direct mpi4py traffic on COMM_WORLD never mixes with this
         communicator's. Collective over every process of the job."""
-        return cls(MPI.COMM_WORLD.Dup(), check_calls=check_calls)
+        return cls(MPI.COMM_WORLD.Dup(), check_calls=check_calls, sync_sends=sync_sends)
 
     @property
     def check_calls(self) -> bool:
         """Whether every collective first compares the ranks' signatures."""
         return self._check
+
+    @property
+    def sync_sends(self) -> bool:
+        """Whether ``send`` is synchronous (``Ssend``)."""
+        return self._sync
 
     @property
     def rank(self) -> int:
@@ -503,7 +512,9 @@ class MpiComm(Communicator):
         self._open("send")
         datatype = self._type(x.dtype, "send")
         self._comm.send((x.dtype.str, x.shape), dest, tag)
-        self._comm.Send([np.ascontiguousarray(x), datatype], dest, tag)
+        # With sync_sends the data goes by Ssend: its completion needs the
+        # receiver's Recv, which follows the metadata's recv.
+        self._send([np.ascontiguousarray(x), datatype], dest, tag)
 
     def recv(self, source, tag=0):
         source = check_rank_arg(source, self._size, self._rank, "recv", "source")
@@ -535,9 +546,9 @@ class MpiComm(Communicator):
         group = sorted((k, r) for r, (c, k) in enumerate(table) if c == color)
         sub = self._comm.Split(colors.index(color), group.index((key, self._rank)))
         if self._check:
-            return MpiComm(sub, check_calls=True, _owned=True, _name=f"a sub-communicator (color {color})",
-                           _run=self._run)
-        return MpiComm(sub, _owned=True, _run=self._run)
+            return MpiComm(sub, check_calls=True, sync_sends=self._sync, _owned=True,
+                           _name=f"a sub-communicator (color {color})", _run=self._run)
+        return MpiComm(sub, sync_sends=self._sync, _owned=True, _run=self._run)
 
     def free(self):
         if not self._owned:

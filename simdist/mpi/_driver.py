@@ -128,7 +128,7 @@ def _own_session_dying_with_us() -> None:  # runs in the child before exec
 
 
 #: Variables the ranks need, passed by name to Open MPI's ranks on other hosts.
-_FORWARDED = ("SIMDIST_AUTHKEY", "SIMDIST_CHECK_CALLS", "PYTHONPATH")
+_FORWARDED = ("SIMDIST_AUTHKEY", "SIMDIST_CHECK_CALLS", "SIMDIST_SYNC_SENDS", "PYTHONPATH")
 
 
 class _RemoteEnd:
@@ -149,11 +149,12 @@ class _RemoteEnd:
 
 class MpiDriver(Driver):
     def __init__(self, size: int, timeout: float, mpiexec: str | None = None, *, check_calls: bool = False,
-                 where: Placement = Placement()):
+                 where: Placement = Placement(), sync_sends: bool = False):
         super().__init__()
         self.size = size
         self.timeout = timeout
         self.check_calls = check_calls
+        self.sync_sends = sync_sends
         self.where = where
         if where.launcher:
             self.mpiexec = shutil.which(where.launcher[0]) or where.launcher[0]
@@ -206,6 +207,8 @@ class MpiDriver(Driver):
         env[stdin.VARIABLE] = "" if self.where.spread else stdin.stdin_for_rank_0()
         if self.check_calls:
             env["SIMDIST_CHECK_CALLS"] = "1"
+        if self.sync_sends:
+            env["SIMDIST_SYNC_SENDS"] = "1"
         return env
 
     # -- the job ------------------------------------------------------------------

@@ -218,7 +218,7 @@ class JobDriver:
     whose function raises prints its traceback and aborts the job.
     """
 
-    def __init__(self, size: int, timeout: float, *, check_calls: bool = False):
+    def __init__(self, size: int, timeout: float, *, check_calls: bool = False, sync_sends: bool = False):
         from ._comm import RunComms
 
         world = _job_world()
@@ -231,7 +231,7 @@ class JobDriver:
         self.size = size
         self.timeout = timeout
         self._rank = world.Get_rank()
-        self._runs = RunComms(check_calls=check_calls or _check_calls())
+        self._runs = RunComms(check_calls=check_calls or _check_calls(), sync_sends=sync_sends)
         self._results = world.Dup()  # the runs' return values travel here, apart from the user's traffic
         self._pids = self._results.allgather(os.getpid())
         self._count = 0

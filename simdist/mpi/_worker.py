@@ -56,6 +56,8 @@ def main(argv: list[str] | None = None) -> None:
     driven()  # the launcher's variables are simdist's own mpiexec's here
     key = bytes.fromhex(os.environ.pop("SIMDIST_AUTHKEY"))
     options = {"check_calls": True} if os.environ.pop("SIMDIST_CHECK_CALLS", "") == "1" else {}
+    if os.environ.pop("SIMDIST_SYNC_SENDS", "") == "1":
+        options["sync_sends"] = True
     from mpi4py import MPI
 
     from ._comm import RunComms

@@ -16,8 +16,9 @@ them and names the words)::
     header    4096            magic, size, abort word
     sleeping  size x 8        per world rank: its sleeping flag, side by side
                               so that a publisher compares them all at once
-    status    size x 128      per world rank: state, progress, current call,
-                              futex word (bell), p2p call info
+    status    size x 256      per world rank: state, progress, current call,
+                              futex word (bell), p2p call info, the wait it
+                              sleeps in, its call site
     contexts  size x C x E    per world rank and communicator context:
                               arrive epoch, done epoch (one line), then two
                               banks: the call's first epoch and signature
@@ -128,8 +129,10 @@ import numpy as np
 from .._errors import Aborted, CollectiveMismatch, SimdistError
 from .._inherited import close_fd, copies_of, disown, unmap_shared
 from ._layout import (
-    ABORT_DRIVER, E_ARRIVE, FAILED, H_ABORT, H_MAGIC, H_SIZE, MAGIC, RETURNED, S_BELL, S_STATE, S_WAITING_FOR, Layout,
+    ABORT_DRIVER, ANY_RING, E_ARRIVE, FAILED, H_ABORT, H_MAGIC, H_SIZE, MAGIC, R_HEAD, RETURNED, S_BELL, S_BLOCK_TARGET,
+    S_BLOCK_WORD, S_BLOCKED, S_PROGRESS, S_SITE_FOR, S_STATE, S_WAITING_FOR, SITE_BYTES, Layout,
 )
+from ._report import user_call_site
 
 __all__ = ["Arena"]
 
@@ -371,7 +374,7 @@ class Arena:
         def ready():
             return next((i for i, (w, t) in enumerate(pairs) if q[w] >= t), None)
 
-        return self._sleep_until(ready, lambda: self._check_writers(pairs, writers), on)
+        return self._sleep_until(ready, lambda: self._check_writers(pairs, writers), on, ANY_RING)
 
     def check_abort(self) -> None:
         """Raise ``Aborted`` if the run is being aborted."""
@@ -414,9 +417,15 @@ class Arena:
             if q[word] >= target:
                 return
         self._sleep_until(lambda: True if q[word] >= target else None,
-                          lambda: self._check_peer(word, target, writer), writer)
+                          lambda: self._check_peer(word, target, writer), writer, word, target)
 
-    def _sleep_until(self, ready, check, on: int | None):
+    def heads_into(self, rank: int) -> int:
+        """The sum of the heads of every ring into ``rank``: it grows with
+        every byte any rank sends to ``rank``."""
+        q, lay = self.q, self.layout
+        return sum(int(q[lay.pair_word(src, rank) + R_HEAD]) for src in range(self.size))
+
+    def _sleep_until(self, ready, check, on: int | None, word: int, target: int = 0):
         """The sleeping phase of a wait: return ``ready()`` once it is not None.
 
         Announce the sleep (the sleeping flag, which writers read to decide
@@ -425,27 +434,59 @@ class Arena:
         the bell, so the futex wait cannot miss it. ``check()`` raises when
         the wait can never end (an abort, a failed or returned writer).
         ``on`` is the rank reported as waited on (None: no single rank).
+
+        While asleep the rank shows the driver what it waits for, so that
+        the driver can tell a deadlock (``_deadlock.deadlocked``): ``S_BLOCKED``
+        is odd from the first ``ready()`` that found nothing to the return,
+        with ``q[word] >= target`` the condition, or for ``word=ANY_RING``
+        (a wait for a new record from any rank) the sum of the heads into
+        this rank, read before that ``ready()``, in ``S_BLOCK_TARGET``. The
+        rank's call site is recorded once, when it first sleeps.
         """
         q = self.q
         me = self.rank
         lay = self.layout
         sleeping = lay.sleeping_word(me)
         bell = lay.status_word(me, S_BELL)
+        blocked = lay.status_word(me, S_BLOCKED)
         if on is not None:
             q[lay.status_word(me, S_WAITING_FOR)] = on + 1
         ts = _Timespec(0, 50_000_000)
         addr = ctypes.c_void_p(self._bell_addr[me])
+        self._record_site()
+        q[lay.status_word(me, S_BLOCK_WORD)] = word
+        q[lay.status_word(me, S_BLOCK_TARGET)] = target
         try:
             while True:
                 expected = q[bell] & 0xFFFFFFFF
                 q[sleeping] = 1
                 fence()
+                if word == ANY_RING:  # read before ready(): see the docstring
+                    level = self.heads_into(me)
                 got = ready()
                 if got is not None:
                     return got
+                if word == ANY_RING:
+                    q[lay.status_word(me, S_BLOCK_TARGET)] = level
+                if not q[blocked] & 1:
+                    q[blocked] += 1
                 check()
                 _sleep(addr, expected, ts)
                 q[sleeping] = 0
         finally:
             q[sleeping] = 0
+            if q[blocked] & 1:
+                q[blocked] += 1
             q[lay.status_word(me, S_WAITING_FOR)] = 0
+
+    def _record_site(self) -> None:
+        """Write where the user's code made the current call (see ``S_SITE``),
+        once per call."""
+        q, lay, me = self.q, self.layout, self.rank
+        calls = q[lay.status_word(me, S_PROGRESS)] + 1
+        if q[lay.status_word(me, S_SITE_FOR)] == calls:
+            return
+        text = user_call_site().encode("utf-8", "replace")[: SITE_BYTES - 1]
+        at = lay.site_offset(me)
+        self.buf[at : at + SITE_BYTES] = text.ljust(SITE_BYTES, b"\0")
+        q[lay.status_word(me, S_SITE_FOR)] = calls

@@ -31,14 +31,17 @@ import weakref
 
 from .. import _inherited
 from .._driver import GRACE, Driver, ProcessEnd, interrupts_deferred
-from .._errors import RankDied, SimdistError
+from .._errors import Deadlock, RankDied, SimdistError
 from .._janitor import end_group, janitor
 from .._stdin import driver_stdin
 from ._arena import Arena
-from ._layout import ABORT_DRIVER, CALL, H_ABORT, S_CTX, S_P2P_KIND, S_P2P_PEER, S_PROGRESS, S_STATE, Layout
+from ._layout import (
+    ABORT_DRIVER, CALL, H_ABORT, H_SYNC_SENDS, S_CTX, S_P2P_KIND, S_P2P_PEER, S_PROGRESS, S_STATE, Layout,
+)
 from . import _worker
-from ._p2p import SEND
-from ._report import whereabouts
+from ._deadlock import deadlocked, wait_cycle
+from ._p2p import SEND, SSEND
+from ._report import short_call, whereabouts
 
 _log = logging.getLogger("simdist")
 START_METHODS = ("fork", "forkserver", "spawn")
@@ -88,7 +91,8 @@ class _Worker:
 
 
 class SimDriver(Driver):
-    def __init__(self, size: int, timeout: float, start_method: str, slot_bytes: int | None, order: str = "fold"):
+    def __init__(self, size: int, timeout: float, start_method: str, slot_bytes: int | None, order: str = "fold",
+                 sync_sends: bool = False):
         super().__init__()
         self.order = order
         self.size = size
@@ -99,6 +103,7 @@ class SimDriver(Driver):
             self._mp.set_forkserver_preload(["simdist.sim._worker"])
         self._layout = Layout(size, slot_bytes)
         self.arena = Arena.create(self._layout)
+        self.arena.q[H_SYNC_SENDS] = int(sync_sends)  # the ranks read it at each run
         # Workers block on reading the lifeline; only the driver holds its
         # write end, so they see end-of-file when the driver dies, however
         # it dies and whatever their parent process is.
@@ -189,11 +194,22 @@ class SimDriver(Driver):
         self.arena.reset_control()
 
     def hang_report(self, outcomes):
+        """A Deadlock as soon as no rank can move (``_deadlock``), else at the
+        timeout: a Deadlock if the waiting ranks wait in a cycle, otherwise
+        the report of a CollectiveTimeout."""
         positions = _positions(self.arena)
+        at_once = deadlocked(self.arena)
         waited = self.watch.hung(positions, [p[0] == CALL for p in positions])
-        if waited is None:
+        if not at_once and waited is None:
             return None
-        return {r: whereabouts(self.arena, r, w) for r, w in waited.items()}
+        if at_once:  # found within a poll of the last move: how long is not news
+            waited = dict.fromkeys(range(self.size))
+        report = {r: whereabouts(self.arena, r, w) for r, w in waited.items()}
+        chain, closed = wait_cycle(self.arena)
+        if not at_once and not closed:
+            return report
+        cycle = [(r, short_call(self.arena, r)) for r in chain]
+        return Deadlock(self.timeout, report, cycle, closed, at_once)
 
     def abort(self, outcomes, dead) -> None:
         """Wake and unwind every rank still running; kill those that do not."""
@@ -223,7 +239,7 @@ def _positions(arena: Arena) -> list[tuple]:
             moved = q[lay.arrive_word(r, ctx)]
         else:  # bytes of a message stream through a ring
             peer = q[lay.status_word(r, S_P2P_PEER)]
-            sending = q[lay.status_word(r, S_P2P_KIND)] == SEND
+            sending = q[lay.status_word(r, S_P2P_KIND)] in (SEND, SSEND)
             moved = q[lay.pair_word(r, peer)] if sending else q[lay.pair_word(peer, r) + 1]
         positions.append((q[lay.status_word(r, S_STATE)], q[lay.status_word(r, S_PROGRESS)], ctx, moved))
     return positions

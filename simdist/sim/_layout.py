@@ -15,22 +15,31 @@ from __future__ import annotations
 MAGIC = 0x5349_4D44_4953_5431  # "SIMDIST1"
 LINE = 64
 HEADER = 4096
-STATUS = 128
+STATUS = 256  # a rank's status words (128 bytes), then the text of its call site (128)
 SIG_BYTES = 576  # the call's first epoch, then kind, seq, op, root, dtype, ndim and up to 64 dimensions
 
-# header words (int64 index)
-H_MAGIC, H_SIZE, H_ABORT = 0, 1, 2
+# header words (int64 index); SYNC_SENDS: 1 if every ``send`` waits for its ``recv``
+H_MAGIC, H_SIZE, H_ABORT, H_SYNC_SENDS = 0, 1, 2, 3
 
 # status words, relative to a rank's status entry (int64 index)
 S_STATE, S_PROGRESS, S_CTX, S_WAITING_FOR = 0, 1, 2, 4  # WAITING_FOR: rank + 1, 0 if none; 3 and 11 are unused
 S_P2P_KIND, S_P2P_PEER, S_P2P_TAG, S_P2P_NBYTES, S_P2P_SEQ = 5, 6, 7, 9, 10
 S_BELL = 8  # int64 word whose low 32 bits are the futex word
+# A rank asleep in a wait (``Arena._sleep_until``): BLOCKED is odd while it
+# sleeps, with the condition it waits for, BLOCK_WORD >= BLOCK_TARGET (a
+# BLOCK_WORD of -1: the sum of the heads of every ring into the rank above
+# BLOCK_TARGET). SITE_FOR is the rank's S_PROGRESS + 1 when the text at
+# S_SITE (up to SITE_BYTES, NUL-padded) is the call site of its current call.
+S_BLOCKED, S_BLOCK_WORD, S_BLOCK_TARGET, S_SITE_FOR, S_SITE = 12, 13, 14, 15, 16
+SITE_BYTES = STATUS - 8 * S_SITE
+ANY_RING = -1  # the S_BLOCK_WORD of a wait for a record in any ring into the rank
 
 # words of a context entry's first line, relative to the entry's first word
 E_ARRIVE, E_DONE = 0, 1
 
 # words of a pair's line in the p2p index, relative to the line's first word
 R_HEAD, R_TAIL = 0, 1  # the sender's and the receiver's byte counts
+R_MATCHED = 2  # the receiver's count of synchronous messages its recv took
 
 # rank states
 IDLE, USER, CALL, RETURNED, FAILED = 0, 1, 2, 3, 4
@@ -95,6 +104,10 @@ class Layout:
 
     def inline_offset(self, rank: int, ctx: int, bank: int) -> int:
         return self.call_epoch_word(rank, ctx, bank) * 8 + SIG_BYTES
+
+    def site_offset(self, rank: int) -> int:
+        """The byte offset of ``rank``'s call-site text (see ``S_SITE``)."""
+        return self.status + rank * STATUS + 8 * S_SITE
 
     def pair_word(self, src: int, dst: int) -> int:
         """The first word of the (src -> dst) ring's line in the p2p index."""

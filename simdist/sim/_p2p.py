@@ -12,6 +12,18 @@ the sender waits for the receiver to make room, so ``send`` returns at once
 for small messages and waits for the matching ``recv`` for large ones, as a
 standard-mode MPI send may.
 
+Synchronous sends
+-----------------
+In a world with ``sync_sends`` (the header's ``H_SYNC_SENDS``), ``send``
+marks its record synchronous (a bit of the header's dtype word) and, once
+the record is written, waits until the receiver has *taken* it: the
+receiver counts, per pair, the synchronous messages its ``recv`` returned
+(``R_MATCHED``, one writer: the receiver), and a sender's k-th synchronous
+message to a peer is taken when that count reaches k (a sender has one
+synchronous message in flight at a time, and a pair's messages of one tag
+are taken in order). A message that a ``recv`` for another tag, or a
+probe, only moves to the stash is not taken. ``try_send`` never waits.
+
 The receiver reads its ring in order; a message with another (ctx, tag)
 than the one asked for is copied into a private queue (the stash), where a
 later ``recv`` finds it. So messages between a pair with one tag arrive in
@@ -48,12 +60,15 @@ import numpy as np
 
 from .._arguments import DTYPE_CODE, DTYPES
 from ._layout import (
-    CALL, R_HEAD, R_TAIL, S_CTX, S_P2P_KIND, S_P2P_NBYTES, S_P2P_PEER, S_P2P_SEQ, S_P2P_TAG, S_PROGRESS, S_STATE, USER,
+    CALL, H_SYNC_SENDS, R_HEAD, R_MATCHED, R_TAIL, S_CTX, S_P2P_KIND, S_P2P_NBYTES, S_P2P_PEER, S_P2P_SEQ, S_P2P_TAG,
+    S_PROGRESS, S_STATE, USER,
 )
-from ._report import P2P_ANY_SOURCE, P2P_CTX
+from ._report import P2P_ANY_SOURCE, P2P_CTX, SSEND
 
 _HEAD = struct.Struct("5q")
 SEND, RECV, PROBE = 1, 2, 3
+#: In a record's dtype word: the sender waits until a ``recv`` takes it.
+_SYNC = 1 << 8
 
 
 def record_bytes(nbytes: int, ndim: int) -> int:
@@ -77,6 +92,8 @@ class Mailboxes:
         self._rings_by_pair: dict[tuple[int, int], _Ring] = {}
         self._seq = 0
         self._status = lay.status_word(self._me, 0)
+        self.sync_sends = bool(arena.q[H_SYNC_SENDS])
+        self._synchronous_sent: dict[int, int] = {}  # dest -> synchronous messages sent to it
         ring = np.ndarray((lay.size * lay.size * lay.ring_bytes,), np.uint8, arena.mm, lay.rings)
         self._rings = ring.reshape(lay.size * lay.size, lay.ring_bytes)
 
@@ -97,10 +114,13 @@ class Mailboxes:
         q[s + S_STATE] = USER
 
     # -- sending ------------------------------------------------------------
-    def send(self, x: np.ndarray, dest: int, tag: int, ctx: int) -> None:
-        self._enter(SEND, dest, tag, x.nbytes)
+    def send(self, x: np.ndarray, dest: int, tag: int, ctx: int, sync: bool = False) -> None:
+        """Write the message into the ring to ``dest``; with ``sync``, then
+        wait until ``dest``'s ``recv`` takes it (see the module docstring)."""
+        self._enter(SSEND if sync else SEND, dest, tag, x.nbytes)
         try:
-            header = _HEAD.pack(ctx, tag, DTYPE_CODE[x.dtype], x.ndim, x.nbytes) + struct.pack(f"{x.ndim}q", *x.shape)
+            code = DTYPE_CODE[x.dtype] | (_SYNC if sync else 0)
+            header = _HEAD.pack(ctx, tag, code, x.ndim, x.nbytes) + struct.pack(f"{x.ndim}q", *x.shape)
             payload = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
             pad = -x.nbytes % 8
             ring = self._ring(self._me, dest)
@@ -108,6 +128,9 @@ class Mailboxes:
             ring.put(payload)
             if pad:
                 ring.put(np.zeros(pad, np.uint8))
+            if sync:
+                sent = self._synchronous_sent[dest] = self._synchronous_sent.get(dest, 0) + 1
+                self._arena.wait_word(ring.head - R_HEAD + R_MATCHED, sent, dest)
         finally:
             self._leave()
 
@@ -122,12 +145,19 @@ class Mailboxes:
         try:
             ring = self._ring(source, self._me)
             while True:
-                m_ctx, m_tag, out = self._read(ring)
+                m_ctx, m_tag, out, sync = self._read(ring)
                 if m_ctx == ctx and m_tag == tag:
+                    if sync:
+                        self._taken(ring)
                     return out
-                self._set_aside(m_ctx, source, m_tag, out)
+                self._set_aside(m_ctx, source, m_tag, out, sync)
         finally:
             self._leave()
+
+    def _taken(self, ring: "_Ring") -> None:
+        """A synchronous message of ``ring``'s sender is received: release it."""
+        word = ring.head - R_HEAD + R_MATCHED
+        self._arena.publish(word, self._arena.q[word] + 1, (ring.src,))
 
     def _ring(self, src: int, dst: int) -> "_Ring":
         ring = self._rings_by_pair.get((src, dst))
@@ -136,33 +166,35 @@ class Mailboxes:
         return ring
 
     @staticmethod
-    def _read(ring: "_Ring") -> tuple[int, int, np.ndarray]:
-        """Take the record at ``ring``'s tail: ``(ctx, tag, array)``."""
+    def _read(ring: "_Ring") -> tuple[int, int, np.ndarray, bool]:
+        """Take the record at ``ring``'s tail: ``(ctx, tag, array, synchronous)``."""
         head = np.empty(5, np.int64)
         ring.get(head.view(np.uint8))
         m_ctx, m_tag, code, ndim, nbytes = (int(v) for v in head)
         shape = np.empty(ndim, np.int64)
         ring.get(shape.view(np.uint8))
-        out = np.empty(tuple(int(d) for d in shape), DTYPES[code - 1])
+        out = np.empty(tuple(int(d) for d in shape), DTYPES[(code & ~_SYNC) - 1])
         ring.get(out.reshape(-1).view(np.uint8))
         if nbytes % 8:
             ring.get(np.empty(-nbytes % 8, np.uint8))
-        return m_ctx, m_tag, out
+        return m_ctx, m_tag, out, bool(code & _SYNC)
 
-    def _set_aside(self, ctx: int, source: int, tag: int, out: np.ndarray) -> None:
+    def _set_aside(self, ctx: int, source: int, tag: int, out: np.ndarray, sync: bool) -> None:
         self._arrivals += 1
         box = self._stash.setdefault((ctx, source), {})
         waiting = box.get(tag)
         if waiting is None:
             waiting = box[tag] = collections.deque()
-        waiting.append((self._arrivals, out))
+        waiting.append((self._arrivals, out, sync))
 
     def _unstash(self, box: dict, ctx: int, source: int, tag: int, waiting: collections.deque) -> np.ndarray:
-        out = waiting.popleft()[1]
+        _, out, sync = waiting.popleft()
         if not waiting:
             del box[tag]
             if not box:
                 del self._stash[(ctx, source)]
+        if sync:
+            self._taken(self._ring(source, self._me))
         return out
 
     # -- probing --------------------------------------------------------------
@@ -196,8 +228,8 @@ class Mailboxes:
                         if not entered:
                             self._enter_probe(sources, tag, any_source)
                             entered = True
-                        m_ctx, m_tag, out = self._read(ring)
-                        self._set_aside(m_ctx, src, m_tag, out)
+                        m_ctx, m_tag, out, sync = self._read(ring)
+                        self._set_aside(m_ctx, src, m_tag, out, sync)
                 if not block:  # a rank that polls still unwinds on an abort
                     self._arena.check_abort()
                     return None

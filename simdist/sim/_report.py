@@ -3,19 +3,54 @@
 Used by the driver (which maps the arena too) and by a rank that notices a
 peer has returned while it waits for it. The sentences are both backends'
 (``simdist._whereabouts``); this module reads what they say from the arena.
+
+A rank that sleeps in a wait records where the user's code made the call
+(``user_call_site``: the innermost frame outside simdist and the mpi4py
+stand-in, as ``file.py:line``), so reports name the line, not the library.
 """
 
 from __future__ import annotations
+
+import os
+import sys
 
 from .. import _signature as sig
 from .. import _whereabouts
 from ._layout import (
     CALL, FAILED, IDLE, RETURNED, S_CTX, S_P2P_KIND, S_P2P_NBYTES, S_P2P_PEER, S_P2P_SEQ, S_P2P_TAG,
-    S_PROGRESS, S_STATE, S_WAITING_FOR, USER,
+    S_PROGRESS, S_SITE_FOR, S_STATE, S_WAITING_FOR, SITE_BYTES, USER,
 )
 
 P2P_CTX = -1
-P2P_KINDS = {1: "send", 2: "recv", 3: "probe"}
+P2P_KINDS = {1: "send", 2: "recv", 3: "probe", 4: "send"}  # 4: a synchronous send
+SSEND = 4
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: Frames in these folders are the library's, not the user's.
+_LIBRARY_DIRS = (_PACKAGE + os.sep, os.path.join(os.path.dirname(_PACKAGE), "fake_backends", "mpi4py") + os.sep)
+
+
+def user_call_site() -> str:
+    """``file.py:line`` of the innermost frame of the caller's stack that is
+    not simdist's or the mpi4py stand-in's ("" if there is none)."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_LIBRARY_DIRS):
+        frame = frame.f_back
+    if frame is None:
+        return ""
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+
+
+def call_site(arena, rank: int) -> str:
+    """Where ``rank``'s current call was made (``ring.py:12``), if it has
+    slept in it; else ""."""
+    lay, q = arena.layout, arena.q
+    if q[lay.status_word(rank, S_STATE)] != CALL:
+        return ""
+    if q[lay.status_word(rank, S_SITE_FOR)] != q[lay.status_word(rank, S_PROGRESS)] + 1:
+        return ""
+    at = lay.site_offset(rank)
+    return bytes(arena.buf[at : at + SITE_BYTES]).rstrip(b"\0").decode("utf-8", "replace")
 #: In the S_P2P_NBYTES word of a probe: it is from any rank (the peer word
 #: then holds the probing rank itself; see ``_arena``).
 P2P_ANY_SOURCE = 1
@@ -38,6 +73,8 @@ def current_call(arena, rank: int) -> str:
         detail = f"tag={'any' if tag < 0 else tag}"
         if kind == "send":
             detail += f", {q[lay.status_word(rank, S_P2P_NBYTES)]} bytes"
+            if q[lay.status_word(rank, S_P2P_KIND)] == SSEND:
+                detail += ", synchronous"
         elif kind == "probe" and q[lay.status_word(rank, S_P2P_NBYTES)] & P2P_ANY_SOURCE:
             peer = "any rank"
         return f"{kind} #{q[lay.status_word(rank, S_P2P_SEQ)]} {direction} {peer} ({detail})"
@@ -61,5 +98,25 @@ def whereabouts(arena, rank: int, waited: float | None = None) -> str:
     if state != CALL:
         return _whereabouts.describe(_STATES.get(state, state), calls)
     peer = q[lay.status_word(rank, S_WAITING_FOR)] - 1
-    return _whereabouts.describe(_whereabouts.CALL, calls, current_call(arena, rank), waited,
-                                 peer if peer >= 0 else None)
+    call = current_call(arena, rank)
+    site = call_site(arena, rank)
+    if site:
+        call += f" at {site}"
+    return _whereabouts.describe(_whereabouts.CALL, calls, call, waited, peer if peer >= 0 else None)
+
+
+def short_call(arena, rank: int) -> str:
+    """``rank``'s current call as a link of a wait-for cycle, e.g.
+    ``send(dest=1, tag=0) at ring.py:12`` (peers are world ranks)."""
+    lay, q = arena.layout, arena.q
+    if q[lay.status_word(rank, S_CTX)] == P2P_CTX:
+        kind = P2P_KINDS.get(q[lay.status_word(rank, S_P2P_KIND)], "p2p")
+        peer = q[lay.status_word(rank, S_P2P_PEER)]
+        any_source = kind == "probe" and q[lay.status_word(rank, S_P2P_NBYTES)] & P2P_ANY_SOURCE
+        tag = q[lay.status_word(rank, S_P2P_TAG)]
+        text = (f"{kind}({'dest' if kind == 'send' else 'source'}={'any' if any_source else peer}, "
+                f"tag={'any' if tag < 0 else tag})")
+    else:
+        text = current_call(arena, rank)
+    site = call_site(arena, rank)
+    return f"{text} at {site}" if site else text

@@ -83,9 +83,10 @@ class Transport:
 
     def send(self, x, dest: int, tag: int = 0) -> None:
         """The contract's ``send``: waits while the message's record does not
-        fit in the free space of the ring to ``dest`` (see ``try_send``)."""
+        fit in the free space of the ring to ``dest`` (see ``try_send``), and
+        in a world with ``sync_sends`` until ``dest``'s ``recv`` takes it."""
         x, world_dest, tag = self._outgoing(x, dest, tag)
-        self._mail.send(x, world_dest, tag, self.context)
+        self._mail.send(x, world_dest, tag, self.context, self._mail.sync_sends)
 
     def recv(self, source: int, tag: int = 0):
         """The contract's ``recv``."""
