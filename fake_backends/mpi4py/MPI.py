@@ -46,7 +46,8 @@ import time
 
 from . import _runtime
 from ._buffered import BSEND_OVERHEAD, Alloc_mem, Attach_buffer, Detach_buffer, Flush_buffer, Free_mem
-from ._buffers import BOTTOM, BUFFER_AUTOMATIC, IN_PLACE, BottomType, BufferAutomaticType, InPlaceType
+from ._buffers import (BOTTOM, BUFFER_AUTOMATIC, IN_PLACE, Aint_add, Aint_diff, BottomType, BufferAutomaticType,
+                       Get_address, InPlaceType)
 from ._comm import (APPNUM, COMM_NULL, COMM_SELF, COMM_TYPE_SHARED, COMM_WORLD, CONGRUENT, IDENT, IO,
                     KEYVAL_INVALID, LASTUSEDCODE, SIMILAR, UNDEFINED, UNEQUAL, UNIVERSE_SIZE, WTIME_IS_GLOBAL, Comm,
                     Intracomm)
@@ -61,6 +62,8 @@ from ._errors import error_class as _error_class
 from ._errors import error_string as _error_string
 from ._handles import register as _register_handles
 from ._hints import ERRHANDLER_NULL, ERRORS_ABORT, ERRORS_ARE_FATAL, ERRORS_RETURN, INFO_ENV, INFO_NULL, Errhandler, Info
+from ._locks import _comm_lock, _comm_lock_table
+from ._mpibuffer import buffer, memory
 from ._ops import OP_NULL, Op
 from ._ops import PREDEFINED as _PREDEFINED
 from ._p2p import ANY_SOURCE, ANY_TAG, PROC_NULL

@@ -83,7 +83,8 @@ class _SelfComm:
 class _State:
     """What a communicator handle refers to (see the module docstring)."""
 
-    __slots__ = ("sc", "ctx", "members", "rank", "size", "name", "rt", "engine", "predefined", "freed", "errhandler")
+    __slots__ = ("sc", "ctx", "members", "rank", "size", "name", "rt", "engine", "predefined", "freed", "errhandler",
+                 "locks")
 
     def __init__(self, rt, sc, ctx: int, members: list[int], name: str, predefined: bool = False):
         self.rt, self.engine = rt, rt.engine
@@ -91,6 +92,7 @@ class _State:
         self.rank, self.size = sc.rank, sc.size
         self.name, self.predefined, self.freed = name, predefined, False
         self.errhandler = _errhandlers.default()
+        self.locks: dict = {}  # MPI._comm_lock_table (``_locks``)
         rt.states.append(self)
 
 
@@ -109,6 +111,8 @@ class Comm(PointToPoint, BufferCollectives, VectorCollectives, ObjectCollectives
     _fixed = None  # "COMM_WORLD"/"COMM_SELF" for the predefined handles
 
     def __init__(self, comm: "Comm | None" = None):
+        if comm is not None and not isinstance(comm, Comm):
+            raise TypeError(f"expected an MPI.Comm, got {type(comm).__name__}")
         self._state = None if comm is None else comm._state
 
     # -- identity ---------------------------------------------------------------------
@@ -237,8 +241,9 @@ class Comm(PointToPoint, BufferCollectives, VectorCollectives, ObjectCollectives
         _errhandlers.invoke(self, st, MPIException(errorcode, "Call_errhandler"), "Comm.Call_errhandler")
 
     def Get_info(self):
+        """A new info (hints are not simulated: it is empty), for the caller to Free."""
         self._st()
-        return Info()
+        return Info.Create()
 
     def Set_info(self, info) -> None:
         self._st()

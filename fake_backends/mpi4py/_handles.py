@@ -9,7 +9,7 @@
   to it.
 * An info gives a new info with the same items, a Dup'ed datatype a new
   Dup, a user op a new op of the same function (pickled by reference).
-* A live communicator, request or message cannot be pickled (ValueError,
+* Another communicator, request or message cannot be pickled (ValueError,
   as in mpi4py).
 
 ``register(namespace)`` (the MPI module's globals) names the predefined
@@ -68,10 +68,19 @@ def _refused(obj):
 
 
 def _reduce_null_or_refused(obj):
-    """Communicators, requests, messages: only null handles travel."""
-    if obj:
-        _refused(obj)
-    return type(obj), ()
+    """Communicators, requests, messages: only null and predefined handles
+    travel (a copy of ``MPI.COMM_WORLD`` gives a new handle equal to it)."""
+    if not obj:
+        return type(obj), ()
+    for name, value in _NAMESPACE.items():
+        if _constant_name(value) == name and _same_kind(value, obj) and value == obj:
+            return type(obj), (value,)
+    _refused(obj)
+
+
+def _same_kind(constant, obj) -> bool:
+    """Whether ``constant`` is a handle of ``obj``'s kind (a Comm and an Intracomm are)."""
+    return isinstance(obj, type(constant)) or isinstance(constant, type(obj))
 
 
 def _reduce_same_handle(obj):

@@ -28,7 +28,7 @@ import warnings
 
 import numpy as np
 
-K_DL_CPU, K_DL_CUDA_HOST, K_DL_ROCM_HOST, K_DL_CUDA_MANAGED = 1, 3, 11, 13
+K_DL_CPU, K_DL_CUDA, K_DL_CUDA_HOST, K_DL_ROCM_HOST, K_DL_CUDA_MANAGED = 1, 2, 3, 11, 13
 _HOST_DEVICES = (K_DL_CPU, K_DL_CUDA_HOST, K_DL_ROCM_HOST, K_DL_CUDA_MANAGED)
 K_DL_INT, K_DL_UINT, K_DL_FLOAT, K_DL_COMPLEX, K_DL_BOOL = 0, 1, 2, 5, 6
 _READ_ONLY = 1  # DLPACK_FLAG_BITMASK_READ_ONLY
@@ -93,6 +93,25 @@ def memory(obj, writable: bool):
     if hasattr(obj, "__cuda_array_interface__"):
         return _cuda_array_interface(obj, writable)
     return None
+
+
+def device_kind(obj) -> int:
+    """mpi4py's kind of a buffer it read: 0 for the buffer protocol, else the
+    DLPack device type (kDLCUDA for the CUDA array interface)."""
+    try:
+        memoryview(obj)
+        return 0
+    except TypeError:
+        pass
+    if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
+        return operator.index(obj.__dlpack_device__()[0])
+    return K_DL_CUDA if hasattr(obj, "__cuda_array_interface__") else 0
+
+
+def check_cpu_accessible(kind: int) -> None:
+    """mpi4py's BufferError for reading or writing device memory from the CPU."""
+    if kind and kind not in _HOST_DEVICES:
+        raise BufferError(NOT_CPU)
 
 
 # -- DLPack ---------------------------------------------------------------------------

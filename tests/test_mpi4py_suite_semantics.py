@@ -1,0 +1,156 @@
+"""Calls of the mpi4py stand-in that mpi4py 4.1.2's own test suite found
+different from mpi4py under Open MPI: ``MPI.buffer`` and the addresses of
+buffers, the buffer arguments of mpi4py's own checks (a null datatype, the
+integers of counts), copies of predefined communicators in pickles, a
+communicator's info, and the communicator locks of the lowercase calls.
+
+Each program asserts what mpi4py under Open MPI gives; the fast tests run
+it under ``simdist run``, ``test_the_programs_pass_under_mpiexec`` (slow)
+under Open MPI.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from test_mpi4py_api import ok
+from test_mpi4py_handles import assert_programs_pass_under_mpiexec
+
+PROGRAMS = {
+    "mpi_buffer": """
+        import array, pickle
+        assert hasattr(MPI, "buffer") and MPI.memory is MPI.buffer
+        empty = MPI.buffer()
+        assert (empty.address, empty.nbytes, empty.obj, len(empty), bool(empty)) == (0, 0, None, 0, False)
+        for bad in (None, 0, [], ()):
+            for make in (MPI.buffer, MPI.buffer.frombuffer):
+                try:
+                    make(bad)
+                except TypeError:
+                    pass
+                else:
+                    raise AssertionError(f"{make} took {bad!r}")
+        data = bytearray(b"abcdef")
+        buf = MPI.buffer(data)
+        assert buf.obj is data and buf.nbytes == 6 and not buf.readonly and buf.format == "B"
+        assert buf[0] == ord("a") and buf[-1] == ord("f") and buf[1:3].tobytes() == b"bc"
+        buf[0] = ord("z")
+        buf[4:6] = b"XY"
+        assert data == bytearray(b"zbcdXY"), data
+        for index, error in ((6, IndexError), (slice(None, None, 2), IndexError), (None, TypeError)):
+            try:
+                buf[index]
+            except error:
+                pass
+            else:
+                raise AssertionError(index)
+        try:
+            buf[0:1] = b"too long"
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("a slice took more bytes than it has")
+        frozen = MPI.buffer(b"abc")
+        assert frozen.readonly and frozen.toreadonly().readonly
+        try:
+            frozen[0] = 1
+        except TypeError:
+            pass
+        else:
+            raise AssertionError("a read-only buffer was written")
+        try:
+            MPI.buffer.frombuffer(b"abc")
+        except BufferError:
+            pass
+        else:
+            raise AssertionError("bytes were taken as writable")
+        ints = array.array("i", [1, 2, 3])
+        address, length = ints.buffer_info()
+        assert MPI.Get_address(ints) == address and MPI.Get_address(np.frombuffer(ints, "i")) == address
+        assert MPI.Get_address(MPI.BOTTOM) == MPI.Get_address(None) == 0
+        assert MPI.Aint_add(address, 4) == address + 4 and MPI.Aint_diff(address + 8, address) == 8
+        at = MPI.buffer.fromaddress(address, length * ints.itemsize)
+        at[:] = 0
+        assert ints.tolist() == [0, 0, 0] and at.address == address
+        assert memoryview(at).cast("i").tolist() == [0, 0, 0] and at.cast("i", (3, 1)).shape == (3, 1)
+        mem = MPI.Alloc_mem(16)
+        assert type(mem) is MPI.buffer and mem.nbytes == 16 and mem.address != 0
+        comm.Sendrecv(np.arange(4, dtype="i"), rank, 3, mem, rank, 3)
+        assert mem.cast("i").tolist() == [0, 1, 2, 3]
+        MPI.Free_mem(mem)
+        assert (mem.address, mem.nbytes, mem.readonly) == (0, 0, False)
+    """,
+    "datatype_null_and_counts": """
+        buf, empty = bytearray(8), [None, 0, "B"]
+        def refused(error, call, *args):
+            try:
+                call(*args)
+            except error:
+                return
+            raise AssertionError(f"{call.__name__}{args}: no {error.__name__}")
+        # mpi4py's own checks come first: a displacement or an inferred count needs an extent
+        refused(ValueError, MPI.COMM_SELF.Sendrecv, [buf, 0, 1, MPI.DATATYPE_NULL], 0, 0, empty, 0, 0)
+        refused(ValueError, MPI.COMM_SELF.Sendrecv, [buf, None, 0, MPI.DATATYPE_NULL], 0, 0, empty, 0, 0)
+        refused(ValueError, MPI.COMM_SELF.Alltoallv, [buf, None, [0], MPI.DATATYPE_NULL], [None, 0, [0], "B"])
+        refused(TypeError, MPI.COMM_SELF.Alltoallv, [bytearray(b"abc"), np.array([3.1])], [bytearray(4), (3, [1])])
+        refused(TypeError, MPI.COMM_SELF.Sendrecv, [buf, 1.0, "B"], 0, 0, empty, 0, 0)
+        # counts and displacements that are 0-d integer arrays are integers
+        got = bytearray(3)
+        MPI.COMM_SELF.Alltoallv([bytearray(b"xabc"), (3, [np.array(1)])], [got, np.array(3)])
+        assert got == bytearray(b"abc"), got
+        # with a count, the datatype reaches MPI, which refuses it
+        try:
+            MPI.COMM_SELF.Sendrecv([buf, 1, MPI.DATATYPE_NULL], 0, 0, empty, 0, 0)
+        except MPI.Exception as exc:
+            assert exc.Get_error_class() == MPI.ERR_TYPE, exc
+        else:
+            raise AssertionError("MPI.DATATYPE_NULL was sent")
+    """,
+    "comm_handles": """
+        import pickle
+        for predefined in (MPI.COMM_WORLD, MPI.COMM_SELF):
+            assert pickle.loads(pickle.dumps(predefined)) is predefined
+            copy = pickle.loads(pickle.dumps(MPI.Intracomm(predefined)))
+            assert copy is not predefined and copy == predefined
+        dup = comm.Dup()
+        try:
+            pickle.dumps(dup)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("a Dup was pickled")
+        try:
+            MPI.Comm((1, 2, 3))
+        except TypeError:
+            pass
+        else:
+            raise AssertionError("a tuple became a communicator")
+        info = dup.Get_info()
+        info.Set("simdist", "yes")
+        dup.Set_info(info)
+        info.Free()
+        dup.Free()
+    """,
+    "comm_locks": """
+        import threading
+        dup = comm.Dup()
+        table = MPI._comm_lock_table(dup)
+        assert isinstance(table, dict) and "bcast" not in table
+        dup.bcast(None, root=0)
+        assert isinstance(table["bcast"], type(threading.Lock()))
+        assert MPI._comm_lock(dup, "bcast") is table["bcast"] and not table["bcast"].locked()
+        assert dup.allgather(rank) == list(range(size)) and "allgather" in table
+        dup.Free()
+    """,
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_the_program_passes_on_the_simulator(tmp_path, name):
+    ok(tmp_path, PROGRAMS[name], n=1)
+
+
+@pytest.mark.slow
+def test_the_programs_pass_under_mpiexec(tmp_path):
+    """The assertions hold under Open MPI (where MPI is installed)."""
+    assert_programs_pass_under_mpiexec(tmp_path, PROGRAMS)
