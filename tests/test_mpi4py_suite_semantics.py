@@ -1,8 +1,10 @@
 """Calls of the mpi4py stand-in that mpi4py 4.1.2's own test suite found
 different from mpi4py under Open MPI: ``MPI.buffer`` and the addresses of
 buffers, the buffer arguments of mpi4py's own checks (a null datatype, the
-integers of counts), copies of predefined communicators in pickles, a
-communicator's info, and the communicator locks of the lowercase calls.
+integers of counts), copies of predefined communicators and user ops of
+integer handles in pickles, a communicator's info, the communicator
+locks of the lowercase calls, and the error handler that the errors of
+calls on no communicator go through.
 
 Each program asserts what mpi4py under Open MPI gives; the fast tests run
 it under ``simdist run``, ``test_the_programs_pass_under_mpiexec`` (slow)
@@ -130,6 +132,48 @@ PROGRAMS = {
         dup.Set_info(info)
         info.Free()
         dup.Free()
+    """,
+    "user_op_by_integer": """
+        import pickle
+        def add(invec, inoutvec, datatype):
+            inoutvec[:] = [a + b for a, b in zip(invec, inoutvec)]
+        op = MPI.Op.Create(add, commute=False)
+        copy = pickle.loads(pickle.dumps(op))    # a new op of the same function
+        assert copy != op and not copy.Is_commutative()
+        copy.Free()
+        clone = MPI.Op.fromint(op.toint())      # the same op, its function unknown to mpi4py
+        assert clone == op
+        try:
+            pickle.dumps(clone)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("an op of an integer handle was pickled")
+        op.Free()
+    """,
+    "errors_of_no_communicator": """
+        called = []
+        def record(where):
+            return MPI.Comm.Create_errhandler(lambda c, code: called.append((where, MPI.Get_error_class(code))))
+        comm.Set_errhandler(record("world"))
+        MPI.COMM_SELF.Set_errhandler(record("self"))
+        calls = ((MPI.DATATYPE_NULL.Commit, MPI.ERR_TYPE), (lambda: MPI.INFO_NULL.Get("k"), MPI.ERR_INFO),
+                 (MPI.SUM.Free, MPI.ERR_OP),
+                 (lambda: MPI.COMM_SELF.Send([bytearray(8), 1, MPI.DATATYPE_NULL], 0, 0), MPI.ERR_TYPE))
+        for call, error_class in calls:
+            try:
+                call()
+            except MPI.Exception as exc:
+                assert exc.Get_error_class() == error_class, exc
+            else:
+                raise AssertionError(f"{call} raised nothing")
+        # a call on no communicator goes to COMM_WORLD's handler (as Open MPI 5 does), a
+        # communicator's call to its own, also when the error comes from its datatype
+        assert called == [("world", MPI.ERR_TYPE), ("world", MPI.ERR_INFO), ("world", MPI.ERR_OP),
+                          ("self", MPI.ERR_TYPE)], called
+        for each in (comm, MPI.COMM_SELF):
+            each.Get_errhandler().Free()
+            each.Set_errhandler(MPI.ERRORS_RETURN)
     """,
     "comm_locks": """
         import threading

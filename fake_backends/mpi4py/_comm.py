@@ -24,7 +24,9 @@ from ._collectives import BufferCollectives
 from . import _errhandlers
 from ._errors import ERR_ARG, ERR_COMM, ERR_KEYVAL, ERR_OTHER, Exception as MPIException, MPIAbort
 from ._errors import earlier_run
-from ._hints import ERRORS_RETURN, Info
+from ._datatypes import Datatype
+from ._hints import Errhandler, Info
+from ._ops import Op
 from ._objects import ObjectCollectives
 from ._p2p import ANY_SOURCE, PROC_NULL
 from ._pointtopoint import TAG_UB, PointToPoint
@@ -325,3 +327,7 @@ COMM_WORLD = Intracomm()
 COMM_WORLD._fixed = "COMM_WORLD"
 COMM_SELF = Intracomm()
 COMM_SELF._fixed = "COMM_SELF"
+_errhandlers.guard_calls(Datatype, lambda datatype: COMM_WORLD)
+_errhandlers.guard_calls(Info, lambda info: COMM_WORLD)
+_errhandlers.guard_calls(Op, lambda op: COMM_WORLD)
+_errhandlers.guard_calls(Errhandler, lambda errhandler: COMM_WORLD)

@@ -48,7 +48,9 @@ class IntegerHandles:
             known = None
         if not isinstance(known, cls):
             raise ValueError(f"{arg!r} is no integer handle of an MPI.{cls.__name__} on this rank")
-        return cls(known)
+        handle = cls(known)
+        handle._by_integer = True  # as in mpi4py, such a handle on a user op does not pickle
+        return handle
 
     f2py = fromint
 
@@ -88,6 +90,8 @@ def _reduce_same_handle(obj):
     if getattr(obj, "_function", None) is not None:
         if not hasattr(obj, "_commute"):
             _refused(obj)  # a user error handler
+        if getattr(obj, "_by_integer", False):  # mpi4py knows the function of the handles it made only
+            raise ValueError("cannot pickle user-defined reduction operation")
         return type(obj).Create, (obj._function, obj._commute)  # a user op
     if isinstance(getattr(obj, "_id", ""), str):  # a handle on a predefined one
         return type(obj), (_constant_where(type(obj), lambda value: value == obj),)
