@@ -127,6 +127,12 @@ PROGRAMS = {
             pass
         else:
             raise AssertionError("a tuple became a communicator")
+        try:
+            parent = MPI.Comm.Get_parent()
+        except NotImplementedError:         # the simulator: no spawned processes
+            pass
+        else:
+            assert not parent               # Open MPI: MPI.COMM_NULL, no parent
         info = dup.Get_info()
         info.Set("simdist", "yes")
         dup.Set_info(info)

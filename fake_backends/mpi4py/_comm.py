@@ -236,6 +236,14 @@ class Comm(PointToPoint, BufferCollectives, VectorCollectives, ObjectCollectives
         """A user error handler: ``errhandler_fn(comm, errorcode)``."""
         return _errhandlers.Errhandler._user(errhandler_fn)
 
+    @classmethod
+    def Get_parent(cls):
+        """Dynamic processes are not simulated: NotImplementedError (a class
+        method in mpi4py, which the instance's refusals do not reach)."""
+        from ._names import unsupported_attribute
+
+        raise unsupported_attribute("Comm", "Get_parent")
+
     def Call_errhandler(self, errorcode: int) -> None:
         """Apply the communicator's error handler to ``errorcode``; under
         MPI.ERRORS_RETURN nothing happens, as in MPI."""
