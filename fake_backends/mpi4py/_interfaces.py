@@ -20,6 +20,7 @@ interface.
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import math
 import operator
@@ -265,17 +266,32 @@ def _typed(value, kind: type, optional: bool = False):
 
 def _host_memory(address: int, nbytes: int, writable: bool) -> bool:
     """Whether ``[address, address + nbytes)`` is mapped readable (and
-    writable) memory of this process (Linux: /proc/self/maps)."""
+    writable) memory of this process (Linux: /proc/self/maps). The mappings
+    read last are asked first: a program sends from the same memory again
+    and again, and reading the file each time made such sends slow."""
+    return _mapped(address, nbytes, writable) or (_read_mappings() and _mapped(address, nbytes, writable))
+
+
+_MAPPINGS: list[tuple[int, int, str]] = []  # (low, high, perms) of the last read, by address
+
+
+def _read_mappings() -> bool:
     try:
         with open("/proc/self/maps") as maps:
-            regions = [line.split()[:2] for line in maps]
+            spans = [line.split()[:2] for line in maps]
     except OSError:
         return False
+    _MAPPINGS[:] = sorted((*(int(x, 16) for x in span.split("-")), perms) for span, perms in spans)
+    return True
+
+
+def _mapped(address: int, nbytes: int, writable: bool) -> bool:
     end, need = address + nbytes, "rw" if writable else "r"
-    for span, perms in regions:
-        low, high = (int(x, 16) for x in span.split("-"))
-        if low <= address < high and all(p in perms for p in need):
-            if end <= high:
-                return True
-            address = high  # the range continues in the next mapping
+    index = bisect.bisect_right(_MAPPINGS, (address, float("inf"))) - 1
+    for low, high, perms in _MAPPINGS[max(index, 0):]:
+        if not low <= address < high or not all(p in perms for p in need):
+            return False
+        if end <= high:
+            return True
+        address = high  # the range continues in the next mapping
     return False
