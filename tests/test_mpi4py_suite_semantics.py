@@ -123,12 +123,19 @@ PROGRAMS = {
             pass
         else:
             raise AssertionError("a Dup was pickled")
-        try:
-            MPI.Comm((1, 2, 3))
-        except TypeError:
-            pass
-        else:
-            raise AssertionError("a tuple became a communicator")
+        for kind in (MPI.Comm, MPI.Datatype):
+            try:
+                kind((1, 2, 3))
+            except TypeError:
+                pass
+            else:
+                raise AssertionError(f"a tuple became an {kind}")
+        preq = comm.Send_init(b"", MPI.PROC_NULL, 0)
+        for handle in (comm, dup, preq, MPI.DOUBLE, MPI.SUM):
+            kind = type(handle)
+            for copy in (kind.fromhandle(handle.handle), kind.fromint(handle.toint()), kind.f2py(handle.py2f())):
+                assert type(copy) is kind and copy == handle, (handle, copy)
+        preq.Free()
         try:
             parent = MPI.Comm.Get_parent()
         except NotImplementedError:         # the simulator: no spawned processes

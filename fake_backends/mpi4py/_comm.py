@@ -25,6 +25,7 @@ from . import _errhandlers
 from ._errors import ERR_ARG, ERR_COMM, ERR_KEYVAL, ERR_OTHER, Exception as MPIException, MPIAbort
 from ._errors import earlier_run
 from ._datatypes import Datatype
+from ._handles import IntegerHandles
 from ._hints import Errhandler, Info
 from ._ops import Op
 from ._objects import ObjectCollectives
@@ -107,7 +108,7 @@ def self_state(rt) -> _State:
     return _State(rt, _SelfComm(), rt.next_self_ctx(), [rt.world.rank], "MPI_COMM_SELF", True)
 
 
-class Comm(PointToPoint, BufferCollectives, VectorCollectives, ObjectCollectives):
+class Comm(IntegerHandles, PointToPoint, BufferCollectives, VectorCollectives, ObjectCollectives):
     """A communicator: see the module docstring; the calls are mpi4py's."""
 
     _fixed = None  # "COMM_WORLD"/"COMM_SELF" for the predefined handles

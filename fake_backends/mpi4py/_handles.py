@@ -27,9 +27,10 @@ _INTEGERS: list = []  # integer handle -> a handle on that MPI object (IntegerHa
 
 
 class IntegerHandles:
-    """``toint``/``fromint`` and ``py2f``/``f2py``: an integer for a handle,
-    and a new handle equal to it for the integer. The integers are the
-    stand-in's own (an index into this rank's table), not Open MPI's."""
+    """``toint``/``fromint``, ``py2f``/``f2py`` and ``handle``/``fromhandle``:
+    an integer for a handle, and a new handle equal to it for the integer.
+    The integers are the stand-in's own (an index into this rank's table),
+    not Open MPI's."""
 
     def toint(self) -> int:
         for index, known in enumerate(_INTEGERS):
@@ -53,6 +54,16 @@ class IntegerHandles:
         return handle
 
     f2py = fromint
+
+    @property
+    def handle(self) -> int:
+        """The integer of ``toint`` (mpi4py: the C handle's value)."""
+        return self.toint()
+
+    @classmethod
+    def fromhandle(cls, handle: int):
+        """A new handle equal to the one of ``handle``."""
+        return cls.fromint(handle)
 
 
 def predefined(name: str):
