@@ -242,14 +242,19 @@ def run_under_mpiexec(path) -> subprocess.CompletedProcess:
         shutil.rmtree(tmpdir, ignore_errors=True)
 
 
-@pytest.mark.slow
-def test_the_programs_pass_under_mpiexec(tmp_path):
-    """The assertions hold under Open MPI (where MPI is installed)."""
-    for name, body in PROGRAMS.items():
+def assert_programs_pass_under_mpiexec(tmp_path, programs: dict[str, str]) -> None:
+    """Each program (a body after PRELUDE) exits with 0 under Open MPI."""
+    for name, body in programs.items():
         path = tmp_path / f"{name}.py"
         path.write_text(PRELUDE + textwrap.dedent(body))
         done = run_under_mpiexec(path)
         assert done.returncode == 0, (name, done.stderr[-3000:])
+
+
+@pytest.mark.slow
+def test_the_programs_pass_under_mpiexec(tmp_path):
+    """The assertions hold under Open MPI (where MPI is installed)."""
+    assert_programs_pass_under_mpiexec(tmp_path, PROGRAMS)
 
 
 def test_derived_datatype_constructors_of_the_class_are_not_implemented(tmp_path):

@@ -40,13 +40,17 @@ What is different, on purpose:
 
 from __future__ import annotations
 
-import math
-import socket
-import time
+# Names, not modules: mpi4py's MPI module holds no module object, and its
+# tests walk the module's classes and submodules (a module would lead them
+# round the standard library's cycles of imports).
+from math import prod as _prod
+from socket import gethostname as _gethostname
+from time import get_clock_info as _get_clock_info
+from time import perf_counter as _perf_counter
 
-from . import _runtime
 from ._buffered import BSEND_OVERHEAD, Alloc_mem, Attach_buffer, Detach_buffer, Flush_buffer, Free_mem
-from ._buffers import BOTTOM, BUFFER_AUTOMATIC, IN_PLACE, BottomType, BufferAutomaticType, InPlaceType
+from ._buffers import (BOTTOM, BUFFER_AUTOMATIC, IN_PLACE, Aint_add, Aint_diff, BottomType, BufferAutomaticType,
+                       Get_address, InPlaceType)
 from ._comm import (APPNUM, COMM_NULL, COMM_SELF, COMM_TYPE_SHARED, COMM_WORLD, CONGRUENT, IDENT, IO,
                     KEYVAL_INVALID, LASTUSEDCODE, SIMILAR, UNDEFINED, UNEQUAL, UNIVERSE_SIZE, WTIME_IS_GLOBAL, Comm,
                     Intracomm)
@@ -61,6 +65,8 @@ from ._errors import error_class as _error_class
 from ._errors import error_string as _error_string
 from ._handles import register as _register_handles
 from ._hints import ERRHANDLER_NULL, ERRORS_ABORT, ERRORS_ARE_FATAL, ERRORS_RETURN, INFO_ENV, INFO_NULL, Errhandler, Info
+from ._locks import _comm_lock, _comm_lock_table
+from ._mpibuffer import buffer, memory
 from ._ops import OP_NULL, Op
 from ._ops import PREDEFINED as _PREDEFINED
 from ._p2p import ANY_SOURCE, ANY_TAG, PROC_NULL
@@ -68,6 +74,7 @@ from ._pickle import Pickle, pickle
 from ._names import CONSTANTS as _CONSTANTS
 from ._pack import METHODS as _PACK_METHODS
 from ._requests import MESSAGE_NO_PROC, MESSAGE_NULL, REQUEST_NULL, Message, Prequest, Request, Status
+from ._runtime import get as _runtime_get
 
 globals().update({k: v for k, v in _CONSTANTS.items() if k not in globals()})  # every int constant of mpi4py
 globals().update(_TYPES)  # MPI.INT, MPI.DOUBLE, ... (MPI.DATATYPE_NULL included)
@@ -89,11 +96,11 @@ ORDER_C, ORDER_FORTRAN, ORDER_F = 0, 1, 1
 # -- the environment ------------------------------------------------------------
 def Init() -> None:
     """Nothing to do: the simulated MPI is initialized when the program starts."""
-    _runtime.get()
+    _runtime_get()
 
 
 def Init_thread(required: int = THREAD_MULTIPLE) -> int:
-    _runtime.get()
+    _runtime_get()
     return min(required, THREAD_SERIALIZED)
 
 
@@ -110,18 +117,25 @@ def Is_thread_main() -> bool:
 
 def Finalize() -> None:
     """Hand over every queued message; no MPI call may follow."""
-    rt = _runtime.get()
+    rt = _runtime_get()
     if not rt.finalized:
         rt.engine.flush()
         rt.finalized = True
 
 
+def _current_runtime():
+    from . import _runtime
+
+    return _runtime.current
+
+
 def Is_initialized() -> bool:
-    return _runtime.current is not None
+    return _current_runtime() is not None
 
 
 def Is_finalized() -> bool:
-    return _runtime.current is not None and _runtime.current.finalized
+    rt = _current_runtime()
+    return rt is not None and rt.finalized
 
 
 def Get_version() -> tuple[int, int]:
@@ -131,7 +145,7 @@ def Get_version() -> tuple[int, int]:
 def Get_library_version() -> str:
     import simdist
 
-    rt = _runtime.current
+    rt = _current_runtime()
     ranks = f" on {rt.world.size} ranks" if rt is not None else ""
     return (f"simdist {simdist.__version__} simulated MPI (the mpi4py stand-in of `simdist run`){ranks}: "
             "ranks are processes on one machine with shared-memory collectives, not an MPI library")
@@ -142,19 +156,19 @@ def get_vendor() -> tuple[str, tuple[int, int, int]]:
 
 
 def Get_processor_name() -> str:
-    return socket.gethostname()
+    return _gethostname()
 
 
-_START = time.perf_counter()
+_START = _perf_counter()
 
 
 def Wtime() -> float:
     """Seconds of wall-clock time from an arbitrary origin."""
-    return time.perf_counter() - _START
+    return _perf_counter() - _START
 
 
 def Wtick() -> float:
-    return time.get_clock_info("perf_counter").resolution
+    return _get_clock_info("perf_counter").resolution
 
 
 def Pcontrol(level: int) -> None:
@@ -173,7 +187,7 @@ def Compute_dims(nnodes: int, dims) -> list[int]:
     """MPI_Dims_create: split ``nnodes`` into ``len(dims)`` factors as equal
     as possible (non-increasing), keeping the non-zero entries of ``dims``."""
     dims = [0] * dims if isinstance(dims, int) else [int(d) for d in dims]
-    fixed = math.prod(d for d in dims if d > 0)
+    fixed = _prod(d for d in dims if d > 0)
     free = [i for i, d in enumerate(dims) if d == 0]
     if any(d < 0 for d in dims) or fixed == 0 or nnodes % fixed:
         raise Exception(ERR_DIMS, f"Compute_dims({nnodes}, {dims}): cannot split {nnodes} over fixed dims")
@@ -208,5 +222,5 @@ _register_handles(globals(), null_or_refused=(Comm, Intracomm, Request, Prequest
 __all__ = sorted(
     name for name in globals()
     if name.isidentifier() and not name.startswith("_")
-    and name not in ("annotations", "math", "socket", "time", "MPIAbort")
+    and name not in ("annotations", "MPIAbort")
 ) + ["_typedict", "_typedict_c", "_typedict_f"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 from . import _runtime
 from ._buffers import BUFFER_AUTOMATIC, parse
 from ._errors import ERR_BUFFER, Exception as MPIException
+from ._mpibuffer import buffer
 
 BSEND_OVERHEAD = 128
 
@@ -104,10 +105,12 @@ def _drain(engine, call: str) -> None:
         engine.wait_until(lambda: not attached.pending(), f"{call} (buffered messages not yet received)")
 
 
-def Alloc_mem(size: int, info=None) -> bytearray:
-    """Memory for Attach_buffer (or anything else): a bytearray of ``size`` bytes."""
-    return bytearray(int(size))
+def Alloc_mem(size: int, info=None) -> buffer:
+    """Memory for Attach_buffer (or anything else): an ``MPI.buffer`` of ``size`` bytes."""
+    return buffer.allocate(size)
 
 
 def Free_mem(mem) -> None:
-    """Nothing to do: the memory of Alloc_mem is Python's."""
+    """Release an ``MPI.buffer`` of Alloc_mem (its address becomes 0); the memory is Python's."""
+    if isinstance(mem, buffer):
+        mem.release()

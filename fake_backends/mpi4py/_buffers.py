@@ -22,6 +22,8 @@ an error here, not a read past its end.
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from simdist._arguments import DTYPE_CODE
@@ -58,6 +60,30 @@ def is_in_place(spec) -> bool:
     return spec is None or spec is IN_PLACE
 
 
+def Get_address(location) -> int:
+    """The address of a buffer's first byte (0 for ``MPI.BOTTOM`` and None),
+    read as messages are (buffer protocol, DLPack, CUDA array interface)."""
+    raw, _ = memory_bytes(location, False, "location")
+    return raw.ctypes.data if raw.size else _empty_address(location)
+
+
+def _empty_address(location) -> int:
+    try:
+        return np.frombuffer(location, np.uint8).ctypes.data
+    except (TypeError, ValueError):
+        return 0
+
+
+def Aint_add(base: int, disp: int) -> int:
+    """``base + disp``, an address."""
+    return operator.index(base) + operator.index(disp)
+
+
+def Aint_diff(addr1: int, addr2: int) -> int:
+    """``addr1 - addr2``, a displacement."""
+    return operator.index(addr1) - operator.index(addr2)
+
+
 class BufSpec:
     """A parsed buffer: ``raw`` (uint8 view of the bytes the call reads or
     writes), ``datatype`` and ``count`` (elements per block)."""
@@ -86,7 +112,7 @@ class BufSpec:
         return typed.reshape(n, typed.size // n)
 
 
-def _memory(obj, writable: bool, what: str) -> tuple[np.ndarray, Datatype | None]:
+def memory_bytes(obj, writable: bool, what: str) -> tuple[np.ndarray, Datatype | None]:
     """The bytes of ``obj`` in memory order, and the datatype its format implies."""
     if obj is None or obj is BOTTOM:
         return np.empty(0, np.uint8), None
@@ -140,7 +166,7 @@ def _items(spec, pair_types, what: str) -> tuple:
 
 
 def _memory_and_type(o_buf, o_type, writable: bool, what: str):
-    raw, infer = _memory(o_buf, writable, what)
+    raw, infer = memory_bytes(o_buf, writable, what)
     if o_type is not None:
         return raw, lookup(o_type)
     if infer is None:
@@ -162,26 +188,29 @@ def parse(spec, *, writable: bool, blocks: int = 0, what: str = "buf") -> BufSpe
             return BufSpec(raw, datatype, spec.nbytes // extent // max(blocks, 1))
     o_buf, o_count, o_displ, o_type = _items(spec, (list, tuple), what)
     raw, datatype = _memory_and_type(o_buf, o_type, writable, what)
-    if not datatype and o_count is None:  # mpi4py's own check; with a count, MPI's ERR_TYPE below
-        raise ValueError("message: cannot infer count, datatype is null")
-    extent = datatype.Get_size()
+    # MPI.DATATYPE_NULL: mpi4py's ValueError where it needs an extent, else MPI's ERR_TYPE (below)
+    extent = datatype.Get_size() if datatype else 0
     length, offset = raw.size, 0
     if o_displ is not None:
-        displ = int(o_displ)
+        displ = operator.index(o_displ)
         if displ < 0:
             raise ValueError(f"message: negative diplacement {displ}")
+        if displ > 0 and not datatype:
+            raise ValueError("message: cannot handle displacement, datatype is null")
         if displ * extent > length:
             raise ValueError(f"message: displacement {displ} out of bounds, number of datatype entries "
                              f"{length // max(extent, 1)}")
         offset = displ * extent
         length -= offset
     if o_count is not None:
-        count = int(o_count)
+        count = operator.index(o_count)
         if count < 0:
             raise ValueError(f"message: negative count {count}")
         if count > 0 and o_buf is None:
             raise ValueError(f"message: buffer is None but count is {count}")
     elif length > 0:
+        if not datatype:
+            raise ValueError("message: cannot infer count, datatype is null")
         if extent <= 0:
             raise ValueError(f"message: cannot infer count, datatype {datatype.Get_name()} has extent {extent}")
         if length % extent:
@@ -197,6 +226,8 @@ def parse(spec, *, writable: bool, blocks: int = 0, what: str = "buf") -> BufSpe
             count = entries
     else:
         count = 0
+    if not datatype:
+        datatype.Get_size()  # MPI's ERR_TYPE, as the call would give
     need = count * max(blocks, 1) * extent
     if need > length:
         raise ValueError(
@@ -224,8 +255,17 @@ class VecSpec:
         return self.raw[self.displs[j] * size:(self.displs[j] + self.counts[j]) * size]
 
 
+def is_integral(value) -> bool:
+    """Whether ``value`` is an integer to mpi4py (an int, a numpy integer, a 0-d integer array)."""
+    try:
+        operator.index(value)
+    except TypeError:
+        return False
+    return True
+
+
 def _ints(values, n: int, what: str) -> list[int]:
-    values = [int(v) for v in values]
+    values = [operator.index(v) for v in values]
     if len(values) != n:
         raise ValueError(f"message: expecting {n} items in {what}, got {len(values)}")
     return values
@@ -241,6 +281,8 @@ def parse_vector(spec, *, writable: bool, blocks: int, what: str = "buf") -> Vec
     # A (counts, displs) pair is a tuple here: a list is the counts themselves.
     o_buf, o_counts, o_displs, o_type = _items(spec, tuple, what)
     raw, datatype = _memory_and_type(o_buf, o_type, writable, what)
+    if o_counts is None and raw.size and not datatype:
+        raise ValueError("message: cannot infer count, datatype is null")
     extent = datatype.Get_size()
     if o_counts is None:
         if extent and raw.size % extent:
@@ -248,14 +290,14 @@ def parse_vector(spec, *, writable: bool, blocks: int, what: str = "buf") -> Vec
                              f"datatype extent {extent}")
         total = raw.size // extent if extent else 0
         counts = [total // blocks + (total % blocks > i) for i in range(blocks)]
-    elif isinstance(o_counts, (int, np.integer)):
-        counts = [int(o_counts)] * blocks
+    elif is_integral(o_counts):
+        counts = [operator.index(o_counts)] * blocks
     else:
         counts = _ints(o_counts, blocks, f"the counts of {what}")
     if o_displs is None:
         displs = [sum(counts[:i]) for i in range(blocks)]
-    elif isinstance(o_displs, (int, np.integer)):
-        displs = [int(o_displs) * i for i in range(blocks)]
+    elif is_integral(o_displs):
+        displs = [operator.index(o_displs) * i for i in range(blocks)]
     else:
         displs = _ints(o_displs, blocks, f"the displacements of {what}")
     for j in range(blocks):

@@ -23,7 +23,10 @@ from ._collectives import BufferCollectives
 from . import _errhandlers
 from ._errors import ERR_ARG, ERR_COMM, ERR_KEYVAL, ERR_OTHER, Exception as MPIException, MPIAbort
 from ._errors import earlier_run
-from ._hints import ERRORS_RETURN, Info
+from ._datatypes import Datatype
+from ._handles import IntegerHandles
+from ._hints import Errhandler, Info
+from ._ops import Op
 from ._objects import ObjectCollectives
 from ._p2p import ANY_SOURCE, PROC_NULL
 from ._pointtopoint import TAG_UB, PointToPoint
@@ -82,7 +85,8 @@ class _SelfComm:
 class _State:
     """What a communicator handle refers to (see the module docstring)."""
 
-    __slots__ = ("sc", "ctx", "members", "rank", "size", "name", "rt", "engine", "predefined", "freed", "errhandler")
+    __slots__ = ("sc", "ctx", "members", "rank", "size", "name", "rt", "engine", "predefined", "freed", "errhandler",
+                 "locks")
 
     def __init__(self, rt, sc, ctx: int, members: list[int], name: str, predefined: bool = False):
         self.rt, self.engine = rt, rt.engine
@@ -90,6 +94,7 @@ class _State:
         self.rank, self.size = sc.rank, sc.size
         self.name, self.predefined, self.freed = name, predefined, False
         self.errhandler = _errhandlers.default()
+        self.locks: dict = {}  # MPI._comm_lock_table (``_locks``)
         rt.states.append(self)
 
 
@@ -102,12 +107,14 @@ def self_state(rt) -> _State:
     return _State(rt, _SelfComm(), rt.next_self_ctx(), [rt.world.rank], "MPI_COMM_SELF", True)
 
 
-class Comm(PointToPoint, BufferCollectives, VectorCollectives, ObjectCollectives):
+class Comm(IntegerHandles, PointToPoint, BufferCollectives, VectorCollectives, ObjectCollectives):
     """A communicator: see the module docstring; the calls are mpi4py's."""
 
     _fixed = None  # "COMM_WORLD"/"COMM_SELF" for the predefined handles
 
     def __init__(self, comm: "Comm | None" = None):
+        if comm is not None and not isinstance(comm, Comm):
+            raise TypeError(f"expected an MPI.Comm, got {type(comm).__name__}")
         self._state = None if comm is None else comm._state
 
     # -- identity ---------------------------------------------------------------------
@@ -230,6 +237,14 @@ class Comm(PointToPoint, BufferCollectives, VectorCollectives, ObjectCollectives
         """A user error handler: ``errhandler_fn(comm, errorcode)``."""
         return _errhandlers.Errhandler._user(errhandler_fn)
 
+    @classmethod
+    def Get_parent(cls):
+        """Dynamic processes are not simulated: NotImplementedError (a class
+        method in mpi4py, which the instance's refusals do not reach)."""
+        from ._names import unsupported_attribute
+
+        raise unsupported_attribute("Comm", "Get_parent")
+
     def Call_errhandler(self, errorcode: int) -> None:
         """Apply the communicator's error handler to ``errorcode``; under
         MPI.ERRORS_RETURN nothing happens, as in MPI."""
@@ -237,8 +252,9 @@ class Comm(PointToPoint, BufferCollectives, VectorCollectives, ObjectCollectives
         _errhandlers.invoke(self, st, MPIException(errorcode, "Call_errhandler"), "Comm.Call_errhandler")
 
     def Get_info(self):
+        """A new info (hints are not simulated: it is empty), for the caller to Free."""
         self._st()
-        return Info()
+        return Info.Create()
 
     def Set_info(self, info) -> None:
         self._st()
@@ -317,3 +333,7 @@ COMM_WORLD = Intracomm()
 COMM_WORLD._fixed = "COMM_WORLD"
 COMM_SELF = Intracomm()
 COMM_SELF._fixed = "COMM_SELF"
+_errhandlers.guard_calls(Datatype, lambda datatype: COMM_WORLD)
+_errhandlers.guard_calls(Info, lambda info: COMM_WORLD)
+_errhandlers.guard_calls(Op, lambda op: COMM_WORLD)
+_errhandlers.guard_calls(Errhandler, lambda errhandler: COMM_WORLD)

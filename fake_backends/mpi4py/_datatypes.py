@@ -53,6 +53,8 @@ class Datatype(IntegerHandles, metaclass=_DatatypeClass):
         # Datatype(other) is another handle on the same datatype, as in mpi4py; ``_id`` is the
         # MPI handle: the key of a predefined datatype, a new object for each Dup.
         self._id = _key
+        if datatype is not None and not isinstance(datatype, Datatype):
+            raise TypeError(f"expected an MPI.Datatype, got {type(datatype).__name__}")
         if datatype is not None:
             _name, _dtype, _key, self._id = datatype._name, datatype._dtype, datatype._key, datatype._id
         self._name = _name

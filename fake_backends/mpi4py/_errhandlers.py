@@ -11,13 +11,16 @@ MPI prints its report and ends every process). Under a user handler
 (``Comm.Create_errhandler(function)``) the function is called with the
 communicator and the error code, then the call raises MPI.Exception, as
 mpi4py does when the handler returns. ``guard_calls`` wraps the public
-calls of the communicator class so.
+calls of the communicator class so. The errors of calls on no
+communicator (of datatypes, infos, ops and error handlers) go through
+MPI.COMM_WORLD's handler, as under Open MPI 5.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import threading
 
 from ._errors import ERR_ARG, ErrorsAreFatal
 from ._errors import Exception as MPIException
@@ -53,25 +56,35 @@ def invoke(comm, st, error: MPIException, call: str) -> None:
         handler._function(comm, error.Get_error_code())
 
 
-def _guarded(method, call: str):
+_calls = threading.local()  # how deep this thread is in guarded calls
+
+
+def _guarded(method, call: str, owner):
     @functools.wraps(method)
     def guarded(self, *args, **kwargs):
+        depth = getattr(_calls, "depth", 0)
+        _calls.depth = depth + 1
         try:
             return method(self, *args, **kwargs)
         except MPIException as exc:
-            st = self._live()
-            if st is not None and not getattr(exc, "_handled", False):
-                exc._handled = True  # once, in the outermost call of the stand-in
-                invoke(self, st, exc, call)
+            if depth == 0:  # the program's call, not one the stand-in makes inside it
+                comm = owner(self)
+                st = comm._live()
+                if st is not None:
+                    invoke(comm, st, exc, call)
             raise
+        finally:
+            _calls.depth = depth
 
     return guarded
 
 
-def guard_calls(cls) -> None:
+def guard_calls(cls, owner=lambda comm: comm) -> None:
     """Wrap every public method of ``cls`` (its mixins' included) so that its
-    MPI errors go through the communicator's error handler."""
+    MPI errors go through the error handler of ``owner(obj)``: a
+    communicator's own, or, for objects of no communicator (datatypes,
+    infos, ops, error handlers), MPI.COMM_WORLD's, as under Open MPI."""
     for name in dir(cls):
         method = inspect.getattr_static(cls, name)
         if not name.startswith("_") and inspect.isfunction(method):  # not static or class methods
-            setattr(cls, name, _guarded(method, f"{cls.__name__}.{name}"))
+            setattr(cls, name, _guarded(method, f"{cls.__name__}.{name}", owner))

@@ -9,12 +9,12 @@
   to it.
 * An info gives a new info with the same items, a Dup'ed datatype a new
   Dup, a user op a new op of the same function (pickled by reference).
-* A live communicator, request or message cannot be pickled (ValueError,
+* Another communicator, request or message cannot be pickled (ValueError,
   as in mpi4py).
 
 ``register(namespace)`` (the MPI module's globals) names the predefined
-handles and installs the reducers in ``copyreg``'s table, so that the
-classes themselves need no ``__reduce__``.
+handles and installs the reducers in ``copyreg``'s table and as the
+classes' ``__reduce__``.
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ _INTEGERS: list = []  # integer handle -> a handle on that MPI object (IntegerHa
 
 
 class IntegerHandles:
-    """``toint``/``fromint`` and ``py2f``/``f2py``: an integer for a handle,
-    and a new handle equal to it for the integer. The integers are the
-    stand-in's own (an index into this rank's table), not Open MPI's."""
+    """``toint``/``fromint``, ``py2f``/``f2py`` and ``handle``/``fromhandle``:
+    an integer for a handle, and a new handle equal to it for the integer.
+    The integers are the stand-in's own (an index into this rank's table),
+    not Open MPI's."""
 
     def toint(self) -> int:
         for index, known in enumerate(_INTEGERS):
@@ -48,9 +49,21 @@ class IntegerHandles:
             known = None
         if not isinstance(known, cls):
             raise ValueError(f"{arg!r} is no integer handle of an MPI.{cls.__name__} on this rank")
-        return cls(known)
+        handle = cls(known)
+        handle._by_integer = True  # as in mpi4py, such a handle on a user op does not pickle
+        return handle
 
     f2py = fromint
+
+    @property
+    def handle(self) -> int:
+        """The integer of ``toint`` (mpi4py: the C handle's value)."""
+        return self.toint()
+
+    @classmethod
+    def fromhandle(cls, handle: int):
+        """A new handle equal to the one of ``handle``."""
+        return cls.fromint(handle)
 
 
 def predefined(name: str):
@@ -68,10 +81,19 @@ def _refused(obj):
 
 
 def _reduce_null_or_refused(obj):
-    """Communicators, requests, messages: only null handles travel."""
-    if obj:
-        _refused(obj)
-    return type(obj), ()
+    """Communicators, requests, messages: only null and predefined handles
+    travel (a copy of ``MPI.COMM_WORLD`` gives a new handle equal to it)."""
+    if not obj:
+        return type(obj), ()
+    for name, value in _NAMESPACE.items():
+        if _constant_name(value) == name and _same_kind(value, obj) and value == obj:
+            return type(obj), (value,)
+    _refused(obj)
+
+
+def _same_kind(constant, obj) -> bool:
+    """Whether ``constant`` is a handle of ``obj``'s kind (a Comm and an Intracomm are)."""
+    return isinstance(obj, type(constant)) or isinstance(constant, type(obj))
 
 
 def _reduce_same_handle(obj):
@@ -79,6 +101,8 @@ def _reduce_same_handle(obj):
     if getattr(obj, "_function", None) is not None:
         if not hasattr(obj, "_commute"):
             _refused(obj)  # a user error handler
+        if getattr(obj, "_by_integer", False):  # mpi4py knows the function of the handles it made only
+            raise ValueError("cannot pickle user-defined reduction operation")
         return type(obj).Create, (obj._function, obj._commute)  # a user op
     if isinstance(getattr(obj, "_id", ""), str):  # a handle on a predefined one
         return type(obj), (_constant_where(type(obj), lambda value: value == obj),)
@@ -127,4 +151,6 @@ def register(namespace: dict, *, null_or_refused, same_handle, info) -> None:
     for group, fallback in ((null_or_refused, _reduce_null_or_refused), (same_handle, _reduce_same_handle),
                             (info, _reduce_info)):
         for cls in group:
-            copyreg.pickle(cls, _reducer(fallback))
+            reduce = _reducer(fallback)
+            copyreg.pickle(cls, reduce)
+            cls.__reduce__ = reduce  # handle.__reduce__(), which mpi4py's tests call, answers the same

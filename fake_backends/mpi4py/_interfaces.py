@@ -20,6 +20,7 @@ interface.
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import math
 import operator
@@ -28,7 +29,7 @@ import warnings
 
 import numpy as np
 
-K_DL_CPU, K_DL_CUDA_HOST, K_DL_ROCM_HOST, K_DL_CUDA_MANAGED = 1, 3, 11, 13
+K_DL_CPU, K_DL_CUDA, K_DL_CUDA_HOST, K_DL_ROCM_HOST, K_DL_CUDA_MANAGED = 1, 2, 3, 11, 13
 _HOST_DEVICES = (K_DL_CPU, K_DL_CUDA_HOST, K_DL_ROCM_HOST, K_DL_CUDA_MANAGED)
 K_DL_INT, K_DL_UINT, K_DL_FLOAT, K_DL_COMPLEX, K_DL_BOOL = 0, 1, 2, 5, 6
 _READ_ONLY = 1  # DLPACK_FLAG_BITMASK_READ_ONLY
@@ -93,6 +94,25 @@ def memory(obj, writable: bool):
     if hasattr(obj, "__cuda_array_interface__"):
         return _cuda_array_interface(obj, writable)
     return None
+
+
+def device_kind(obj) -> int:
+    """mpi4py's kind of a buffer it read: 0 for the buffer protocol, else the
+    DLPack device type (kDLCUDA for the CUDA array interface)."""
+    try:
+        memoryview(obj)
+        return 0
+    except TypeError:
+        pass
+    if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
+        return operator.index(obj.__dlpack_device__()[0])
+    return K_DL_CUDA if hasattr(obj, "__cuda_array_interface__") else 0
+
+
+def check_cpu_accessible(kind: int) -> None:
+    """mpi4py's BufferError for reading or writing device memory from the CPU."""
+    if kind and kind not in _HOST_DEVICES:
+        raise BufferError(NOT_CPU)
 
 
 # -- DLPack ---------------------------------------------------------------------------
@@ -246,17 +266,32 @@ def _typed(value, kind: type, optional: bool = False):
 
 def _host_memory(address: int, nbytes: int, writable: bool) -> bool:
     """Whether ``[address, address + nbytes)`` is mapped readable (and
-    writable) memory of this process (Linux: /proc/self/maps)."""
+    writable) memory of this process (Linux: /proc/self/maps). The mappings
+    read last are asked first: a program sends from the same memory again
+    and again, and reading the file each time made such sends slow."""
+    return _mapped(address, nbytes, writable) or (_read_mappings() and _mapped(address, nbytes, writable))
+
+
+_MAPPINGS: list[tuple[int, int, str]] = []  # (low, high, perms) of the last read, by address
+
+
+def _read_mappings() -> bool:
     try:
         with open("/proc/self/maps") as maps:
-            regions = [line.split()[:2] for line in maps]
+            spans = [line.split()[:2] for line in maps]
     except OSError:
         return False
+    _MAPPINGS[:] = sorted((*(int(x, 16) for x in span.split("-")), perms) for span, perms in spans)
+    return True
+
+
+def _mapped(address: int, nbytes: int, writable: bool) -> bool:
     end, need = address + nbytes, "rw" if writable else "r"
-    for span, perms in regions:
-        low, high = (int(x, 16) for x in span.split("-"))
-        if low <= address < high and all(p in perms for p in need):
-            if end <= high:
-                return True
-            address = high  # the range continues in the next mapping
+    index = bisect.bisect_right(_MAPPINGS, (address, float("inf"))) - 1
+    for low, high, perms in _MAPPINGS[max(index, 0):]:
+        if not low <= address < high or not all(p in perms for p in need):
+            return False
+        if end <= high:
+            return True
+        address = high  # the range continues in the next mapping
     return False

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._locks import locked
 from ._ops import PREDEFINED, fold_objects
 from ._pickle import pickle
 
@@ -52,12 +53,14 @@ class ObjectCollectives:
         """Return once every rank of the communicator has called it."""
         self.Barrier()
 
+    @locked
     def bcast(self, obj, root: int = 0):
         """Root's ``obj`` on every rank (a copy, on the root too)."""
         st, sc = self._coll()
         root = self._root(st, root, "bcast")
         return _load(sc.broadcast(_dump(obj) if st.rank == root else None, root))
 
+    @locked
     def gather(self, sendobj, root: int = 0):
         """The list of every rank's object, in rank order, on root; None elsewhere."""
         st, sc = self._coll()
@@ -69,6 +72,7 @@ class ObjectCollectives:
             return None
         return [_load(out[j, :lengths[j]]) for j in range(st.size)]
 
+    @locked
     def scatter(self, sendobj, root: int = 0):
         """Item ``r`` of root's sequence on rank ``r``."""
         st, sc = self._coll()
@@ -82,6 +86,7 @@ class ObjectCollectives:
             out = sc.scatter(None, root)
         return _load(out[:lengths[st.rank]])
 
+    @locked
     def allgather(self, sendobj) -> list:
         """The list of every rank's object, in rank order, on every rank."""
         st, sc = self._coll()
@@ -90,6 +95,7 @@ class ObjectCollectives:
         out = sc.allgather(_padded([data], int(lengths.max()))[0])
         return [_load(out[j, :lengths[j]]) for j in range(st.size)]
 
+    @locked
     def alltoall(self, sendobj) -> list:
         """Item ``j`` of rank ``i``'s sequence becomes item ``i`` of rank ``j``'s result."""
         st, sc = self._coll()

@@ -13,6 +13,7 @@ from __future__ import annotations
 from ._buffered import check_space
 from ._datatypes import TYPES
 from ._errors import ERR_REQUEST, SUCCESS, Exception as MPIException
+from ._handles import IntegerHandles
 from ._p2p import ANY_SOURCE, ANY_TAG, PROC_NULL, RecvOp, SendOp
 from ._pickle import pickle
 
@@ -121,7 +122,7 @@ def _desc(op) -> str:
     return f"Wait for {op.desc}" if getattr(op, "desc", None) else "Wait"
 
 
-class Request:
+class Request(IntegerHandles):
     """A nonblocking operation (``Isend``, ``Irecv``, ``isend``, ``irecv``, ...)."""
 
     _persistent = None  # the handle of a persistent request (Prequest), or of a copy of one
@@ -511,7 +512,7 @@ class Prequest(Request):
     free = Free
 
 
-class Message:
+class Message(IntegerHandles):
     """A message taken by a matched probe (``Mprobe``/``mprobe``); receive
     it with ``Recv``/``recv`` (or ``Irecv``/``irecv``)."""
 
