@@ -25,6 +25,7 @@ from . import _errhandlers
 from ._errors import ERR_ARG, ERR_COMM, ERR_KEYVAL, ERR_OTHER, Exception as MPIException, MPIAbort
 from ._errors import earlier_run
 from ._groups import GroupCalls
+from ._handles import IntegerHandles
 from ._hints import ERRORS_RETURN, Info
 from ._objects import ObjectCollectives
 from ._p2p import ANY_SOURCE, PROC_NULL
@@ -35,6 +36,8 @@ from ._requests import Request
 from ._vector import VectorCollectives
 
 UNDEFINED = -32766
+#: The handle class of each topology kind (filled by ``_topologies``, which builds on this module).
+CLASS_OF_TOPOLOGY: dict = {}
 IDENT, CONGRUENT, SIMILAR, UNEQUAL = 0, 1, 2, 3
 COMM_TYPE_SHARED = 0
 # attribute keys, as Open MPI numbers them
@@ -109,7 +112,7 @@ def self_state(rt) -> _State:
     return _State(rt, _SelfComm(), rt.next_self_ctx(), [rt.world.rank], "MPI_COMM_SELF", True)
 
 
-class Comm(GroupCalls, PointToPoint, BufferCollectives, VectorCollectives, ObjectCollectives):
+class Comm(IntegerHandles, GroupCalls, PointToPoint, BufferCollectives, VectorCollectives, ObjectCollectives):
     """A communicator: see the module docstring; the calls are mpi4py's."""
 
     _fixed = None  # "COMM_WORLD"/"COMM_SELF" for the predefined handles
@@ -249,6 +252,20 @@ class Comm(GroupCalls, PointToPoint, BufferCollectives, VectorCollectives, Objec
 
     def Set_info(self, info) -> None:
         self._st()
+
+    info = property(Get_info, Set_info)
+
+    @classmethod
+    def fromint(cls, arg: int) -> "Comm":
+        """A new handle on the communicator of ``arg`` (from ``toint``), of
+        its own class, as mpi4py's (a Cartesian one gives a Cartcomm)."""
+        handle = super().fromint(arg)
+        st = handle._live()
+        if st is None:
+            return handle
+        return (Intracomm if st.topo is None else CLASS_OF_TOPOLOGY[st.topo.kind])(handle)
+
+    f2py = fromint
 
     # -- communicators ------------------------------------------------------------------
     def Dup(self, info=None) -> "Intracomm":

@@ -234,7 +234,7 @@ def _comm_hint(name: str) -> str | None:
         return _FT
     if name in ("Set_attr", "Delete_attr", "Create_keyval", "Free_keyval"):
         return _ATTRS
-    if name in ("py2f", "f2py", "toint", "fromint", "fromhandle", "handle", "info"):
+    if name in ("fromhandle", "handle"):
         return _HANDLES
     return None
 

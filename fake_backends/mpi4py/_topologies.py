@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 
 from . import _errhandlers
-from ._comm import UNDEFINED, Intracomm
+from ._comm import CLASS_OF_TOPOLOGY, UNDEFINED, Intracomm
 from ._errors import ERR_ARG, ERR_DIMS, ERR_RANK, ERR_TOPOLOGY, Exception as MPIException
 from ._neighbors import NeighborCollectives
 
@@ -129,8 +129,9 @@ class DistGraph:
 
     kind = DIST_GRAPH
 
-    def __init__(self, sources, destinations, weights):
+    def __init__(self, sources, destinations, weights, size: int):
         self.sources, self.destinations, self.weights = sources, destinations, weights
+        self.size = size  # every rank of the communicator is a node
 
     def neighbors(self, rank: int):
         return self.sources, self.destinations, [0] * len(self.sources), [0] * len(self.destinations)
@@ -263,6 +264,7 @@ class Distgraphcomm(Topocomm):
 
 for _cls in (Topocomm, Cartcomm, Graphcomm, Distgraphcomm):
     _errhandlers.guard_calls(_cls)
+CLASS_OF_TOPOLOGY.update({CART: Cartcomm, GRAPH: Graphcomm, DIST_GRAPH: Distgraphcomm})
 
 
 def _with_topology(comm, topo, cls, name: str):
@@ -339,7 +341,7 @@ def Create_dist_graph_adjacent(self, sources, destinations, sourceweights=None, 
     dw = _weights(destweights, len(destinations), "Create_dist_graph_adjacent")
     _check_ranks(sources + destinations, st.size, "Create_dist_graph_adjacent")
     weights = None if sw is None and dw is None else (sw or [1] * len(sources), dw or [1] * len(destinations))
-    return _topology_comm(self, DistGraph(sources, destinations, weights), Distgraphcomm)
+    return _topology_comm(self, DistGraph(sources, destinations, weights, st.size), Distgraphcomm)
 
 
 def Create_dist_graph(self, sources, degrees, destinations, weights=None, info=None,
@@ -362,7 +364,7 @@ def Create_dist_graph(self, sources, degrees, destinations, weights=None, info=N
     incoming = [(s, wt) for rank_edges in every for s, d, wt in rank_edges if d == me]
     outgoing = [(d, wt) for rank_edges in every for s, d, wt in rank_edges if s == me]
     weighted = None if w is None else ([wt for _, wt in incoming], [wt for _, wt in outgoing])
-    topo = DistGraph([s for s, _ in incoming], [d for d, _ in outgoing], weighted)
+    topo = DistGraph([s for s, _ in incoming], [d for d, _ in outgoing], weighted, st.size)
     return _topology_comm(self, topo, Distgraphcomm)
 
 

@@ -1,0 +1,129 @@
+"""Groups in the mpi4py stand-in (issue 20): MPI.Group and its
+constructors, Comm.Get_group, Comm.Create, Comm.Compare, Idup and
+Dup_with_info. Each program asserts the values MPI defines, on 1 to 5
+ranks (tests/mpi4py_programs/simdist_groups.py compares the same calls
+with Open MPI's)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from simdist._script import run_script
+
+PRELUDE = """\
+from mpi4py import MPI
+import pickle
+comm = MPI.COMM_WORLD
+rank, size = comm.Get_rank(), comm.Get_size()
+
+
+def error_class(call):
+    try:
+        call()
+    except MPI.Exception as exc:
+        return exc.Get_error_class()
+    raise AssertionError("no MPI.Exception")
+"""
+
+
+def ok(tmp_path, source: str, n: int):
+    path = tmp_path / "prog.py"
+    path.write_text(PRELUDE + textwrap.dedent(source))
+    outcome = run_script(str(path), [], n, timeout=30.0)
+    assert outcome.status == 0, outcome.error
+
+
+GROUPS = """
+    g = comm.Get_group()
+    assert (g.Get_size(), g.size, g.Get_rank(), g.rank) == (size, size, rank, rank)
+    assert g == comm.Get_group() and g != g.Dup()  # the communicator's own group; Dup makes another
+    assert MPI.Group.Compare(g, g.Dup()) == MPI.IDENT
+    rev = g.Incl(list(range(size))[::-1])
+    assert rev.rank == size - 1 - rank
+    assert g.Compare(rev) == (MPI.IDENT if size == 1 else MPI.SIMILAR)
+    evens = g.Range_incl([(0, size - 1, 2)])
+    odds = g.Excl(range(0, size, 2))
+    assert evens.size == (size + 1) // 2 and odds.size == size // 2
+    assert evens.rank == (rank // 2 if rank % 2 == 0 else MPI.UNDEFINED)
+    assert odds.rank == (rank // 2 if rank % 2 else MPI.UNDEFINED)
+    union = MPI.Group.Union(evens, odds)  # the evens, then the odds
+    assert union.Translate_ranks(None, g) == list(range(0, size, 2)) + list(range(1, size, 2))
+    assert g.Compare(union) == (MPI.IDENT if size <= 2 else MPI.SIMILAR)
+    assert MPI.Group.Intersection(evens, odds).size == 0
+    assert MPI.Group.Intersection(g, rev).Translate_ranks(None, g) == list(range(size))
+    assert MPI.Group.Difference(g, evens).Translate_ranks(None, g) == list(range(1, size, 2))
+    assert g.Range_excl([(size - 1, 0, -1)]).size == 0
+    assert g.Range_incl([(size - 1, 0, -2)]).Translate_ranks() == list(range(size - 1, -1, -2))
+    assert evens.Translate_ranks([0, MPI.PROC_NULL], odds) == [MPI.UNDEFINED, MPI.PROC_NULL]
+    assert rev.Translate_ranks([0]) == [size - 1]  # default: COMM_WORLD's group
+    assert MPI.COMM_SELF.Get_group().Translate_ranks([0]) == [rank]
+    assert g.Incl([]) == MPI.GROUP_EMPTY and g.Incl([]).Compare(MPI.GROUP_EMPTY) == MPI.IDENT
+    assert error_class(lambda: g.Incl([size])) == MPI.ERR_RANK
+    assert error_class(lambda: g.Incl([0, 0])) == MPI.ERR_RANK
+    assert error_class(lambda: g.Excl([-1])) == MPI.ERR_RANK
+    assert error_class(lambda: MPI.GROUP_NULL.Get_size()) == MPI.ERR_GROUP
+    h = g.Dup()
+    h.Free()
+    assert h == MPI.GROUP_NULL and not h and g.size == size
+    assert pickle.loads(pickle.dumps(MPI.GROUP_EMPTY)) is MPI.GROUP_EMPTY
+    assert pickle.loads(pickle.dumps(MPI.Group(MPI.GROUP_EMPTY))) == MPI.GROUP_EMPTY
+    try:
+        pickle.dumps(g)
+        raise AssertionError("a group pickled")
+    except ValueError:
+        pass
+    assert MPI.Group.fromint(g.toint()) == g
+"""
+
+CREATE = """
+    g = comm.Get_group()
+    evens = g.Range_incl([(0, size - 1, 2)])
+    sub = comm.Create(evens)
+    if rank % 2:
+        assert sub == MPI.COMM_NULL and not sub
+    else:
+        assert (sub.rank, sub.size) == (rank // 2, (size + 1) // 2)
+        assert sub.allreduce(rank) == sum(range(0, size, 2))
+        assert MPI.Comm.Compare(sub, comm) == (MPI.CONGRUENT if size <= 1 else MPI.UNEQUAL)
+        sub.Free()
+    rev = comm.Create(g.Incl(list(range(size))[::-1]))
+    assert rev.rank == size - 1 - rank and rev.Get_group().Compare(g.Incl(list(range(size))[::-1])) == MPI.IDENT
+    assert comm.Compare(rev) == (MPI.CONGRUENT if size == 1 else MPI.SIMILAR)
+    # a message on the new communicator is its own: the parent does not see it
+    right, left = (rev.rank + 1) % size, (rev.rank - 1) % size
+    req = rev.isend(("from", rank), dest=right, tag=3)
+    assert not comm.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)
+    assert rev.recv(source=left, tag=3) == ("from", size - 1 - left)
+    req.wait()
+    assert comm.Compare(comm) == MPI.IDENT
+    dup = comm.Dup()
+    assert comm.Compare(dup) == MPI.CONGRUENT
+    assert comm.Compare(comm.Split(0, -rank)) == (MPI.CONGRUENT if size == 1 else MPI.SIMILAR)
+    assert comm.Compare(comm.Split(rank % 2, 0)) == (MPI.CONGRUENT if size == 1 else MPI.UNEQUAL)
+    idup, req = comm.Idup()
+    req.Wait()
+    assert req == MPI.REQUEST_NULL and comm.Compare(idup) == MPI.CONGRUENT and idup.allreduce(1) == size
+    info = MPI.Info.Create()
+    withinfo = comm.Dup_with_info(info)
+    assert comm.Compare(withinfo) == MPI.CONGRUENT and withinfo.bcast(rank, root=size - 1) == size - 1
+    if size > 1:  # a group with processes outside the communicator
+        assert error_class(lambda: MPI.COMM_SELF.Create(g)) == MPI.ERR_GROUP
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
+def test_group_constructors_give_mpis_members_and_ranks(tmp_path, n):
+    ok(tmp_path, GROUPS, n)
+
+
+def test_group_constructors_on_three_ranks(tmp_path):
+    ok(tmp_path, GROUPS, 3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
+def test_create_gives_a_communicator_ordered_as_the_group_and_compare_classifies(tmp_path, n):
+    ok(tmp_path, CREATE, n)
