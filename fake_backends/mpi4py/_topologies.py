@@ -300,8 +300,8 @@ def _weights(weights, n: int, call: str):
 
 def _check_ranks(ranks, size: int, call: str) -> None:
     bad = [r for r in ranks if not 0 <= r < size]
-    if bad:
-        raise MPIException(ERR_RANK, f"{call}: ranks {bad} of a communicator of {size}")
+    if bad:  # MPI_ERR_ARG, as Open MPI's Dist_graph_create_adjacent
+        raise MPIException(ERR_ARG, f"{call}: ranks {bad} of a communicator of {size}")
 
 
 # -- constructors (methods of Intracomm) -------------------------------------------------
