@@ -12,6 +12,7 @@ calls).
 """
 # simdist-run: 1
 # simdist-run: 2
+# simdist-run: 3
 # simdist-run: 4
 # simdist-run: 5
 
