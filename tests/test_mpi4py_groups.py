@@ -113,6 +113,67 @@ CREATE = """
 """
 
 
+CREATE_GROUP = """
+    import numpy as np
+
+    g = comm.Get_group()
+    evens, odds = g.Range_incl([(0, size - 1, 2)]), g.Excl(range(0, size, 2))
+    mine = evens if rank % 2 == 0 else odds
+    members = list(range(rank % 2, size, 2))
+    sub = comm.Create_group(mine, tag=5 + rank % 2)  # only the group's processes call
+    assert (sub.rank, sub.size) == (members.index(rank), len(members))
+    out = np.zeros(2)
+    sub.Allreduce(np.array([rank, 0.5 * rank]), out)
+    assert out.tolist() == [sum(members), 0.5 * sum(members)]
+    assert sub.allgather(rank) == members and sub.bcast(rank, root=sub.size - 1) == members[-1]
+    assert sub.gather(rank, root=0) == (members if sub.rank == 0 else None)
+    assert sub.alltoall([(rank, j) for j in range(sub.size)]) == [(m, sub.rank) for m in members]
+    assert sub.scan(rank) == sum(members[:sub.rank + 1])
+    half = sub.Split(sub.rank % 2, -sub.rank)  # a split of it is one too
+    halves = members[sub.rank % 2::2][::-1]
+    assert (half.rank, half.size, half.allgather(rank)) == (halves.index(rank), len(halves), halves)
+    assert MPI.Comm.Compare(sub, comm) == (MPI.CONGRUENT if len(members) == size else MPI.UNEQUAL)
+    # its point-to-point messages are its own
+    right, left = members[(sub.rank + 1) % sub.size], members[(sub.rank - 1) % sub.size]
+    req = sub.isend(rank, dest=(sub.rank + 1) % sub.size, tag=1)
+    sub.Barrier()
+    assert sub.recv(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG) == left
+    req.wait()
+    cart = sub.Create_cart([sub.size], periods=True)
+    assert cart.neighbor_allgather(rank) == [left, right]
+    half.Free()
+    sub.Free()
+    assert sub == MPI.COMM_NULL
+    if size > 1:
+        assert error_class(lambda: MPI.COMM_SELF.Create_group(g)) == MPI.ERR_GROUP
+    comm.Barrier()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
+def test_create_group_is_collective_over_the_group_only(tmp_path, n):
+    ok(tmp_path, CREATE_GROUP, n)
+
+
+def test_create_group_on_three_ranks(tmp_path):
+    ok(tmp_path, CREATE_GROUP, 3)
+
+
+def test_different_collectives_on_a_create_group_communicator_are_a_mismatch(tmp_path):
+    path = tmp_path / "prog.py"
+    path.write_text(PRELUDE + textwrap.dedent("""
+        sub = comm.Create_group(comm.Get_group())
+        if rank == 0:
+            sub.allreduce(1)
+        else:
+            sub.bcast(1, root=1)
+    """))
+    outcome = run_script(str(path), [], 2, timeout=30.0)
+    assert outcome.status != 0 and "CollectiveMismatch" in outcome.error, outcome.error
+    assert "rank 0: allgather met rank 1's broadcast" in outcome.error, outcome.error  # allreduce of objects gathers
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
 def test_group_constructors_give_mpis_members_and_ranks(tmp_path, n):

@@ -12,8 +12,9 @@ makes the handle null and leaves other handles on the group valid.
 ``Comm.Create(group)`` is collective over the communicator and becomes a
 ``Split``: members of the group get a communicator ordered as the group,
 the others ``MPI.COMM_NULL``. ``Comm.Create_group`` is collective over the
-group only: the simulator makes communicators only by splitting one that
-every member calls, so it is refused (see ``_names``).
+group only, and the simulator makes communicators only by splitting one
+that every member calls: its communicator runs its collectives on
+point-to-point messages (``_groupcomm``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from __future__ import annotations
 import copyreg
 
 from . import _runtime
-from ._errors import ERR_ARG, ERR_GROUP, ERR_RANK, Exception as MPIException
+from ._errors import ERR_ARG, ERR_GROUP, ERR_RANK, ERR_TAG, Exception as MPIException, unsupported
+from ._groupcomm import create_group
 from ._handles import IntegerHandles, predefined
 
 UNDEFINED = -32766
@@ -234,18 +236,44 @@ class GroupCalls:
 
     group = property(Get_group)
 
+    @staticmethod
+    def _subgroup(st, group, call: str) -> tuple:
+        """The processes of ``group``, which must all be in ``st``'s communicator."""
+        if not isinstance(group, Group):
+            raise TypeError(f"Argument 'group' has incorrect type (expected mpi4py.MPI.Group, got "
+                            f"{type(group).__name__})")
+        ranks = group._ranks(call)
+        outside = [w for w in ranks if w not in st.members]
+        if outside:
+            raise MPIException(ERR_GROUP, f"{call}: world ranks {outside} of the group are not in {st.name}")
+        return ranks
+
     def Create(self, group: Group) -> "Comm":  # noqa: F821 - the class of the mixin
         """MPI_Comm_create (collective over the communicator; every rank
         passes the same group, a subset of it): the group's processes get a
         communicator ordered as the group, the others MPI.COMM_NULL."""
         st = self._st()
-        if not isinstance(group, Group):
-            raise TypeError(f"Argument 'group' has incorrect type (expected mpi4py.MPI.Group, got "
-                            f"{type(group).__name__})")
-        ranks = group._ranks("Create")
-        outside = [w for w in ranks if w not in st.members]
-        if outside:
-            raise MPIException(ERR_GROUP, f"Create: world ranks {outside} of the group are not in {st.name}")
+        ranks = self._subgroup(st, group, "Create")
         me = st.members[st.rank]
         color = 0 if me in ranks else UNDEFINED
         return self.Split(color, ranks.index(me) if me in ranks else 0)
+
+    def Create_group(self, group: Group, tag: int = 0) -> "Comm":  # noqa: F821 - the class of the mixin
+        """MPI_Comm_create_group (collective over the group's processes
+        only, which call it with the same group and ``tag``): a communicator
+        ordered as the group."""
+        st = self._st()
+        ranks = self._subgroup(st, group, "Create_group")
+        if not _is_int(tag) or tag < 0:
+            raise MPIException(ERR_TAG, f"Create_group: tag={tag!r} must be an int >= 0")
+        me = st.members[st.rank]
+        if me not in ranks:
+            raise MPIException(ERR_GROUP, f"Create_group: world rank {me} is not in the group {list(ranks)}")
+        st.engine.progress()
+        return self._new(self._derived(st, create_group(st, ranks, int(tag)), "Create_group"))
+
+    @classmethod
+    def Create_from_group(cls, group, stringtag: str = "org.mpi4py", info=None, errhandler=None):
+        raise unsupported("Intracomm.Create_from_group", "MPI sessions and string tags are not simulated; call "
+                          "Comm.Create_group(group) on a communicator")
+

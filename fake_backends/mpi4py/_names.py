@@ -192,9 +192,7 @@ _COLLECTIVES = ("Barrier", "Bcast", "Gather", "Gatherv", "Scatter", "Scatterv", 
                 "Alltoall", "Alltoallv", "Alltoallw", "Reduce", "Allreduce", "Reduce_scatter_block",
                 "Reduce_scatter", "Scan", "Exscan")
 _VECTOR = {"Alltoallw": "Alltoallv"}
-_GROUPS = ("a communicator made collectively over a group only is not simulated (the simulator makes "
-           "communicators by splitting one that every member calls); call Comm.Create(group) on a communicator "
-           "every rank of which calls it")
+_GROUPS = "MPI sessions and string tags are not simulated; call Comm.Create_group(group) on a communicator"
 _DYNAMIC = "dynamic processes and intercommunicators are not simulated; start every rank with `simdist run -n N`"
 _BUFFERED = "buffered mode is not simulated; use Send or Isend (small messages are buffered anyway)"
 _HANDLES = "the simulated MPI has no C or Fortran handles"
@@ -220,7 +218,7 @@ def _comm_hint(name: str) -> str | None:
                 "(there is no overlap to gain on the simulator)")
     if name in _VECTOR:
         return "Alltoallw (a datatype per block) is not simulated; use Alltoallv with one datatype"
-    if name in ("Create_group", "Create_from_group"):
+    if name == "Create_from_group":
         return _GROUPS
     if name in ("Create_intercomm", "Spawn", "Spawn_multiple", "Accept", "Connect", "Join", "Get_parent",
                 "Disconnect"):
