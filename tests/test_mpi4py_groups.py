@@ -75,6 +75,9 @@ GROUPS = """
     except ValueError:
         pass
     assert MPI.Group.fromint(g.toint()) == g
+    info = comm.Get_info()  # a new info, which the caller frees
+    assert info and info.Get_nkeys() == 0
+    info.Free()
 """
 
 CREATE = """

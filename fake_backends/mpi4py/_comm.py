@@ -247,8 +247,9 @@ class Comm(IntegerHandles, GroupCalls, PointToPoint, BufferCollectives, VectorCo
         _errhandlers.invoke(self, st, MPIException(errorcode, "Call_errhandler"), "Comm.Call_errhandler")
 
     def Get_info(self):
+        """A new info (the caller frees it, as in MPI): no hints are in use."""
         self._st()
-        return Info()
+        return Info.Create()
 
     def Set_info(self, info) -> None:
         self._st()
