@@ -191,3 +191,17 @@ def test_group_constructors_on_three_ranks(tmp_path):
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
 def test_create_gives_a_communicator_ordered_as_the_group_and_compare_classifies(tmp_path, n):
     ok(tmp_path, CREATE, n)
+
+
+@pytest.mark.slow
+def test_a_create_group_collective_a_member_never_calls_is_reported_naming_it(tmp_path):
+    path = tmp_path / "prog.py"
+    path.write_text(PRELUDE + textwrap.dedent("""
+        sub = comm.Create_group(comm.Get_group())
+        if rank == 0:
+            sub.allreduce(1)
+    """))
+    outcome = run_script(str(path), [], 2, timeout=30.0)
+    assert outcome.status != 0
+    assert "allgather on a communicator of Create_group: rank 0 waits" in outcome.error, outcome.error
+    assert "rank 1 has returned" in outcome.error, outcome.error

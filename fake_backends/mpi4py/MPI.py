@@ -28,7 +28,7 @@ What is different, on purpose:
   receiver sits in a Barrier waits until the receiver leaves it.
 * ``irecv`` has no size limit (mpi4py's default buffer is 32 KiB).
 * Anything mpi4py has and this module does not (one-sided Win, File I/O,
-  ``Comm.Create_group``, intercommunicators, nonblocking and persistent
+  ``Intracomm.Create_from_group``, intercommunicators, nonblocking and persistent
   collectives, derived datatypes, Alltoallw, ``mpi4py.util``,
   ``mpi4py.futures``, ...) raises ``NotImplementedError`` naming the call
   and what to use instead; names mpi4py does not have either raise
