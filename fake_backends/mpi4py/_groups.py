@@ -248,7 +248,7 @@ class GroupCalls:
             raise MPIException(ERR_GROUP, f"{call}: world ranks {outside} of the group are not in {st.name}")
         return ranks
 
-    def Create(self, group: Group) -> "Comm":  # noqa: F821 - the class of the mixin
+    def Create(self, group: Group):
         """MPI_Comm_create (collective over the communicator; every rank
         passes the same group, a subset of it): the group's processes get a
         communicator ordered as the group, the others MPI.COMM_NULL."""
@@ -258,7 +258,7 @@ class GroupCalls:
         color = 0 if me in ranks else UNDEFINED
         return self.Split(color, ranks.index(me) if me in ranks else 0)
 
-    def Create_group(self, group: Group, tag: int = 0) -> "Comm":  # noqa: F821 - the class of the mixin
+    def Create_group(self, group: Group, tag: int = 0):
         """MPI_Comm_create_group (collective over the group's processes
         only, which call it with the same group and ``tag``): a communicator
         ordered as the group."""
