@@ -159,10 +159,7 @@ def test_create_group_is_collective_over_the_group_only(tmp_path, n):
     ok(tmp_path, CREATE_GROUP, n)
 
 
-def test_create_group_on_three_ranks(tmp_path):
-    ok(tmp_path, CREATE_GROUP, 3)
-
-
+@pytest.mark.slow
 def test_different_collectives_on_a_create_group_communicator_are_a_mismatch(tmp_path):
     path = tmp_path / "prog.py"
     path.write_text(PRELUDE + textwrap.dedent("""
