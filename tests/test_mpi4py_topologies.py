@@ -81,6 +81,15 @@ CART = """
     r2 = cart.Ineighbor_alltoall(np.arange(4, dtype="i") + 100 * rank, b)
     MPI.Request.Waitall([r2, r1])
     assert b.tolist() == want and a.tolist() == [-1 if n == MPI.PROC_NULL else n for n in neighbours]
+    # persistent: each Start sends the buffer as it is then
+    send, b = np.zeros(4, dtype="i"), np.full(4, -1, dtype="i")
+    persistent = cart.Neighbor_alltoall_init(send, b)
+    for round in range(2):
+        send[:] = np.arange(4) + 100 * rank + 1000 * round
+        persistent.Start()
+        persistent.Wait()
+        assert b.tolist() == [w if w < 0 else w + 1000 * round for w in want]
+    persistent.Free()
     # a user's ANY_SOURCE receive never takes a neighbour collective's message
     pending = cart.irecv(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG)
     cart.Neighbor_allgather(np.array([rank], dtype="i"), a)

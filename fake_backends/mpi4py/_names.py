@@ -210,9 +210,6 @@ def _comm_hint(name: str) -> str | None:
             return "use Send_init (or Isend in a loop)"
         if base in ("Psend", "Precv"):
             return "partitioned communication is not simulated; use Isend and Irecv"
-        if base.startswith("Neighbor_"):
-            return ("persistent neighbour collectives are not simulated; "
-                    f"call Comm.I{base[0].lower()}{base[1:]} each time")
     if name[:1] == "I" and name[1:].capitalize() in _COLLECTIVES:
         base = name[1:].capitalize()
         return (f"nonblocking collectives are not simulated; call the blocking Comm.{base} "

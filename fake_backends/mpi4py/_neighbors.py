@@ -1,7 +1,7 @@
 """The neighbour collectives of topology communicators (a mixin of
 ``Topocomm``): ``Neighbor_allgather(v)``, ``Neighbor_alltoall(v/w)``, their
 nonblocking ``I`` forms and the object forms ``neighbor_allgather`` and
-``neighbor_alltoall``.
+``neighbor_alltoall``, and the persistent ``Neighbor_..._init`` forms.
 
 Each is built on the stand-in's point-to-point engine (``_p2p``): a rank
 posts one receive per incoming neighbour, in neighbour order, then one send
@@ -27,7 +27,7 @@ from ._buffers import parse, parse_vector
 from ._errors import ERR_ARG, Exception as MPIException
 from ._p2p import PICKLED, PROC_NULL, SendOp
 from ._pickle import pickle
-from ._requests import Request
+from ._requests import Prequest, Request
 
 #: Flipped in a communicator's context to give that of its neighbour collectives.
 RESERVED_CONTEXT_BIT = 1 << 61
@@ -88,26 +88,32 @@ class NeighborCollectives:
         st = self._st()
         return st, st.topo.neighbors(st.rank)
 
-    def _start(self, st, lists, sends, sinks, call: str, flags: int = 0) -> Request:
-        """Post the receives (into ``sinks``; None: a pickle) and the sends
-        of one neighbour collective; its request."""
+    @staticmethod
+    def _prepare(st, lists, sends, sinks, call: str, flags: int = 0):
+        """Check one neighbour collective; return ``post()``, which posts its
+        receives (into ``sinks``; None: a pickle) and sends, and returns its
+        request. As for point-to-point, the checks raise, posting does not."""
         sources, destinations, recv_tags, send_tags = lists
         if len(sends) != len(destinations):
             raise MPIException(ERR_ARG, f"{call}: {len(sends)} blocks to send for {len(destinations)} neighbours "
                                         f"on {st.name}")
         engine, ctx = st.engine, st.ctx ^ RESERVED_CONTEXT_BIT
         desc = f"{call} on {st.name}"
-        recvs = [None if source == PROC_NULL else
-                 engine.recv(ctx, source, tag, sink, f"{call} (from neighbour {source}) on {st.name}")
-                 for source, tag, sink in zip(sources, recv_tags, sinks)]
-        ops = [engine.send(st.members[dest], ctx, st.rank, tag, np.ascontiguousarray(data).view(np.uint8).reshape(-1),
-                           flags, False, desc)
-               for dest, tag, data in zip(destinations, send_tags, sends) if dest != PROC_NULL]
-        engine.progress()
-        return Request._of(engine, NeighborOp(recvs, ops, desc))
+        sends = [np.ascontiguousarray(data).view(np.uint8).reshape(-1) for data in sends]
+
+        def post() -> Request:
+            recvs = [None if source == PROC_NULL else
+                     engine.recv(ctx, source, tag, sink, f"{call} (from neighbour {source}) on {st.name}")
+                     for source, tag, sink in zip(sources, recv_tags, sinks)]
+            ops = [engine.send(st.members[dest], ctx, st.rank, tag, data, flags, False, desc)
+                   for dest, tag, data in zip(destinations, send_tags, sends) if dest != PROC_NULL]
+            engine.progress()
+            return Request._of(engine, NeighborOp(recvs, ops, desc))
+
+        return post
 
     # -- buffers ------------------------------------------------------------------------------
-    def _allgather(self, sendbuf, recvbuf, call: str, vector: bool) -> Request:
+    def _allgather(self, sendbuf, recvbuf, call: str, vector: bool):
         st, lists = self._neighbor_lists()
         n_in, n_out = len(lists[0]), len(lists[1])
         data = parse(sendbuf, writable=False, what="sendbuf").raw
@@ -115,9 +121,9 @@ class NeighborCollectives:
             sinks = _vector_blocks(recvbuf, n_in, True, "recvbuf")
         else:
             sinks = _blocks(parse(recvbuf, writable=True, blocks=n_in, what="recvbuf").raw, n_in)
-        return self._start(st, lists, [data] * n_out, sinks, call)
+        return self._prepare(st, lists, [data] * n_out, sinks, call)
 
-    def _alltoall(self, sendbuf, recvbuf, call: str, form: str) -> Request:
+    def _alltoall(self, sendbuf, recvbuf, call: str, form: str):
         st, lists = self._neighbor_lists()
         n_in, n_out = len(lists[0]), len(lists[1])
         if form == "w":
@@ -129,46 +135,63 @@ class NeighborCollectives:
         else:
             sends = _blocks(parse(sendbuf, writable=False, blocks=n_out, what="sendbuf").raw, n_out)
             sinks = _blocks(parse(recvbuf, writable=True, blocks=n_in, what="recvbuf").raw, n_in)
-        return self._start(st, lists, sends, sinks, call)
+        return self._prepare(st, lists, sends, sinks, call)
 
     def Ineighbor_allgather(self, sendbuf, recvbuf) -> Request:
         """Every incoming neighbour's ``sendbuf``, in neighbour order, into ``recvbuf``."""
-        return self._allgather(sendbuf, recvbuf, "Ineighbor_allgather", False)
+        return self._allgather(sendbuf, recvbuf, "Ineighbor_allgather", False)()
 
     def Ineighbor_allgatherv(self, sendbuf, recvbuf) -> Request:
-        return self._allgather(sendbuf, recvbuf, "Ineighbor_allgatherv", True)
+        return self._allgather(sendbuf, recvbuf, "Ineighbor_allgatherv", True)()
 
     def Ineighbor_alltoall(self, sendbuf, recvbuf) -> Request:
         """Block ``j`` of ``sendbuf`` to outgoing neighbour ``j``; block ``i``
         of ``recvbuf`` from incoming neighbour ``i``."""
-        return self._alltoall(sendbuf, recvbuf, "Ineighbor_alltoall", "")
+        return self._alltoall(sendbuf, recvbuf, "Ineighbor_alltoall", "")()
 
     def Ineighbor_alltoallv(self, sendbuf, recvbuf) -> Request:
-        return self._alltoall(sendbuf, recvbuf, "Ineighbor_alltoallv", "v")
+        return self._alltoall(sendbuf, recvbuf, "Ineighbor_alltoallv", "v")()
 
     def Ineighbor_alltoallw(self, sendbuf, recvbuf) -> Request:
-        return self._alltoall(sendbuf, recvbuf, "Ineighbor_alltoallw", "w")
+        return self._alltoall(sendbuf, recvbuf, "Ineighbor_alltoallw", "w")()
 
     def Neighbor_allgather(self, sendbuf, recvbuf) -> None:
-        self._allgather(sendbuf, recvbuf, "Neighbor_allgather", False).Wait()
+        self._allgather(sendbuf, recvbuf, "Neighbor_allgather", False)().Wait()
 
     def Neighbor_allgatherv(self, sendbuf, recvbuf) -> None:
-        self._allgather(sendbuf, recvbuf, "Neighbor_allgatherv", True).Wait()
+        self._allgather(sendbuf, recvbuf, "Neighbor_allgatherv", True)().Wait()
 
     def Neighbor_alltoall(self, sendbuf, recvbuf) -> None:
-        self._alltoall(sendbuf, recvbuf, "Neighbor_alltoall", "").Wait()
+        self._alltoall(sendbuf, recvbuf, "Neighbor_alltoall", "")().Wait()
 
     def Neighbor_alltoallv(self, sendbuf, recvbuf) -> None:
-        self._alltoall(sendbuf, recvbuf, "Neighbor_alltoallv", "v").Wait()
+        self._alltoall(sendbuf, recvbuf, "Neighbor_alltoallv", "v")().Wait()
 
     def Neighbor_alltoallw(self, sendbuf, recvbuf) -> None:
-        self._alltoall(sendbuf, recvbuf, "Neighbor_alltoallw", "w").Wait()
+        self._alltoall(sendbuf, recvbuf, "Neighbor_alltoallw", "w")().Wait()
+
+    def Neighbor_allgather_init(self, sendbuf, recvbuf, info=None) -> Prequest:
+        """A persistent Neighbor_allgather (collective): each ``Start`` runs it
+        on the buffers' contents at that time."""
+        return Prequest(_start=self._allgather(sendbuf, recvbuf, "Neighbor_allgather_init", False))
+
+    def Neighbor_allgatherv_init(self, sendbuf, recvbuf, info=None) -> Prequest:
+        return Prequest(_start=self._allgather(sendbuf, recvbuf, "Neighbor_allgatherv_init", True))
+
+    def Neighbor_alltoall_init(self, sendbuf, recvbuf, info=None) -> Prequest:
+        return Prequest(_start=self._alltoall(sendbuf, recvbuf, "Neighbor_alltoall_init", ""))
+
+    def Neighbor_alltoallv_init(self, sendbuf, recvbuf, info=None) -> Prequest:
+        return Prequest(_start=self._alltoall(sendbuf, recvbuf, "Neighbor_alltoallv_init", "v"))
+
+    def Neighbor_alltoallw_init(self, sendbuf, recvbuf, info=None) -> Prequest:
+        return Prequest(_start=self._alltoall(sendbuf, recvbuf, "Neighbor_alltoallw_init", "w"))
 
     # -- objects ------------------------------------------------------------------------------
     def _objects(self, sendobjs, call: str) -> list:
         st, lists = self._neighbor_lists()
         pickles = [np.frombuffer(pickle.dumps(obj), np.uint8) for obj in sendobjs]
-        req = self._start(st, lists, pickles, [None] * len(lists[0]), call, PICKLED)
+        req = self._prepare(st, lists, pickles, [None] * len(lists[0]), call, PICKLED)()
         recvs = req._op.recvs
         req.Wait()
         return [None if op is None or not op.data.size else pickle.loads(memoryview(op.data)) for op in recvs]
