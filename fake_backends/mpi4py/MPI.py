@@ -28,7 +28,7 @@ What is different, on purpose:
   receiver sits in a Barrier waits until the receiver leaves it.
 * ``irecv`` has no size limit (mpi4py's default buffer is 32 KiB).
 * Anything mpi4py has and this module does not (one-sided Win, File I/O,
-  topologies, groups, intercommunicators, nonblocking and persistent
+  ``Intracomm.Create_from_group``, intercommunicators, nonblocking and persistent
   collectives, derived datatypes, Alltoallw, ``mpi4py.util``,
   ``mpi4py.futures``, ...) raises ``NotImplementedError`` naming the call
   and what to use instead; names mpi4py does not have either raise
@@ -63,6 +63,7 @@ from ._errors import (ERR_ARG, ERR_BUFFER, ERR_COMM, ERR_COUNT, ERR_DIMS, ERR_GR
                       Exception, MPIAbort)
 from ._errors import error_class as _error_class
 from ._errors import error_string as _error_string
+from ._groups import GROUP_EMPTY, GROUP_NULL, Group
 from ._handles import register as _register_handles
 from ._hints import ERRHANDLER_NULL, ERRORS_ABORT, ERRORS_ARE_FATAL, ERRORS_RETURN, INFO_ENV, INFO_NULL, Errhandler, Info
 from ._locks import _comm_lock, _comm_lock_table
@@ -75,11 +76,15 @@ from ._names import CONSTANTS as _CONSTANTS
 from ._pack import METHODS as _PACK_METHODS
 from ._requests import MESSAGE_NO_PROC, MESSAGE_NULL, REQUEST_NULL, Message, Prequest, Request, Status
 from ._runtime import get as _runtime_get
+from ._topologies import CONSTRUCTORS as _TOPOLOGY_CONSTRUCTORS
+from ._topologies import Cartcomm, Distgraphcomm, Graphcomm, Topocomm
 
 globals().update({k: v for k, v in _CONSTANTS.items() if k not in globals()})  # every int constant of mpi4py
 globals().update(_TYPES)  # MPI.INT, MPI.DOUBLE, ... (MPI.DATATYPE_NULL included)
 for _name, _method in _PACK_METHODS.items():  # Datatype.Pack, ...: see the module that defines them
     setattr(Datatype, _name, _method)
+for _name, _method in _TOPOLOGY_CONSTRUCTORS.items():  # Intracomm.Create_cart, ...: see the module that defines them
+    setattr(Intracomm, _name, _method)
 del _name, _method
 globals().update(_PREDEFINED)  # MPI.SUM, MPI.MAX, ..., MPI.MAXLOC, MPI.REPLACE, MPI.NO_OP
 
@@ -215,7 +220,8 @@ def __getattr__(name: str):
     raise unsupported_module_attribute(name)
 
 
-_register_handles(globals(), null_or_refused=(Comm, Intracomm, Request, Prequest, Message),
+_register_handles(globals(), null_or_refused=(Comm, Intracomm, Topocomm, Cartcomm, Graphcomm, Distgraphcomm, Request,
+                                              Prequest, Message),
                   same_handle=(Errhandler, Datatype, Op), info=(Info,))
 
 #: The names this module gives, each one of mpi4py.MPI's (a test compares them with mpi4py's).

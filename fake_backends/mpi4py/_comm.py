@@ -24,6 +24,7 @@ from . import _errhandlers
 from ._errors import ERR_ARG, ERR_COMM, ERR_KEYVAL, ERR_OTHER, Exception as MPIException, MPIAbort
 from ._errors import earlier_run
 from ._datatypes import Datatype
+from ._groups import GroupCalls
 from ._handles import IntegerHandles
 from ._hints import Errhandler, Info
 from ._ops import Op
@@ -31,9 +32,13 @@ from ._objects import ObjectCollectives
 from ._p2p import ANY_SOURCE, PROC_NULL
 from ._pointtopoint import TAG_UB, PointToPoint
 from ._pointtopoint import is_int as _is_int
+from ._pointtopoint import sent
+from ._requests import Request
 from ._vector import VectorCollectives
 
 UNDEFINED = -32766
+#: The handle class of each topology kind (filled by ``_topologies``, which builds on this module).
+CLASS_OF_TOPOLOGY: dict = {}
 IDENT, CONGRUENT, SIMILAR, UNEQUAL = 0, 1, 2, 3
 COMM_TYPE_SHARED = 0
 # attribute keys, as Open MPI numbers them
@@ -86,7 +91,7 @@ class _State:
     """What a communicator handle refers to (see the module docstring)."""
 
     __slots__ = ("sc", "ctx", "members", "rank", "size", "name", "rt", "engine", "predefined", "freed", "errhandler",
-                 "locks")
+                 "locks", "topo", "group")
 
     def __init__(self, rt, sc, ctx: int, members: list[int], name: str, predefined: bool = False):
         self.rt, self.engine = rt, rt.engine
@@ -95,6 +100,8 @@ class _State:
         self.name, self.predefined, self.freed = name, predefined, False
         self.errhandler = _errhandlers.default()
         self.locks: dict = {}  # MPI._comm_lock_table (``_locks``)
+        self.topo = None  # a topology communicator's (``_topologies``)
+        self.group = None  # what Get_group gives handles on (``_groups``)
         rt.states.append(self)
 
 
@@ -107,7 +114,7 @@ def self_state(rt) -> _State:
     return _State(rt, _SelfComm(), rt.next_self_ctx(), [rt.world.rank], "MPI_COMM_SELF", True)
 
 
-class Comm(IntegerHandles, PointToPoint, BufferCollectives, VectorCollectives, ObjectCollectives):
+class Comm(IntegerHandles, GroupCalls, PointToPoint, BufferCollectives, VectorCollectives, ObjectCollectives):
     """A communicator: see the module docstring; the calls are mpi4py's."""
 
     _fixed = None  # "COMM_WORLD"/"COMM_SELF" for the predefined handles
@@ -158,8 +165,8 @@ class Comm(IntegerHandles, PointToPoint, BufferCollectives, VectorCollectives, O
             raise MPIException(ERR_OTHER, "MPI.Finalize() was called; no MPI calls may follow")
         return st
 
-    def _new(self, st: _State) -> "Intracomm":
-        comm = Intracomm()
+    def _new(self, st: _State, cls=None) -> "Intracomm":
+        comm = (cls or Intracomm)()
         comm._state = st
         return comm
 
@@ -193,13 +200,14 @@ class Comm(IntegerHandles, PointToPoint, BufferCollectives, VectorCollectives, O
         return True
 
     def Get_topology(self) -> int:
-        self._st()
-        return UNDEFINED
+        """MPI.CART, MPI.GRAPH, MPI.DIST_GRAPH or MPI.UNDEFINED."""
+        topo = self._st().topo
+        return UNDEFINED if topo is None else topo.kind
 
     is_inter = property(Is_inter)
     is_intra = property(Is_intra)
     topology = property(Get_topology)
-    is_topo = property(lambda self: False)
+    is_topo = property(lambda self: self.Get_topology() != UNDEFINED)
 
     def Compare(self, comm: "Comm") -> int:
         a, b = self._st(), comm._st()
@@ -259,16 +267,42 @@ class Comm(IntegerHandles, PointToPoint, BufferCollectives, VectorCollectives, O
     def Set_info(self, info) -> None:
         self._st()
 
+    info = property(Get_info, Set_info)
+
+    @classmethod
+    def fromint(cls, arg: int) -> "Comm":
+        """A new handle on the communicator of ``arg`` (from ``toint``), of
+        its own class, as mpi4py's (a Cartesian one gives a Cartcomm)."""
+        handle = super().fromint(arg)
+        st = handle._live()
+        if st is None:
+            return handle
+        return (Intracomm if st.topo is None else CLASS_OF_TOPOLOGY[st.topo.kind])(handle)
+
+    f2py = fromint
+
     # -- communicators ------------------------------------------------------------------
     def Dup(self, info=None) -> "Intracomm":
         """A new communicator with the same ranks (collective)."""
         st = self._st()
         st.engine.progress()
         sc = st.sc.split(0, st.rank)
-        return self._new(self._derived(st, sc, "Dup"))
+        new = self._derived(st, sc, "Dup")
+        new.topo = st.topo  # a Dup keeps the topology, and the handle's class
+        return self._new(new, type(self) if isinstance(self, Intracomm) else None)
 
     Clone = Dup
-    Dup_with_info = Dup
+
+    def Dup_with_info(self, info) -> "Intracomm":
+        return self.Dup(info)
+
+    def Idup(self, info=None):
+        """(Dup, a request): the Dup is made at once (MPI's order of
+        collectives on the communicator is kept), the request is complete."""
+        comm = self.Dup(info)
+        return comm, Request._of(self._st().engine, sent())
+
+    Idup_with_info = Idup
 
     def _derived(self, st, sc, how) -> _State:
         if isinstance(sc, _SelfComm):

@@ -192,9 +192,7 @@ _COLLECTIVES = ("Barrier", "Bcast", "Gather", "Gatherv", "Scatter", "Scatterv", 
                 "Alltoall", "Alltoallv", "Alltoallw", "Reduce", "Allreduce", "Reduce_scatter_block",
                 "Reduce_scatter", "Scan", "Exscan")
 _VECTOR = {"Alltoallw": "Alltoallv"}
-_GROUPS = "groups are not simulated; make sub-communicators with Comm.Split (or Split_type)"
-_TOPOLOGY = ("process topologies are not simulated; compute the neighbours yourself (MPI.Compute_dims gives "
-             "the grid) and use Sendrecv, or Split for rows and columns")
+_GROUPS = "MPI sessions and string tags are not simulated; call Comm.Create_group(group) on a communicator"
 _DYNAMIC = "dynamic processes and intercommunicators are not simulated; start every rank with `simdist run -n N`"
 _BUFFERED = "buffered mode is not simulated; use Send or Isend (small messages are buffered anyway)"
 _HANDLES = "the simulated MPI has no C or Fortran handles"
@@ -218,11 +216,8 @@ def _comm_hint(name: str) -> str | None:
                 "(there is no overlap to gain on the simulator)")
     if name in _VECTOR:
         return "Alltoallw (a datatype per block) is not simulated; use Alltoallv with one datatype"
-    if name in ("Get_group", "group", "Create", "Create_group", "Create_from_group"):
+    if name == "Create_from_group":
         return _GROUPS
-    if name.startswith(("Create_cart", "Create_graph", "Create_dist_graph", "Cart_map", "Graph_map",
-                        "Neighbor_", "Ineighbor_", "neighbor_")):
-        return _TOPOLOGY
     if name in ("Create_intercomm", "Spawn", "Spawn_multiple", "Accept", "Connect", "Join", "Get_parent",
                 "Disconnect"):
         return _DYNAMIC
@@ -231,13 +226,11 @@ def _comm_hint(name: str) -> str | None:
         return _BUFFERED
     if name in ("Isendrecv", "Isendrecv_replace"):
         return "use Irecv and Isend, then Request.Waitall"
-    if name in ("Idup", "Idup_with_info"):
-        return "use Comm.Dup"
     if name in ("Revoke", "Is_revoked", "Get_failed", "Ack_failed", "Agree", "Iagree", "Shrink", "Ishrink"):
         return _FT
     if name in ("Set_attr", "Delete_attr", "Create_keyval", "Free_keyval"):
         return _ATTRS
-    if name in ("py2f", "f2py", "toint", "fromint", "fromhandle", "handle", "info"):
+    if name in ("fromhandle", "handle"):
         return _HANDLES
     return None
 
@@ -259,8 +252,6 @@ _MODULE_HINTS = {
     "File": "MPI-IO (MPI.File) is not simulated; write files with Python (one per rank, or from one rank)",
     "FILE_NULL": "MPI-IO (MPI.File) is not simulated; write files with Python (one per rank, or from one rank)",
     "Register_datarep": "MPI-IO (MPI.File) is not simulated",
-    "Group": _GROUPS, "GROUP_NULL": _GROUPS, "GROUP_EMPTY": _GROUPS,
-    "Topocomm": _TOPOLOGY, "Cartcomm": _TOPOLOGY, "Graphcomm": _TOPOLOGY, "Distgraphcomm": _TOPOLOGY,
     "Intercomm": _DYNAMIC, "Open_port": _DYNAMIC, "Close_port": _DYNAMIC, "Publish_name": _DYNAMIC,
     "Unpublish_name": _DYNAMIC, "Lookup_name": _DYNAMIC,
     "Session": "MPI sessions are not simulated; use MPI.COMM_WORLD",
@@ -284,7 +275,7 @@ def unsupported_attribute(cls: str, name: str) -> Exception:
     lacks, else the AttributeError Python would raise."""
     hint = None
     if not name.startswith("_"):
-        if cls in ("Comm", "Intracomm"):
+        if cls in ("Comm", "Intracomm", "Topocomm", "Cartcomm", "Graphcomm", "Distgraphcomm"):
             hint = _comm_hint(name)
         elif name in _HANDLE_NAMES:
             hint = _HANDLES
