@@ -722,7 +722,7 @@ def test_abort_through_the_command_line(tmp_path):
 
 @pytest.mark.parametrize("call, text", [
     ("MPI.Intracomm.Create_from_group(comm.Get_group())", "Intracomm.Create_from_group is not supported"),
-    ("comm.Get_parent()", "Intracomm.Get_parent is not supported"),
+    ("comm.Get_parent()", "Comm.Get_parent is not supported"),
     ("comm.Iallreduce(np.zeros(1), np.zeros(1))", "call the blocking Comm.Allreduce"),
     ("comm.Ibarrier()", "call the blocking Comm.Barrier"),
     ("comm.Spawn('x')", "Intracomm.Spawn is not supported"),
