@@ -45,14 +45,27 @@ def _properties(specs: list[str], size: int, examples: int, seed: int, timeout: 
                        stdin=subprocess.DEVNULL, capture_output=True, text=True)
         results: dict = {spec: [] for spec in specs}
         for case in ET.parse(xml).getroot().iter("testcase"):
-            match = re.fullmatch(r"(.*)\[(.*)\]", case.get("name", ""))
-            if not match or match.group(2) not in results:
-                continue
+            spec, test = _split(case.get("name", ""), specs)
             failed = case.find("failure") is not None or case.find("error") is not None
             skipped = case.find("skipped") is not None
-            if not skipped:
-                results[match.group(2)].append((match.group(1), failed, float(case.get("time", 0))))
+            if spec is not None and not skipped:
+                results[spec].append((test, failed, float(case.get("time", 0))))
     return results
+
+
+def _split(name: str, specs: list[str]) -> tuple[str | None, str]:
+    """``(backend spec, test id without it)`` of a test's name: the plugin puts
+    the backend first among the parameters (``test[sim-allreduce-sum]``)."""
+    match = re.fullmatch(r"(.*?)\[(.*)\]", name)
+    if not match:
+        return None, name
+    test, params = match.groups()
+    for spec in sorted(specs, key=len, reverse=True):
+        if params == spec:
+            return spec, test
+        if params.startswith(spec + "-"):
+            return spec, f"{test}[{params[len(spec) + 1:]}]"
+    return None, name
 
 
 def _sweep(spec: str, size: int, timeout: float, dtypes) -> dict:

@@ -50,26 +50,32 @@ def missing_requirements() -> list[str]:
     return done.stdout.split()
 
 
-def _command(backend: str, factory: str | None, size: int, timeout: float, seed: int) -> list[str]:
+def _command(backend: str, factory: str | None, size: int, timeout: float, seed: int, focus: dict) -> list[str]:
     args = [sys.executable, "-m", "pytest", "--pyargs", "properties", "-q", "-p", "no:cacheprovider",
             "--simdist-backend", backend, "--simdist-np", str(size), "--simdist-timeout", str(timeout),
             f"--hypothesis-seed={seed}"]
     if factory:
         args += ["--simdist-factory", factory]
+    for option, names in focus.items():
+        if names is not None:
+            args += [f"--simdist-{option}", ",".join(names)]
     return args
 
 
 def run_properties(backend: str, factory: str | None, size: int, *, timeout: float, seed: int,
-                   examples: int, announce: Callable[[], None] | None = None) -> dict:
+                   examples: int, announce: Callable[[], None] | None = None, collectives=None, ops=None,
+                   dtypes=None) -> dict:
     """Run the property suite; ``{"ok", "skipped": False, "passed", "failed": [...], "seconds",
     "command"}``, or, when pytest or Hypothesis is missing, ``{"ok": None, "skipped": True,
     "reason", "missing", "install"}``. ``announce()``, if given, is called just before the suite
-    starts."""
+    starts. ``collectives``, ``ops`` and ``dtypes`` (lists of names, None: all) narrow the suite
+    (``--simdist-collectives`` ...)."""
     missing = missing_requirements()
     if missing:
         return _skipped(missing)
     started = time.perf_counter()
-    command = _command(backend, factory, size, timeout, seed)
+    command = _command(backend, factory, size, timeout, seed,
+                       {"collectives": collectives, "ops": ops, "dtypes": dtypes})
     if announce is not None:
         announce()
     env = dict(os.environ, SIMDIST_PROPERTY_EXAMPLES=str(examples))

@@ -32,9 +32,6 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-import numpy as np
-
-from .._arguments import DTYPES
 from .._errors import (
     CollectiveMismatch,
     CollectiveTimeout,
@@ -45,7 +42,8 @@ from .._errors import (
     SimdistError,
 )
 from .._world import World
-from ._cases import SWEEP_COLLECTIVES, Row, plan
+from ._cases import Row, plan
+from ._focus import implemented, select_collectives, select_dtypes, select_ops
 from ._judging import Tally, judge_row
 from ._ranks import CaseError, identify, load_factory, rank_main
 
@@ -163,31 +161,18 @@ class _Runner:
             return None
 
 
-def _selection(collectives, dtypes) -> tuple[tuple, tuple]:
-    """The collectives and dtypes to sweep, in report order (None: all)."""
-    if collectives is None:
-        chosen = SWEEP_COLLECTIVES
-    else:
-        names = [collectives] if isinstance(collectives, str) else list(collectives)
-        unknown = [c for c in names if c not in SWEEP_COLLECTIVES]
-        if unknown or not names:
-            raise InvalidValue(f"sweep: collectives={collectives!r}: {', '.join(map(repr, unknown)) or 'none given'}; "
-                               f"choose from {', '.join(SWEEP_COLLECTIVES)}")
-        chosen = tuple(c for c in SWEEP_COLLECTIVES if c in names)
-    if dtypes is None:
-        kinds = DTYPES
-    else:
-        names = [dtypes] if isinstance(dtypes, str) else list(dtypes)
-        try:
-            wanted = {np.dtype(d) for d in names}
-        except TypeError as exc:
-            raise InvalidValue(f"sweep: dtypes={dtypes!r}: {exc}") from None
-        unknown = [str(d) for d in wanted if d not in DTYPES]
-        if unknown or not names:
-            raise InvalidValue(f"sweep: dtypes={dtypes!r}: {', '.join(unknown) or 'none given'} not among the "
-                               f"contract's dtypes {', '.join(map(str, DTYPES))}")
-        kinds = tuple(d for d in DTYPES if d in wanted)
-    return chosen, kinds
+def _selection(collectives, ops, dtypes, factory) -> tuple[tuple, tuple, tuple, tuple | None]:
+    """The collectives, ops and dtypes to sweep, in report order (None: all),
+    and what the factory implements (None: it does not say)."""
+    chosen = select_collectives(collectives, "sweep: collectives")
+    implements = implemented(factory)
+    if implements is not None:
+        narrowed = tuple(c for c in chosen if c in implements)
+        if not narrowed:
+            raise InvalidValue(f"sweep: collectives={collectives!r}: {factory} implements only "
+                               f"{', '.join(implements)} ({factory}.implements)")
+        chosen = narrowed
+    return chosen, select_ops(ops, "sweep: ops"), select_dtypes(dtypes, "sweep: dtypes"), implements
 
 
 def _check_args(size, backend, factory, quick, progress, seed, timeout) -> None:
@@ -218,6 +203,7 @@ def sweep(
     seed: int = 0,
     timeout: float = 10.0,
     collectives=None,
+    ops=None,
     dtypes=None,
 ) -> dict:
     """Check every collective of a backend on a world of ``size`` ranks.
@@ -246,8 +232,11 @@ def sweep(
     After 3 hangs, or a minute spent in failed runs, the rows not yet run are
     reported as failed ("not run").
 
-    ``collectives`` and ``dtypes`` (names; default all, see
-    :data:`SWEEP_COLLECTIVES`) restrict the sweep. ``progress(done, total,
+    ``collectives``, ``ops`` and ``dtypes`` (names; default all, see
+    :data:`SWEEP_COLLECTIVES`) restrict the sweep (``ops`` narrows the rows
+    of reductions; data movement has no op). A factory whose callable has an
+    attribute ``implements`` (a set of collective names) is checked on those
+    collectives only: the rest are its base's. ``progress(done, total,
     label)``, if given, is called as cases complete.
 
     Returns a report of JSON types (except ``inf`` ratios): ``rows``, a list
@@ -255,15 +244,16 @@ def sweep(
     ``failed_cases``, ``exact``, ``max_ratio`` (max error / bound; 0 for
     bit-for-bit rows, ``inf`` for a failed bit-for-bit check), ``max_error``,
     ``bound``, ``worst_case``, ``verdict`` and ``reason``; ``totals``;
-    ``ok``; ``seconds``; and the settings. Raises
+    ``ok``; ``seconds``; and the settings (``implements``: what the factory
+    says it implements, or None). Raises
     :class:`simdist.InvalidArgument` for bad arguments (a factory that cannot
     be imported, say), and :class:`simdist.SimdistError` when nothing can be
     checked (the factory raises, or the world cannot start).
     """
     _check_args(size, backend, factory, quick, progress, seed, timeout)
-    collectives, dtypes = _selection(collectives, dtypes)
+    collectives, ops, dtypes, implements = _selection(collectives, ops, dtypes, factory)
     started = time.perf_counter()
-    rows = plan(size, quick, collectives, dtypes)
+    rows = plan(size, quick, collectives, dtypes, ops)
     with World(size, backend=backend, timeout=timeout) as world:
         try:
             identities = world.run(identify, factory)
@@ -290,7 +280,9 @@ def sweep(
         "seed": seed,
         "timeout": float(timeout),
         "collectives": list(collectives),
+        "ops": list(ops),
         "dtypes": [str(d) for d in dtypes],
+        "implements": None if implements is None else list(implements),
         "ok": counts["FAIL"] == 0,
         "rows": report_rows,
         "totals": {
