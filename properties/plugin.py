@@ -207,7 +207,9 @@ def pytest_collection_modifyitems(config, items):
     but returns a session-wide world, which is exactly what Hypothesis'
     function-scoped-fixture health check warns about; it is safe here.
     Hypothesis' own ``derandomize`` (its CI profile sets it) would override
-    the plugin's seeds, which the replay section names: it is turned off.
+    the plugin's seeds, which the replay section names: it is turned off;
+    so is its database, unless exploring, so that a command's examples are
+    the command's alone.
     """
     users = [item for item in items if _uses_backend(item)]
     if not users:
@@ -219,13 +221,13 @@ def pytest_collection_modifyitems(config, items):
         items[:] = [item for item in items if item not in set(dropped)]
     from hypothesis import HealthCheck, settings
 
+    explore = _seeds.mode(config) == "explore"
     for item in users:
         test = getattr(item, "obj", None)
         chosen = getattr(test, "_hypothesis_internal_use_settings", None)
-        if chosen is not None and (chosen.derandomize or
-                                   HealthCheck.function_scoped_fixture not in chosen.suppress_health_check):
+        if chosen is not None:
             test._hypothesis_internal_use_settings = settings(
-                chosen, derandomize=False,
+                chosen, derandomize=False, database=chosen.database if explore else None,
                 suppress_health_check=[*chosen.suppress_health_check, HealthCheck.function_scoped_fixture])
 
 
