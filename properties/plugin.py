@@ -45,9 +45,11 @@ import sys
 
 import pytest
 
+from simdist.reference._focus import implemented, parse_sizes
+
 from . import _seeds
 from ._backend import Backend, parse_spec
-from ._cases import Focus, set_focus, wanted
+from ._cases import Focus, focus, set_focus, wanted
 
 _WORLDS = pytest.StashKey[dict]()
 _FAILED = pytest.StashKey[dict]()      # (backend spec, size) -> the first test it failed
@@ -87,27 +89,19 @@ def pytest_configure(config):
         _sizes(config)
         specs = _specs(config)
         if len(specs) == 1:       # one backend: its implements narrows the strategies too
-            from ._cases import focus
-
             set_focus(Focus(_collectives_of(config, specs[0]), focus().ops, focus().dtypes))
-    except Exception as exc:      # an option's message, not a traceback
+    except (ValueError, TypeError) as exc:      # an option's message, not a traceback
         raise pytest.UsageError(str(exc)) from None
     _seeds.start(config)
 
 
 def _sizes(config) -> list[int]:
     """The sizes of ``--simdist-np``: ``4``, ``2-5``, ``2,3,5,8`` or a mix."""
-    from simdist.reference._focus import parse_sizes
-
     return parse_sizes(config.getoption("simdist_np"), "--simdist-np")
 
 
 def _collectives_of(config, spec: str) -> tuple:
     """The focus's collectives that ``spec`` is tested on (its factory's ``implements``)."""
-    from simdist.reference._focus import implemented
-
-    from ._cases import focus
-
     _, factory = parse_spec(spec, config.getoption("simdist_factory"))
     implements = implemented(factory)
     return tuple(c for c in focus().collectives if implements is None or c in implements)
@@ -252,10 +246,6 @@ def _seeding(config) -> str:
 
 
 def _focus_line(config) -> str:
-    from simdist.reference._focus import implemented
-
-    from ._cases import Focus, focus
-
     everything, parts = Focus(), []
     for spec in _specs(config):
         chosen = _collectives_of(config, spec)
