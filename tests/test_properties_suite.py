@@ -66,8 +66,10 @@ def test_a_ring_that_aliases_its_input_is_caught_and_the_correct_ring_passes_at_
 
 @pytest.fixture(scope="module")
 def table():
+    # A focus (three dtypes, four ops) keeps the time in check: the legal
+    # backends run every case left, the faulty ones until their first failure.
     rows = kill_table(size=4, examples=10, seed=0, timeout=3.0, first_failure=True,
-                      dtypes=["float64", "int32", "complex128"])
+                      dtypes=["float64", "int32", "complex128"], ops=["sum", "mean", "max", "band"])
     return {row["backend"].partition(":")[2] or "sim": row for row in rows}
 
 
@@ -90,7 +92,7 @@ def test_the_property_suite_and_simdist_check_catch_every_faulty_fake(table, nam
 @pytest.mark.parametrize("name", ["sim", *sorted(fake_backends.LEGAL)])
 def test_the_simulator_and_legal_nondeterminism_pass_both(table, name):
     row = table[name]
-    assert row["properties_failed"] == 0 and row["properties_run"] >= 140, f"{name}: {row}"
+    assert row["properties_failed"] == 0 and row["properties_run"] >= 60, f"{name}: {row}"
     assert row["check"]["ok"], f"simdist check failed {name}: {row['check']}"
 
 
