@@ -199,7 +199,8 @@ def pytest_collection_modifyitems(config, items):
 
     The ``world`` fixture is function-scoped (its size can differ per test)
     but returns a session-wide world, which is exactly what Hypothesis'
-    function-scoped-fixture health check warns about; it is safe here.
+    function-scoped-fixture health check warns about; it is safe here. A
+    world's round trip varies with the machine's load: no deadline.
     Hypothesis' own ``derandomize`` (its CI profile sets it) would override
     the plugin's seeds, which the replay section names: it is turned off;
     so is its database, unless exploring, so that a command's examples are
@@ -221,7 +222,7 @@ def pytest_collection_modifyitems(config, items):
         chosen = getattr(test, "_hypothesis_internal_use_settings", None)
         if chosen is not None:
             test._hypothesis_internal_use_settings = settings(
-                chosen, derandomize=False, database=chosen.database if explore else None,
+                chosen, derandomize=False, database=chosen.database if explore else None, deadline=None,
                 suppress_health_check=[*chosen.suppress_health_check, HealthCheck.function_scoped_fixture])
 
 
