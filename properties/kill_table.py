@@ -2,7 +2,8 @@
 
 ``python -m properties.kill_table`` runs the property suite against every fake
 of :mod:`fake_backends` and against the simulator in one pytest session (one
-world serves them all), then ``simdist check``'s sweep against each, and
+world serves them all), then ``simdist check --sync-sends``'s sweep against
+each (synchronous sends, as the suite has by default), and
 prints, per backend: its bug class, the first property that failed, the time
 until that failure, how many properties failed, and the sweep's failed rows.
 Every faulty fake must be caught by both; the simulator and the legal fakes
@@ -31,7 +32,7 @@ __all__ = ["kill_table", "main"]
 
 
 def _properties(specs: list[str], size: int, examples: int, seed: int, timeout: float,
-                first_failure: bool) -> dict:
+                first_failure: bool, focus: dict) -> dict:
     """Per spec: [(test, failed, seconds)] in suite order."""
     with tempfile.TemporaryDirectory(prefix="simdist-kill-") as tmp:
         xml = os.path.join(tmp, "kill.xml")
@@ -40,27 +41,44 @@ def _properties(specs: list[str], size: int, examples: int, seed: int, timeout: 
                    "--simdist-timeout", str(timeout), f"--hypothesis-seed={seed}", f"--junitxml={xml}"]
         if first_failure:
             command.append("--simdist-first-failure")
+        for option, names in focus.items():
+            if names is not None:
+                command += [f"--simdist-{option}", ",".join(names)]
         # A fresh working directory: no Hypothesis database, so the seed alone decides the examples.
         subprocess.run(command, cwd=tmp, env=dict(os.environ, SIMDIST_PROPERTY_EXAMPLES=str(examples)),
                        stdin=subprocess.DEVNULL, capture_output=True, text=True)
         results: dict = {spec: [] for spec in specs}
         for case in ET.parse(xml).getroot().iter("testcase"):
-            match = re.fullmatch(r"(.*)\[(.*)\]", case.get("name", ""))
-            if not match or match.group(2) not in results:
-                continue
+            spec, test = _split(case.get("name", ""), specs)
             failed = case.find("failure") is not None or case.find("error") is not None
             skipped = case.find("skipped") is not None
-            if not skipped:
-                results[match.group(2)].append((match.group(1), failed, float(case.get("time", 0))))
+            if spec is not None and not skipped:
+                results[spec].append((test, failed, float(case.get("time", 0))))
     return results
 
 
-def _sweep(spec: str, size: int, timeout: float, dtypes) -> dict:
+def _split(name: str, specs: list[str]) -> tuple[str | None, str]:
+    """``(backend spec, test id without it)`` of a test's name: the plugin puts
+    the backend first among the parameters (``test[sim-allreduce-sum]``)."""
+    match = re.fullmatch(r"(.*?)\[(.*)\]", name)
+    if not match:
+        return None, name
+    test, params = match.groups()
+    for spec in sorted(specs, key=len, reverse=True):
+        if params == spec:
+            return spec, test
+        if params.startswith(spec + "-"):
+            return spec, f"{test}[{params[len(spec) + 1:]}]"
+    return None, name
+
+
+def _sweep(spec: str, size: int, timeout: float, dtypes, ops) -> dict:
     from simdist.reference import sweep
 
     started = time.perf_counter()
     factory = None if spec == "sim" else spec
-    report = sweep(size, "sim", factory, quick=True, timeout=timeout, dtypes=dtypes)
+    # synchronous sends, as in the suite: a send that needs buffering to complete is a bug here too
+    report = sweep(size, "sim", factory, quick=True, timeout=timeout, dtypes=dtypes, ops=ops, sync_sends=True)
     failed = [r for r in report["rows"] if r["verdict"] == "FAIL"]
     return {"ok": report["ok"], "failed_rows": len(failed), "rows": len(report["rows"]),
             "first_failed": f"{failed[0]['collective']} {failed[0]['dtype'] or ''} {failed[0]['op'] or ''}".strip()
@@ -77,12 +95,14 @@ def _bug(cls) -> str:
 
 
 def kill_table(size: int = 4, examples: int = 25, seed: int = 0, timeout: float = 5.0,
-               first_failure: bool = False, dtypes=None, progress=lambda line: None) -> list[dict]:
-    """One row per backend (the simulator, then every fake); see the module docstring."""
+               first_failure: bool = False, dtypes=None, ops=None, progress=lambda line: None) -> list[dict]:
+    """One row per backend (the simulator, then every fake); see the module
+    docstring. ``dtypes`` and ``ops`` (names; None: all) narrow the suite
+    and the sweep alike."""
     names = list(fake_backends.FAKES)
     specs = ["sim"] + [f"fake_backends:{n}" for n in names]
     progress(f"kill table: the property suite against {len(specs)} backends ...")
-    suites = _properties(specs, size, examples, seed, timeout, first_failure)
+    suites = _properties(specs, size, examples, seed, timeout, first_failure, {"dtypes": dtypes, "ops": ops})
     rows = []
     for spec in specs:
         name = spec.partition(":")[2] or "sim"
@@ -97,7 +117,7 @@ def kill_table(size: int = 4, examples: int = 25, seed: int = 0, timeout: float 
                 caught_after = elapsed
                 break
         progress(f"kill table: simdist check's sweep against {spec} ...")
-        sweep = _sweep(spec, size, timeout, dtypes)
+        sweep = _sweep(spec, size, timeout, dtypes, ops)
         rows.append({
             "backend": spec, "bug": _bug(cls),
             "should_fail": should_fail, "properties_run": len(results), "properties_failed": len(failed),

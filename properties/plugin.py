@@ -11,7 +11,15 @@ enough. Options:
 ``--simdist-factory MODULE:FACTORY``
     the same, wrapping the communicator of ``--simdist-backend`` (e.g. mpi);
 ``--simdist-np N``
-    ranks of the world (default 4);
+    ranks of the world (default 4); several sizes (``2-5``, ``2,3,5,8``) run
+    every test at each;
+``--simdist-collectives A,B`` / ``--simdist-ops A,B`` / ``--simdist-dtypes A,B``
+    test only these (the focus; see ``properties._cases``); a factory whose
+    callable has ``implements = {...}`` is tested on those collectives only;
+``--simdist-explore``
+    random examples: a fresh Hypothesis seed per session, instead of seeds
+    derived from each test's id (ignored when ``CI`` is set; see
+    ``properties._seeds``);
 ``--simdist-timeout S``
     seconds before a waiting rank is reported as hung (default 30);
 ``--simdist-first-failure``
@@ -25,22 +33,26 @@ share it); ``comm``: a test that asks for it runs its body on every rank,
 with the communicator under test. Marker: ``@pytest.mark.world_size(n)``
 for a world of ``n`` ranks instead of ``--simdist-np``.
 
-A failing test gets a "simdist replay" section: the one command that runs
-that test again with the same backend, size and Hypothesis seed.
+A failing test gets a "simdist replay" section: its seed and the one command
+that runs that test again with the same backend, size and Hypothesis seed.
 """
 
 from __future__ import annotations
 
-import random
+import contextlib
 import shlex
 import sys
 
 import pytest
 
+from simdist.reference._focus import implemented, parse_sizes
+
+from . import _seeds
 from ._backend import Backend, parse_spec
+from ._cases import Focus, focus, set_focus, wanted
 
 _WORLDS = pytest.StashKey[dict]()
-_FAILED = pytest.StashKey[dict]()      # backend spec -> the first test it failed
+_FAILED = pytest.StashKey[dict]()      # (backend spec, size) -> the first test it failed
 
 
 def pytest_addoption(parser):
@@ -49,7 +61,8 @@ def pytest_addoption(parser):
                     help="backend to test (default sim)")
     group.addoption("--simdist-factory", default=None, metavar="MODULE:FACTORY",
                     help="test FACTORY(base), base being --simdist-backend's communicator")
-    group.addoption("--simdist-np", type=int, default=4, metavar="N", help="ranks (default 4)")
+    group.addoption("--simdist-np", default="4", metavar="N",
+                    help="ranks (default 4); several: 2-5 or 2,3,5,8 run every test at each size")
     group.addoption("--simdist-timeout", type=float, default=30.0, metavar="S",
                     help="seconds before a waiting rank is reported as hung (default 30)")
     group.addoption("--simdist-sync-sends", dest="simdist_sync_sends", action="store_true", default=True,
@@ -58,12 +71,44 @@ def pytest_addoption(parser):
                     help="sends return once the message is buffered (the World default)")
     group.addoption("--simdist-first-failure", action="store_true",
                     help="once a backend fails a test, skip its remaining tests")
+    group.addoption("--simdist-collectives", default=None, metavar="A,B",
+                    help="test only these collectives (and relations that involve them)")
+    group.addoption("--simdist-ops", default=None, metavar="A,B", help="test only these reduction ops")
+    group.addoption("--simdist-dtypes", default=None, metavar="A,B", help="test only these dtypes")
+    group.addoption("--simdist-explore", action="store_true",
+                    help="random examples (a fresh seed per session) instead of seeds derived from each "
+                         "test's id; ignored when CI is set")
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "world_size(n): run the test on a world of n ranks")
+    config.addinivalue_line("markers", "simdist_collectives(*names): the collectives a test exercises "
+                                       "(deselected when --simdist-collectives leaves out all of them)")
+    config.addinivalue_line("markers", "simdist_ops(*names): the reduction ops a test exercises")
     config.stash[_WORLDS] = {}
     config.stash[_FAILED] = {}
+    try:
+        set_focus(Focus.from_options(config.getoption("simdist_collectives"), config.getoption("simdist_ops"),
+                                     config.getoption("simdist_dtypes")))
+        _sizes(config)
+        specs = _specs(config)
+        if len(specs) == 1:       # one backend: its implements narrows the strategies too
+            set_focus(Focus(_collectives_of(config, specs[0]), focus().ops, focus().dtypes))
+    except (ValueError, TypeError) as exc:      # an option's message, not a traceback
+        raise pytest.UsageError(str(exc)) from None
+    _seeds.start(config)
+
+
+def _sizes(config) -> list[int]:
+    """The sizes of ``--simdist-np``: ``4``, ``2-5``, ``2,3,5,8`` or a mix."""
+    return parse_sizes(config.getoption("simdist_np"), "--simdist-np")
+
+
+def _collectives_of(config, spec: str) -> tuple:
+    """The focus's collectives that ``spec`` is tested on (its factory's ``implements``)."""
+    _, factory = parse_spec(spec, config.getoption("simdist_factory"))
+    implements = implemented(factory)
+    return tuple(c for c in focus().collectives if implements is None or c in implements)
 
 
 def pytest_unconfigure(config):
@@ -73,15 +118,25 @@ def pytest_unconfigure(config):
 
 
 def pytest_generate_tests(metafunc):
-    specs = _specs(metafunc.config)
-    if len(specs) > 1 and {"world", "comm"} & set(metafunc.fixturenames):
+    if not {"world", "comm"} & set(metafunc.fixturenames):
+        return
+    specs, sizes = _specs(metafunc.config), _sizes(metafunc.config)
+    if len(specs) > 1:
         metafunc.parametrize("simdist_backend_spec", specs, ids=specs)
+    if len(sizes) > 1 and not metafunc.definition.get_closest_marker("world_size"):
+        metafunc.parametrize("simdist_size", sizes, ids=[f"np{n}" for n in sizes])
 
 
 @pytest.fixture
 def simdist_backend_spec(request) -> str:
     """The backend a test runs against (parametrised when several are given)."""
     return _specs(request.config)[0]
+
+
+@pytest.fixture
+def simdist_size(request) -> int:
+    """The size of a test's world (parametrised when several are given)."""
+    return _sizes(request.config)[0]
 
 
 def _specs(config) -> list[str]:
@@ -104,17 +159,22 @@ def _backend(config, size: int, spec: str) -> Backend:
 
 def _size(node) -> int:
     marker = node.get_closest_marker("world_size")
-    return int(marker.args[0]) if marker else node.config.getoption("simdist_np")
+    if marker:
+        return int(marker.args[0])
+    callspec = getattr(node, "callspec", None)
+    if callspec is not None and "simdist_size" in callspec.params:
+        return callspec.params["simdist_size"]
+    return _sizes(node.config)[0]
 
 
 @pytest.fixture
-def world(request, simdist_backend_spec) -> Backend:
+def world(request, simdist_backend_spec, simdist_size) -> Backend:
     """The backend under test, on a persistent world (see the module docstring)."""
     return _backend(request.config, _size(request.node), simdist_backend_spec)
 
 
 @pytest.fixture
-def comm(request, simdist_backend_spec):
+def comm(request, simdist_backend_spec, simdist_size):
     """Marks a test whose body runs on every rank; see ``pytest_pyfunc_call``."""
     return None
 
@@ -125,7 +185,8 @@ def pytest_pyfunc_call(pyfuncitem):
         return None
     backend = _backend(pyfuncitem.config, _size(pyfuncitem), pyfuncitem.funcargs["simdist_backend_spec"])
     names = pyfuncitem._fixtureinfo.argnames
-    kwargs = {name: pyfuncitem.funcargs[name] for name in names if name not in ("comm", "world")}
+    kwargs = {name: pyfuncitem.funcargs[name] for name in names
+              if name not in ("comm", "world", "simdist_backend_spec", "simdist_size")}
     backend.run(_on_rank_test, pyfuncitem.obj, kwargs)
     return True
 
@@ -134,38 +195,78 @@ def _on_rank_test(comm, test, kwargs):
     return test(comm=comm, **kwargs)
 
 
+def _uses_backend(item) -> bool:
+    return bool({"world", "comm"} & set(getattr(item, "fixturenames", ())))
+
+
 def pytest_collection_modifyitems(config, items):
-    """Give tests that use the backend a seed and let Hypothesis share the world.
+    """Deselect what lies outside the focus, and let Hypothesis share the world.
 
     The ``world`` fixture is function-scoped (its size can differ per test)
     but returns a session-wide world, which is exactly what Hypothesis'
-    function-scoped-fixture health check warns about; it is safe here.
+    function-scoped-fixture health check warns about; it is safe here. A
+    world's round trip varies with the machine's load: no deadline.
+    Hypothesis' own ``derandomize`` (its CI profile sets it) would override
+    the plugin's seeds, which the replay section names: it is turned off;
+    so is its database, unless exploring, so that a command's examples are
+    the command's alone.
     """
-    users = [item for item in items if {"world", "comm"} & set(getattr(item, "fixturenames", ()))]
+    users = [item for item in items if _uses_backend(item)]
     if not users:
         return
-    from hypothesis import HealthCheck, core, settings
+    collectives = {spec: _collectives_of(config, spec) for spec in _specs(config)}
+    dropped = [item for item in users if not wanted(item, collectives[_spec_of(item)])]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if item not in set(dropped)]
+    from hypothesis import HealthCheck, settings
 
-    if config.getoption("hypothesis_seed", None) is None and core.global_force_seed is None:
-        core.global_force_seed = random.SystemRandom().randrange(2**32)
+    explore = _seeds.mode(config) == "explore"
     for item in users:
         test = getattr(item, "obj", None)
         chosen = getattr(test, "_hypothesis_internal_use_settings", None)
-        if chosen is not None and HealthCheck.function_scoped_fixture not in chosen.suppress_health_check:
+        if chosen is not None:
             test._hypothesis_internal_use_settings = settings(
-                chosen, suppress_health_check=[*chosen.suppress_health_check, HealthCheck.function_scoped_fixture])
+                chosen, derandomize=False, database=chosen.database if explore else None, deadline=None,
+                suppress_health_check=[*chosen.suppress_health_check, HealthCheck.function_scoped_fixture])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    with _seeds.seeded(item) if _uses_backend(item) else contextlib.nullcontext():
+        yield
 
 
 def pytest_report_header(config):
-    seed = _seed()
-    return (f"simdist: backend {config.getoption('simdist_backend')}"
-            + (f" + {config.getoption('simdist_factory')}" if config.getoption("simdist_factory") else "")
-            + f", {config.getoption('simdist_np')} ranks"
-            + (f", hypothesis seed {seed}" if seed is not None else ""))
+    factory = config.getoption("simdist_factory")
+    return (f"simdist: backend {config.getoption('simdist_backend')}" + (f" + {factory}" if factory else "")
+            + f", {config.getoption('simdist_np')} ranks, {_seeding(config)}" + _focus_line(config))
+
+
+def _seeding(config) -> str:
+    mode = _seeds.mode(config)
+    if mode == "derived":
+        note = " (CI is set: --simdist-explore ignored)" if config.getoption("simdist_explore") else ""
+        return f"examples seeded from each test's id{note}"
+    return f"hypothesis seed {_seed()}" + (" (--simdist-explore)" if mode == "explore" else "")
+
+
+def _focus_line(config) -> str:
+    everything, parts = Focus(), []
+    for spec in _specs(config):
+        chosen = _collectives_of(config, spec)
+        if chosen != everything.collectives:
+            said = implemented(parse_spec(spec, config.getoption("simdist_factory"))[1]) is not None
+            parts.append(f"{spec}: collectives {', '.join(chosen)}" + (" (what its factory implements)" if said else ""))
+    if focus().ops != everything.ops:
+        parts.append(f"ops {', '.join(focus().ops)}")
+    if focus().dtypes != everything.dtypes:
+        parts.append(f"dtypes {', '.join(map(str, focus().dtypes))}")
+    return f"\nsimdist: testing only {'; '.join(parts)}" if parts else ""
 
 
 def pytest_terminal_summary(terminalreporter, config):
-    if _seed() is not None and config.stash.get(_WORLDS, None):
+    if _seeds.mode(config) != "derived" and config.stash.get(_WORLDS, None):
         terminalreporter.write_line(f"simdist: hypothesis seed {_seed()} "
                                     f"(pass --hypothesis-seed={_seed()} to run the same examples again)")
 
@@ -176,16 +277,16 @@ def _seed():
 
 
 def replay_command(item) -> str:
-    """The command that runs ``item`` again with this session's backend and seed."""
+    """The command that runs ``item`` again with its backend, size, focus and seed."""
     config = item.config
-    spec = item.funcargs.get("simdist_backend_spec") if hasattr(item, "funcargs") else None
-    args = [sys.executable, "-m", "pytest", f"{item.path}::{item.originalname}",
-            "--simdist-backend", spec or config.getoption("simdist_backend"),
-            "--simdist-np", str(config.getoption("simdist_np"))]
-    if config.getoption("simdist_factory"):
-        args += ["--simdist-factory", config.getoption("simdist_factory")]
-    if _seed() is not None:
-        args += [f"--hypothesis-seed={_seed()}"]
+    args = [sys.executable, "-m", "pytest", f"{item.path}::{_seeds.own_name(item)}",
+            "--simdist-backend", _spec_of(item), "--simdist-np", str(_size(item))]
+    for option in ("factory", "collectives", "ops", "dtypes"):
+        if config.getoption(f"simdist_{option}"):
+            args += [f"--simdist-{option}", config.getoption(f"simdist_{option}")]
+    seed = _seeds.seed_for(item)
+    if seed is not None:
+        args += [f"--hypothesis-seed={seed}"]
     return shlex.join(args)
 
 
@@ -198,9 +299,9 @@ def _spec_of(item) -> str | None:
 
 def pytest_runtest_setup(item):
     if item.config.getoption("simdist_first_failure") and {"world", "comm"} & set(item.fixturenames):
-        first = item.config.stash[_FAILED].get(_spec_of(item))
+        first = item.config.stash[_FAILED].get((_spec_of(item), _size(item)))
         if first is not None:
-            pytest.skip(f"{_spec_of(item)} already failed {first}")
+            pytest.skip(f"{_spec_of(item)} already failed {first} on {_size(item)} ranks")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -209,7 +310,7 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     uses_backend = {"world", "comm"} & set(getattr(item, "fixturenames", ()))
     if report.failed and uses_backend:
-        item.config.stash[_FAILED].setdefault(_spec_of(item), item.originalname)
+        item.config.stash[_FAILED].setdefault((_spec_of(item), _size(item)), _seeds.own_name(item))
     if report.when == "call" and report.failed and uses_backend:
-        report.sections.append(("simdist replay", f"seed {_seed()}; replay this failure with:\n"
+        report.sections.append(("simdist replay", f"seed {_seeds.seed_for(item)}; replay this failure with:\n"
                                                   f"  {replay_command(item)}"))

@@ -10,6 +10,11 @@ travels to the ranks with the function of a run. Two kinds of values:
 * ``inexact`` values (any finite floats of moderate magnitude) round
   differently in different orders, so they are judged by
   :func:`simdist.reference.check` against the summation bound.
+
+``dtypes``, ``ops`` and the collectives of ``steps``/``programs`` draw only
+from the session's focus (``--simdist-dtypes``, ``--simdist-ops``,
+``--simdist-collectives``); a test whose draw the focus leaves empty is
+skipped, saying why.
 """
 
 from __future__ import annotations
@@ -22,8 +27,10 @@ from simdist._arguments import DTYPES
 from simdist._communicator import BLOCKED, COLLECTIVES, REDUCTIONS
 from simdist._reduction import ops_for
 
+from ._cases import focus
+
 __all__ = [
-    "DTYPES", "world_sizes", "dtypes", "shapes", "ops", "roots", "rank_arrays", "exact_rank_arrays",
+    "DTYPES", "world_sizes", "dtypes", "collectives", "shapes", "ops", "ops_and_dtypes", "roots", "rank_arrays", "exact_rank_arrays",
     "colors_and_keys", "messages", "programs", "Step",
 ]
 
@@ -33,9 +40,20 @@ def world_sizes(max_size: int) -> st.SearchStrategy[int]:
     return st.integers(1, max_size)
 
 
-def dtypes(kinds: str = "biufc") -> st.SearchStrategy[np.dtype]:
-    """Dtypes of the contract whose kind is in ``kinds`` (``b i u f c``)."""
-    return st.sampled_from([d for d in DTYPES if d.kind in kinds])
+def _among(choices: list, why: str) -> st.SearchStrategy:
+    if not choices:
+        import pytest
+
+        pytest.skip(f"outside the focus: {why}")
+    return st.sampled_from(choices)
+
+
+def dtypes(kinds: str = "biufc", op: str | None = None) -> st.SearchStrategy[np.dtype]:
+    """Dtypes of the contract whose kind is in ``kinds`` (``b i u f c``)
+    and, given ``op``, that take ``op``."""
+    return _among([d for d in focus().dtypes if d.kind in kinds and (op is None or op in ops_for(d))],
+                  f"no dtype of kind {kinds!r}{f' that takes {op}' if op else ''} among "
+                  f"{', '.join(map(str, focus().dtypes))}")
 
 
 def shapes(min_dims: int = 0, max_dims: int = 3, large: bool = True) -> st.SearchStrategy[tuple]:
@@ -48,7 +66,16 @@ def shapes(min_dims: int = 0, max_dims: int = 3, large: bool = True) -> st.Searc
 
 def ops(dtype: np.dtype) -> st.SearchStrategy[str]:
     """The reduction ops defined on ``dtype``."""
-    return st.sampled_from(ops_for(np.dtype(dtype)))
+    return _among([op for op in ops_for(np.dtype(dtype)) if op in focus().ops],
+                  f"no op of {np.dtype(dtype)} among {', '.join(focus().ops)}")
+
+
+@st.composite
+def ops_and_dtypes(draw, kinds: str = "biufc"):
+    """``(op, dtype)``: an op of the focus, then a dtype of ``kinds`` that takes it."""
+    op = draw(_among([op for op in focus().ops if any(op in ops_for(d) for d in DTYPES if d.kind in kinds)],
+                     f"no op of a dtype of kind {kinds!r} among {', '.join(focus().ops)}"))
+    return op, draw(dtypes(kinds, op))
 
 
 def roots(size: int) -> st.SearchStrategy[int]:
@@ -136,12 +163,16 @@ class Step(tuple):
     data = property(lambda self: self[5])
 
 
+def collectives(among=COLLECTIVES) -> st.SearchStrategy[str]:
+    """The collectives of ``among`` in the focus."""
+    return _among([c for c in among if c in focus().collectives], f"none of {', '.join(among)} selected")
+
+
 @st.composite
 def steps(draw, size: int, exact: bool = True):
     """One collective call with its per-rank data."""
-    collective = draw(st.sampled_from(COLLECTIVES))
-    dtype = draw(dtypes())
-    op = draw(ops(dtype)) if collective in REDUCTIONS else None
+    collective = draw(collectives())
+    op, dtype = draw(ops_and_dtypes() if collective in REDUCTIONS else st.tuples(st.none(), dtypes()))
     shape = draw(shapes(large=False))
     if collective in BLOCKED:
         shape = (size, *shape)

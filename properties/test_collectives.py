@@ -1,5 +1,9 @@
 """Properties of each collective and of their relations, on the backend under test.
 
+Properties that hold for several collectives or ops are parametrised by
+them (``test_inputs_are_never_modified[allreduce-sum]``), so that each
+gets its own examples (see ``properties._cases``).
+
 Relations between collectives (reduce + broadcast == allreduce, ...) are
 checked bit for bit on exact data, which every legal reduction order gives
 the same bits for; single calls are judged on any data by
@@ -10,14 +14,16 @@ bits, within the summation bound where it does not).
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
 
 from simdist import reference
-from simdist._communicator import BLOCKED, COLLECTIVES, REDUCTIONS
-from simdist._reduction import divide_mean
+from simdist._communicator import BLOCKED
+from simdist._reduction import divide_mean, ops_for
 
 from . import strategies as s
+from ._cases import by_op, cases, per_case
 
 
 def call(comm, collective: str, x, op=None, root=0):
@@ -52,17 +58,15 @@ def _inputs(collective, data, root):
 
 
 @st.composite
-def calls(draw, size: int, collectives=COLLECTIVES[:-1], exact: bool | None = None):
-    collective = draw(st.sampled_from(collectives))
-    reduction = collective in REDUCTIONS
-    dtype = draw(s.dtypes())
-    op = draw(s.ops(dtype)) if reduction else None
+def calls(draw, size: int, collective: str, op: str | None, exact: bool | None = None):
+    """Data and a root for one call of ``collective`` (with ``op``, a reduction)."""
+    dtype = draw(s.dtypes(op=op))
     shape = draw(s.shapes())
     if collective in BLOCKED:
         shape = (size, *shape[:2])
     exact = draw(st.booleans()) if exact is None else exact
     data = draw(s.rank_arrays(size, dtype, shape, exact=exact, op=op))
-    return collective, op, draw(s.roots(size)), data
+    return draw(s.roots(size)), data
 
 
 def _judge(world, collective, op, root, data):
@@ -73,25 +77,30 @@ def _judge(world, collective, op, root, data):
     return verdict, outs
 
 
+@cases()
+@per_case
 @given(st.data())
-def test_every_collective_gives_what_the_contract_allows(world, data):
-    collective, op, root, arrays = data.draw(calls(world.size))
+def test_every_collective_gives_what_the_contract_allows(world, collective, op, data):
+    root, arrays = data.draw(calls(world.size, collective, op))
     verdict, _ = _judge(world, collective, op, root, arrays)
     assert verdict.ok, verdict.reason
 
 
+@cases()
+@per_case
 @given(st.data())
-def test_inputs_are_never_modified(world, data):
-    collective, op, root, arrays = data.draw(calls(world.size))
+def test_inputs_are_never_modified(world, collective, op, data):
+    root, arrays = data.draw(calls(world.size, collective, op))
     _, outs = _judge(world, collective, op, root, arrays)
     assert all(untouched for _, untouched in outs), \
         f"{collective} modified the input on ranks {[r for r, (_, ok) in enumerate(outs) if not ok]}"
 
 
+@cases(("allreduce", "broadcast", "alltoall", "reduce_scatter"))
+@per_case
 @given(st.data())
-def test_dtype_and_shape_are_preserved(world, data):
-    collective, op, root, arrays = data.draw(calls(world.size, collectives=("allreduce", "broadcast",
-                                                                            "alltoall", "reduce_scatter")))
+def test_dtype_and_shape_are_preserved(world, collective, op, data):
+    root, arrays = data.draw(calls(world.size, collective, op))
     outs = world.run(_one_call, collective, arrays, op, root)
     want = arrays[0].shape[1:] if collective == "reduce_scatter" else arrays[0].shape
     for rank, (out, _) in enumerate(outs):
@@ -100,20 +109,25 @@ def test_dtype_and_shape_are_preserved(world, data):
             f"rank {rank}: {collective} gave {out.dtype}{out.shape}, expected {arrays[0].dtype}{want}"
 
 
+@pytest.mark.simdist_collectives("allreduce")
+@by_op(("sum", "prod", "mean"))
+@per_case
 @given(st.data())
-def test_float_reductions_are_identical_on_every_rank_and_within_the_bound(world, data):
-    dtype = data.draw(s.dtypes("fc"))
-    op = data.draw(st.sampled_from(["sum", "mean"]))
-    arrays = data.draw(s.rank_arrays(world.size, dtype, data.draw(s.shapes()), op=op))
+def test_float_reductions_are_identical_on_every_rank_and_within_the_bound(world, op, data):
+    dtype = data.draw(s.dtypes("fc", op))
+    shape = data.draw(s.shapes(large=op != "prod"))     # a large product is judged element by element
+    arrays = data.draw(s.rank_arrays(world.size, dtype, shape, op=op))
     verdict, outs = _judge(world, "allreduce", op, 0, arrays)
     assert verdict.ranks_identical, "allreduce gave different bits on different ranks"
     assert verdict.ok, verdict.reason
 
 
+@pytest.mark.simdist_collectives("allreduce")
+@by_op(ops_for(np.dtype("int64")))
+@per_case
 @given(st.data())
-def test_min_max_and_integer_reductions_are_exact(world, data):
-    dtype = data.draw(s.dtypes("biu"))
-    op = data.draw(s.ops(dtype))
+def test_min_max_and_integer_reductions_are_exact(world, op, data):
+    dtype = data.draw(s.dtypes("biu", op))
     arrays = data.draw(s.rank_arrays(world.size, dtype, data.draw(s.shapes())))
     outs = world.run(_one_call, "allreduce", arrays, op, 0)
     want = reference.reduction(arrays, op)
@@ -157,22 +171,27 @@ def _check_relation(world, kind, data, op=None, root=0):
         assert same, f"rank {rank}: {kind}: the two sides differ:\n{got}\n{want}"
 
 
+@pytest.mark.simdist_collectives("reduce", "broadcast", "allreduce")
+@by_op()
+@per_case
 @given(st.data())
-def test_reduce_then_broadcast_equals_allreduce(world, data):
-    dtype = data.draw(s.dtypes())
-    op = data.draw(s.ops(dtype))
+def test_reduce_then_broadcast_equals_allreduce(world, op, data):
+    dtype = data.draw(s.dtypes(op=op))
     arrays = data.draw(s.exact_rank_arrays(world.size, dtype, data.draw(s.shapes()), op))
     _check_relation(world, "reduce+broadcast", arrays, op, data.draw(s.roots(world.size)))
 
 
+@pytest.mark.simdist_collectives("reduce_scatter", "allreduce")
+@by_op()
+@per_case
 @given(st.data())
-def test_reduce_scatter_is_the_ranks_block_of_allreduce(world, data):
-    dtype = data.draw(s.dtypes())
-    op = data.draw(s.ops(dtype))
+def test_reduce_scatter_is_the_ranks_block_of_allreduce(world, op, data):
+    dtype = data.draw(s.dtypes(op=op))
     shape = (world.size, *data.draw(s.shapes(max_dims=2)))
     _check_relation(world, "reduce_scatter", data.draw(s.exact_rank_arrays(world.size, dtype, shape, op)), op)
 
 
+@pytest.mark.simdist_collectives("allgather", "gather", "broadcast")
 @given(st.data())
 def test_allgather_equals_gather_then_broadcast_in_rank_order(world, data):
     arrays = data.draw(s.rank_arrays(world.size, data.draw(s.dtypes()), data.draw(s.shapes())))
@@ -183,6 +202,7 @@ def test_allgather_equals_gather_then_broadcast_in_rank_order(world, data):
             assert out[j].tobytes() == arrays[j].tobytes(), f"rank {rank}: allgather block {j} is not rank {j}'s"
 
 
+@pytest.mark.simdist_collectives("scatter", "gather")
 @given(st.data())
 def test_scatter_then_gather_is_the_identity(world, data):
     shape = (world.size, *data.draw(s.shapes(max_dims=2)))
@@ -190,12 +210,15 @@ def test_scatter_then_gather_is_the_identity(world, data):
     _check_relation(world, "scatter+gather", arrays, root=data.draw(s.roots(world.size)))
 
 
+@pytest.mark.simdist_collectives("alltoall")
 @given(st.data())
 def test_alltoall_twice_is_the_identity(world, data):
     shape = (world.size, *data.draw(s.shapes(max_dims=2)))
     _check_relation(world, "alltoall twice", data.draw(s.rank_arrays(world.size, data.draw(s.dtypes()), shape)))
 
 
+@pytest.mark.simdist_collectives("allreduce")
+@pytest.mark.simdist_ops("mean", "sum")
 @given(st.data())
 def test_mean_is_the_sum_divided_by_the_size(world, data):
     dtype = data.draw(s.dtypes("fc"))

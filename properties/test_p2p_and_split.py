@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -31,6 +32,7 @@ def _exchange(comm, messages, synchronous):
     return received
 
 
+@pytest.mark.simdist_collectives("send_recv")
 @given(st.data())
 def test_messages_arrive_in_order_per_source_and_tag(world, data):
     messages = data.draw(s.messages(world.size))
@@ -53,6 +55,7 @@ def _barrier(comm, late: int, delay: float):
     return entered, time.monotonic()
 
 
+@pytest.mark.simdist_collectives("barrier")
 @given(st.data())
 def test_barrier_returns_only_after_every_rank_has_called_it(world, data):
     late = data.draw(s.roots(world.size))
@@ -73,6 +76,7 @@ def _split_and_reduce(comm, colors, data, rounds):
     return results
 
 
+@pytest.mark.simdist_collectives("allreduce", "allgather")   # those of the sub-communicators
 @given(st.data())
 def test_split_sub_communicators_behave_as_worlds_of_their_own(world, data):
     colors = data.draw(s.colors_and_keys(world.size))

@@ -70,9 +70,8 @@ class CollectivePrograms(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def collective(self, data):
-        collective = data.draw(st.sampled_from(SIZE_FREE))
-        dtype = data.draw(s.dtypes())
-        op = data.draw(s.ops(dtype)) if collective in REDUCTIONS else None
+        collective = data.draw(s.collectives(SIZE_FREE))
+        op, dtype = data.draw(s.ops_and_dtypes() if collective in REDUCTIONS else st.tuples(st.none(), s.dtypes()))
         shape = data.draw(s.shapes(max_dims=2, large=False))
         arrays = data.draw(s.rank_arrays(self.world.size, dtype, shape, op=op))
         root = data.draw(st.integers(0, self.world.size - 1))

@@ -10,6 +10,7 @@ and every rank's parameters must stay identical to the bit.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -53,6 +54,7 @@ def _inputs(data, size):
     return x, labels, params
 
 
+@pytest.mark.simdist_collectives("allreduce")
 @given(st.data())
 def test_a_data_parallel_step_equals_one_device_on_the_global_batch(world, data):
     x, labels, params = _inputs(data, world.size)
@@ -72,6 +74,7 @@ def test_a_data_parallel_step_equals_one_device_on_the_global_batch(world, data)
                                 f"{np.linalg.norm(mine) / max(np.linalg.norm(ref), 1e-300):.3f}")
 
 
+@pytest.mark.simdist_collectives("allreduce")
 @given(st.data())
 def test_replicas_stay_identical(world, data):
     x, labels, params = _inputs(data, world.size)

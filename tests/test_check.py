@@ -234,6 +234,20 @@ def identity(base):
     return base
 
 
+class ReducesWithoutBase(Wrapper):
+    """Implements allreduce itself (here: the base's), and says so; the
+    rest is the base's."""
+
+    implements = frozenset({"allreduce"})
+
+
+def says_it_implements_allsum(base):
+    return base
+
+
+says_it_implements_allsum.implements = {"allsum"}
+
+
 # ---------------------------------------------------------------------------
 # helpers
 
@@ -290,6 +304,28 @@ def test_quick_sweep_passes_on_open_mpi(size):
 
 def test_a_factory_that_returns_the_base_passes():
     assert_all_pass(sweep(2, factory=f"{HERE}:identity", quick=True, collectives=["allreduce", "send_recv"]))
+
+
+def test_ops_narrow_the_rows_of_reductions_only():
+    report = sweep(2, quick=True, collectives=["allreduce", "broadcast"], ops=["sum", "max"], dtypes=["int8", "float32"])
+    assert [(r["collective"], r["dtype"], r["op"]) for r in report["rows"][1:]] == [
+        ("allreduce", "int8", "sum"), ("allreduce", "int8", "max"), ("allreduce", "float32", "sum"),
+        ("allreduce", "float32", "max"), ("broadcast", "int8", None), ("broadcast", "float32", None)]
+    assert report["ops"] == ["sum", "max"]
+    with pytest.raises(simdist.InvalidValue, match="'add'; choose from sum, prod"):
+        sweep(2, ops=["add"])
+
+
+def test_a_factory_that_implements_one_collective_is_checked_on_it_only():
+    report = sweep(2, factory=f"{HERE}:ReducesWithoutBase", quick=True, dtypes=["int8"])
+    assert {r["collective"] for r in report["rows"]} == {"rank/size", "allreduce"}
+    assert report["implements"] == ["allreduce"] and report["ok"]
+    header = check_command.format_table(report).splitlines()[0]
+    assert header.startswith("only allreduce:") and "ReducesWithoutBase.implements" in header
+    with pytest.raises(simdist.InvalidValue, match="implements only allreduce"):
+        sweep(2, factory=f"{HERE}:ReducesWithoutBase", collectives=["broadcast"])
+    with pytest.raises(simdist.InvalidValue, match="says_it_implements_allsum.implements=.*'allsum'; choose from"):
+        sweep(2, factory=f"{HERE}:says_it_implements_allsum")
 
 
 def test_sweep_reports_progress_up_to_the_total():
@@ -481,12 +517,28 @@ def test_progress_updates_one_line_on_a_terminal_and_clears_it():
     assert text.endswith("\r") and text.rsplit("\r", 2)[-2].strip() == ""
 
 
+def test_cli_checks_several_sizes_with_one_report_each_and_a_combined_status(tmp_path, capsys):
+    path = tmp_path / "report.json"
+    status = check_command.run(parse(["-n", "1-2", "--backend", f"{HERE}:reversed_allgather", "--quick",
+                                      "--collectives", "allgather", "--dtypes", "uint8", "--json", str(path)]))
+    out, _ = capsys.readouterr()
+    assert status == 1  # reversing one rank's blocks changes nothing; two ranks' fails
+    report = json.loads(path.read_text())
+    assert report["sizes"] == [1, 2] and not report["ok"]
+    assert [(r["size"], r["ok"]) for r in report["reports"]] == [(1, True), (2, False)]
+    assert "== 1 rank(s) ==" in out and "== 2 rank(s) ==" in out
+    assert out.rstrip().splitlines()[-1] == "2 sizes: failed on 2 rank(s)"
+    assert check_command.run(parse(["-n", "2,3", "--quick", "--collectives", "barrier"])) == 0
+
+
 def test_cli_refuses_bad_arguments_with_status_2(capsys):
     assert check_command.run(parse(["-n", "0"])) == 2
+    assert check_command.run(parse(["-n", "2-x"])) == 2
     assert check_command.run(parse(["-n", "2", "--backend", "nosuchmodule_xyz:f"])) == 2
     assert check_command.run(parse(["-n", "2", "--backend", f"{HERE}:identity", "--factory", f"{HERE}:identity"])) == 2
     err = capsys.readouterr().err
     assert "cannot import module 'nosuchmodule_xyz'" in err and "either" in err
+    assert "-n '2-x': give a size (4), a range (2-5) or a list (2,3,5,8)" in err
 
 
 @pytest.mark.slow
@@ -496,8 +548,11 @@ def test_simdist_check_is_a_subcommand_of_the_cli(tmp_path):
     import simdist.cli
 
     out = tmp_path / "check.json"
-    assert simdist.cli.main(["check", "-n", "2", "--quick", "--collectives", "allreduce", "--json", str(out)]) == 0
+    assert simdist.cli.main(["check", "-n", "2", "--quick", "--collectives", "allreduce", "--ops", "sum",
+                             "--dtypes", "float32", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["rows"] and all(row["verdict"] == "pass" for row in report["rows"])
-    props = report["properties"]    # the property suite runs after the sweep
-    assert props["ok"] and props["passed"] >= 15 and props["failed"] == [] and props["seed"] == 0
+    props = report["properties"]    # the property suite runs after the sweep, narrowed alike
+    assert props["ok"] and props["failed"] == [] and props["seed"] == 0
+    assert "--simdist-collectives allreduce --simdist-ops sum --simdist-dtypes float32" in props["command"]
+    assert 8 <= props["passed"] <= 20   # of some 146 cases: those of allreduce with sum

@@ -50,6 +50,8 @@ class RingAllreduce(Wrapper):
         x, _ = _gathered.validate(self.base, "allreduce", x, op)
         flat = self._working_copy(x)
         fold_op = "sum" if op == "mean" else op
+        if self.size == 1:               # no step folds: the op still applies (land of -1 is 1)
+            fold(fold_op, [flat], flat)
         bounds = np.linspace(0, flat.size, self.size + 1).astype(np.int64)
         chunks = [flat[bounds[i]:bounds[i + 1]] for i in range(self.size)]
         rank, size = self.rank, self.size

@@ -9,6 +9,12 @@ The property suite runs after the sweep; where its requirements (the
 ``check`` extra) are missing it is skipped, with one line saying how to add
 them, and the exit status is the sweep's.
 
+``-n`` takes one size or several (``2-5``, ``2,3,5,8``): then each size gets
+its own table and property suite, the exit status is 0 only when every
+size passed, and the JSON is ``{"ok", "sizes", "reports": [one per size]}``.
+``--collectives``, ``--ops`` and ``--dtypes`` narrow the sweep and the
+property suite alike, as does a factory's ``implements``.
+
 Which communicator is checked:
 
 ``--backend sim`` / ``--backend mpi``
@@ -32,6 +38,7 @@ import time
 
 from .._errors import InvalidArgument, SimdistError
 from ..reference import SWEEP_COLLECTIVES, sweep
+from ..reference._focus import parse_sizes
 from ..reference._properties import run_properties
 from . import _json
 
@@ -56,7 +63,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
             "--backend mpi --factory MODULE:FACTORY wraps the MPI backend. See docs/backends.md."
         ),
     )
-    p.add_argument("-n", "--size", type=int, default=4, help="number of ranks (default 4)")
+    p.add_argument("-n", "--size", default="4", metavar="N",
+                   help="number of ranks (default 4); several: 2-5 or 2,3,5,8 (a report per size)")
     p.add_argument("--backend", default="sim", metavar="sim|mpi|MODULE:FACTORY",
                    help="what to check (default sim)")
     p.add_argument("--factory", metavar="MODULE:FACTORY",
@@ -69,6 +77,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--collectives", metavar="A,B,...",
                    help=f"only these collectives (default all: {','.join(SWEEP_COLLECTIVES)})")
+    p.add_argument("--ops", metavar="A,B,...", help="only these reduction ops (default all)")
     p.add_argument("--dtypes", metavar="A,B,...", help="only these dtypes (default all)")
     p.add_argument("--sync-sends", dest="sync_sends", action="store_true", default=None,
                    help="every send waits until its recv takes the message (MPI's Ssend), in the sweep and the "
@@ -156,6 +165,9 @@ def format_table(report: dict) -> str:
         return "  ".join(c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right)).rstrip()
 
     out = [fmt(header), fmt(["-" * w for w in widths])] + [fmt(line) for line in lines]
+    if report.get("implements"):
+        out.insert(0, f"only {', '.join(report['collectives'])}: {report['factory']} implements "
+                      f"{', '.join(report['implements'])} ({report['factory']}.implements); the rest is its base's\n")
     notes = [r for r in report["rows"] if r["verdict"] != "pass"]
     if notes:
         out.append("")
@@ -191,47 +203,42 @@ def format_properties(report: dict) -> str:
     return "\n".join(lines)
 
 
-def _properties(args, backend: str, factory: str | None) -> dict:
+def _properties(args, size: int, backend: str, factory: str | None) -> dict:
     """Run the property suite after the sweep, announcing it on standard error."""
     def announce() -> None:
         print("check: running the property suite (python -m pytest --pyargs properties) ...", file=sys.stderr)
 
-    return run_properties(backend if backend == "mpi" else "sim", factory, args.size, timeout=args.timeout,
+    return run_properties(backend if backend == "mpi" else "sim", factory, size, timeout=args.timeout,
                           seed=args.seed, examples=10 if args.quick else 25, announce=announce,
+                          collectives=_names(args.collectives), ops=_names(args.ops), dtypes=_names(args.dtypes),
                           sync_sends=args.sync_sends)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run ``simdist check`` with parsed ``args``; return the exit status."""
-    try:
-        backend, factory = _target(args)
-    except ValueError as exc:
-        print(f"simdist check: error: {exc}", file=sys.stderr)
-        return 2
-    if factory is not None and os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())  # MODULE imports from here, as with python -m (the ranks get sys.path)
+def _check_size(args, size: int, backend: str, factory: str | None) -> tuple[int, dict | None]:
+    """Sweep and property suite on ``size`` ranks, printed: (status, report); the
+    report is None for bad arguments, ``{"size", "ok": False, "error"}`` when
+    nothing could be checked."""
     progress = _Progress(sys.stderr)
     try:
         report = sweep(
-            args.size, backend, factory, quick=args.quick, progress=progress, seed=args.seed,
-            timeout=args.timeout, collectives=_names(args.collectives), dtypes=_names(args.dtypes),
+            size, backend, factory, quick=args.quick, progress=progress, seed=args.seed, timeout=args.timeout,
+            collectives=_names(args.collectives), ops=_names(args.ops), dtypes=_names(args.dtypes),
             sync_sends=bool(args.sync_sends),
         )
     except InvalidArgument as exc:
         progress.finish()
         print(f"simdist check: error: {exc}", file=sys.stderr)
-        return 2
+        return 2, None
     except SimdistError as exc:
         progress.finish()
         print(f"simdist check: {exc}", file=sys.stderr)
-        return 1
+        return 1, {"size": size, "ok": False, "error": str(exc)}
     except KeyboardInterrupt:
         progress.finish()
-        print("simdist check: interrupted", file=sys.stderr)
-        return 130
+        raise
     progress.finish()
     if args.properties:
-        properties = report["properties"] = _properties(args, backend, factory)
+        properties = report["properties"] = _properties(args, size, backend, factory)
         report["ok"] = report["ok"] and (properties["skipped"] or properties["ok"])
     if args.json != "-":
         print(format_table(report))
@@ -239,6 +246,37 @@ def run(args: argparse.Namespace) -> int:
             print(format_properties(report["properties"]))
     elif report.get("properties", {}).get("skipped"):  # the JSON has it; say it where a person looks
         print(format_properties(report["properties"]), file=sys.stderr)
+    return (0 if report["ok"] else 1), report
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``simdist check`` with parsed ``args``; return the exit status."""
+    try:
+        backend, factory = _target(args)
+        sizes = parse_sizes(args.size, "-n")
+    except ValueError as exc:
+        print(f"simdist check: error: {exc}", file=sys.stderr)
+        return 2
+    if factory is not None and os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # MODULE imports from here, as with python -m (the ranks get sys.path)
+    reports, statuses = [], []
+    try:
+        for size in sizes:
+            if len(sizes) > 1 and args.json != "-":
+                print(f"== {size} rank(s) ==")
+            status, report = _check_size(args, size, backend, factory)
+            if status == 2 or ("error" in report and len(sizes) == 1):  # nothing checked: no report
+                return status
+            statuses.append(status)
+            reports.append(report)
+    except KeyboardInterrupt:
+        print("simdist check: interrupted", file=sys.stderr)
+        return 130
+    if len(sizes) > 1 and args.json != "-":
+        failed = [r["size"] for r in reports if not r["ok"]]
+        print(f"\n{len(sizes)} sizes: " + (f"failed on {', '.join(map(str, failed))} rank(s)" if failed
+                                            else "every size passed"))
     if args.json:
-        _json.write(report, args.json)
-    return 0 if report["ok"] else 1
+        _json.write(reports[0] if len(sizes) == 1 else
+                    {"ok": not any(statuses), "sizes": sizes, "reports": reports}, args.json)
+    return 1 if any(statuses) else 0

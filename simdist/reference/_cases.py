@@ -70,8 +70,9 @@ def _large_length(collective: str, dtype: np.dtype, op: str | None, quick: bool,
     return table["numpy"]
 
 
-def plan(n: int, quick: bool, collectives=SWEEP_COLLECTIVES, dtypes=DTYPES) -> list[Row]:
-    """Every row of the sweep with its cases, in report order."""
+def plan(n: int, quick: bool, collectives=SWEEP_COLLECTIVES, dtypes=DTYPES, ops=None) -> list[Row]:
+    """Every row of the sweep with its cases, in report order (``ops``, if
+    given, narrows the reductions' rows)."""
     repeats = 1 if quick else 2
     rows: list[Row] = []
     for collective in collectives:
@@ -81,7 +82,7 @@ def plan(n: int, quick: bool, collectives=SWEEP_COLLECTIVES, dtypes=DTYPES) -> l
             continue
         roots = range(n) if collective in ROOTED else (0,)
         for dtype in dtypes:
-            for op in (ops_for(dtype) if collective in REDUCTIONS else (None,)):
+            for op in (_ops(dtype, ops) if collective in REDUCTIONS else (None,)):
                 cases = []
                 for root in roots:
                     for shape in _SMALL_SHAPES:
@@ -96,6 +97,10 @@ def plan(n: int, quick: bool, collectives=SWEEP_COLLECTIVES, dtypes=DTYPES) -> l
                         cases.append(Case(len(cases), "large", kind, root, 0, length))
                 rows.append(Row(len(rows), collective, str(dtype), op, tuple(cases)))
     return rows
+
+
+def _ops(dtype: np.dtype, chosen) -> tuple:
+    return tuple(op for op in ops_for(dtype) if chosen is None or op in chosen)
 
 
 def describe_case(row: Row, case: Case, n: int) -> str:

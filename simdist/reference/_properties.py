@@ -50,31 +50,36 @@ def missing_requirements() -> list[str]:
     return done.stdout.split()
 
 
-def _command(backend: str, factory: str | None, size: int, timeout: float, seed: int,
+def _command(backend: str, factory: str | None, size: int, timeout: float, seed: int, focus: dict,
              sync_sends: bool | None = None) -> list[str]:
     args = [sys.executable, "-m", "pytest", "--pyargs", "properties", "-q", "-p", "no:cacheprovider",
             "--simdist-backend", backend, "--simdist-np", str(size), "--simdist-timeout", str(timeout),
             f"--hypothesis-seed={seed}"]
     if factory:
         args += ["--simdist-factory", factory]
+    for option, names in focus.items():
+        if names is not None:
+            args += [f"--simdist-{option}", ",".join(names)]
     if sync_sends is not None:  # else the suite's default: synchronous
         args.append("--simdist-sync-sends" if sync_sends else "--simdist-buffered-sends")
     return args
 
 
 def run_properties(backend: str, factory: str | None, size: int, *, timeout: float, seed: int,
-                   examples: int, announce: Callable[[], None] | None = None,
-                   sync_sends: bool | None = None) -> dict:
+                   examples: int, announce: Callable[[], None] | None = None, collectives=None, ops=None,
+                   dtypes=None, sync_sends: bool | None = None) -> dict:
     """Run the property suite; ``{"ok", "skipped": False, "passed", "failed": [...], "seconds",
     "command"}``, or, when pytest or Hypothesis is missing, ``{"ok": None, "skipped": True,
     "reason", "missing", "install"}``. ``announce()``, if given, is called just before the suite
-    starts. ``sync_sends`` (None: the suite's default, synchronous) sets the
-    suite's ``--simdist-sync-sends``/``--simdist-buffered-sends``."""
+    starts. ``collectives``, ``ops`` and ``dtypes`` (lists of names, None: all) narrow the suite
+    (``--simdist-collectives`` ...). ``sync_sends`` (None: the suite's default, synchronous) sets
+    the suite's ``--simdist-sync-sends``/``--simdist-buffered-sends``."""
     missing = missing_requirements()
     if missing:
         return _skipped(missing)
     started = time.perf_counter()
-    command = _command(backend, factory, size, timeout, seed, sync_sends)
+    command = _command(backend, factory, size, timeout, seed,
+                       {"collectives": collectives, "ops": ops, "dtypes": dtypes}, sync_sends)
     if announce is not None:
         announce()
     env = dict(os.environ, SIMDIST_PROPERTY_EXAMPLES=str(examples))

@@ -96,20 +96,26 @@ def _call(target, collective: str, x, op, root):
     return getattr(target, collective)(x)  # allgather, alltoall
 
 
-def _send_recv(target, sent: list, case: Case, rank: int, n: int) -> list:
+def _send_recv(target, sent: list, case: Case, rank: int, n: int, sync: bool) -> list:
     """Rank r sends ``sent`` to r+1 and receives from r-1; for large
-    messages even ranks send first and odd ranks receive first, so no cycle
-    of blocked sends can form. Returns what it received, in the order sent."""
+    messages, and for all under synchronous sends, even ranks send first and
+    odd ranks receive first, so no cycle of blocked sends can form. With
+    buffered sends the receiver takes the later tag first (recv selects by
+    tag); a synchronous sender waits for each message to be taken, so there
+    the receiver takes them in the order sent. Returns what it received, in
+    the order sent."""
     dest, source = (rank + 1) % n, (rank - 1) % n
     got: list = [None] * len(sent)
 
     def receive():
-        if len(sent) == 3:
+        if len(sent) == 3 and not sync:
             got[2] = target.recv(source, tag=7)  # a later tag first: recv selects by tag
         got[0] = target.recv(source, tag=0)
         got[1] = target.recv(source, tag=0)
+        if len(sent) == 3 and sync:
+            got[2] = target.recv(source, tag=7)
 
-    receive_first = case.shape == "large" and rank % 2 == 1
+    receive_first = (case.shape == "large" or sync) and rank % 2 == 1
     if receive_first:
         receive()
     for tag, x in sent:
@@ -123,7 +129,7 @@ def _unsupported(exc: Exception) -> bool:
     return isinstance(exc, InvalidArgument) and "not supported" in str(exc).lower()
 
 
-def _run_case(target, row: Row, case: Case, rank: int, n: int, seed: int) -> list:
+def _run_case(target, row: Row, case: Case, rank: int, n: int, seed: int, sync: bool) -> list:
     """One call; returns ``[result, input modified, aliases input, read-only, digest]``."""
     if row.collective == "barrier":
         if rank == case.root:
@@ -134,7 +140,7 @@ def _run_case(target, row: Row, case: Case, rank: int, n: int, seed: int) -> lis
     if row.collective == "send_recv":
         sent = messages(row, case, rank, n, seed)
         before = [x.tobytes() for _, x in sent]
-        got = _send_recv(target, sent, case, rank, n)
+        got = _send_recv(target, sent, case, rank, n, sync)
         modified = any(x.tobytes() != b for (_, x), b in zip(sent, before))
         readonly = any(isinstance(g, np.ndarray) and not g.flags.writeable for g in got)
         return [got, modified, False, readonly, [_digest(g) for g in got]]
@@ -148,10 +154,10 @@ def _run_case(target, row: Row, case: Case, rank: int, n: int, seed: int) -> lis
     return [out, modified, aliases, readonly, _digest(out)]
 
 
-def rank_main(comm, factory: str | None, rows: list[Row], n: int, seed: int):
+def rank_main(comm, factory: str | None, rows: list[Row], n: int, seed: int, sync: bool = False):
     """Run ``rows`` on this rank; per row, a list of case entries:
     ``["ok", result, modified, aliases, readonly, changed]`` or
-    ``["unsupported", message]``."""
+    ``["unsupported", message]``. ``sync``: the world's sends are synchronous."""
     target = target_of(comm, factory)
     rank = comm.rank
     out = []
@@ -159,7 +165,7 @@ def rank_main(comm, factory: str | None, rows: list[Row], n: int, seed: int):
         entries = []
         for case in row.cases:
             try:
-                entry = _run_case(target, row, case, rank, n, seed)
+                entry = _run_case(target, row, case, rank, n, seed, sync)
             except Exception as exc:
                 if _unsupported(exc):
                     entries.append(["unsupported", f"{type(exc).__name__}: {exc}"])

@@ -33,9 +33,6 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-import numpy as np
-
-from .._arguments import DTYPES
 from .._errors import (
     CollectiveMismatch,
     CollectiveTimeout,
@@ -47,7 +44,8 @@ from .._errors import (
     SimdistError,
 )
 from .._world import World
-from ._cases import SWEEP_COLLECTIVES, Row, plan
+from ._cases import Row, plan
+from ._focus import implemented, select_collectives, select_dtypes, select_ops
 from ._judging import Tally, judge_row
 from ._ranks import CaseError, identify, load_factory, rank_main
 
@@ -145,7 +143,7 @@ class _Runner:
         the failed row is recorded, or the batch's rows are queued one by one)."""
         t0 = time.perf_counter()
         try:
-            return self.world.run(rank_main, self.factory, batch, self.size, self.seed)
+            return self.world.run(rank_main, self.factory, batch, self.size, self.seed, self.world.sync_sends)
         except SimdistError as exc:
             self.failed_time += time.perf_counter() - t0
             timeout = isinstance(exc, CollectiveTimeout)
@@ -168,31 +166,18 @@ class _Runner:
             return None
 
 
-def _selection(collectives, dtypes) -> tuple[tuple, tuple]:
-    """The collectives and dtypes to sweep, in report order (None: all)."""
-    if collectives is None:
-        chosen = SWEEP_COLLECTIVES
-    else:
-        names = [collectives] if isinstance(collectives, str) else list(collectives)
-        unknown = [c for c in names if c not in SWEEP_COLLECTIVES]
-        if unknown or not names:
-            raise InvalidValue(f"sweep: collectives={collectives!r}: {', '.join(map(repr, unknown)) or 'none given'}; "
-                               f"choose from {', '.join(SWEEP_COLLECTIVES)}")
-        chosen = tuple(c for c in SWEEP_COLLECTIVES if c in names)
-    if dtypes is None:
-        kinds = DTYPES
-    else:
-        names = [dtypes] if isinstance(dtypes, str) else list(dtypes)
-        try:
-            wanted = {np.dtype(d) for d in names}
-        except TypeError as exc:
-            raise InvalidValue(f"sweep: dtypes={dtypes!r}: {exc}") from None
-        unknown = [str(d) for d in wanted if d not in DTYPES]
-        if unknown or not names:
-            raise InvalidValue(f"sweep: dtypes={dtypes!r}: {', '.join(unknown) or 'none given'} not among the "
-                               f"contract's dtypes {', '.join(map(str, DTYPES))}")
-        kinds = tuple(d for d in DTYPES if d in wanted)
-    return chosen, kinds
+def _selection(collectives, ops, dtypes, factory) -> tuple[tuple, tuple, tuple, tuple | None]:
+    """The collectives, ops and dtypes to sweep, in report order (None: all),
+    and what the factory implements (None: it does not say)."""
+    chosen = select_collectives(collectives, "sweep: collectives")
+    implements = implemented(factory)
+    if implements is not None:
+        narrowed = tuple(c for c in chosen if c in implements)
+        if not narrowed:
+            raise InvalidValue(f"sweep: collectives={collectives!r}: {factory} implements only "
+                               f"{', '.join(implements)} ({factory}.implements)")
+        chosen = narrowed
+    return chosen, select_ops(ops, "sweep: ops"), select_dtypes(dtypes, "sweep: dtypes"), implements
 
 
 def _check_args(size, backend, factory, quick, progress, seed, timeout) -> None:
@@ -223,6 +208,7 @@ def sweep(
     seed: int = 0,
     timeout: float = 10.0,
     collectives=None,
+    ops=None,
     dtypes=None,
     sync_sends: bool = False,
 ) -> dict:
@@ -252,11 +238,14 @@ def sweep(
     After 3 hangs, or a minute spent in failed runs, the rows not yet run are
     reported as failed ("not run").
 
-    ``collectives`` and ``dtypes`` (names; default all, see
-    :data:`SWEEP_COLLECTIVES`) restrict the sweep. ``sync_sends`` runs
-    the world with synchronous sends (see :class:`simdist.World`), without
-    the ``send_recv`` row, whose receiver takes a later tag first (which
-    only buffered sends allow). ``progress(done, total,
+    ``collectives``, ``ops`` and ``dtypes`` (names; default all, see
+    :data:`SWEEP_COLLECTIVES`) restrict the sweep (``ops`` narrows the rows
+    of reductions; data movement has no op). A factory whose callable has an
+    attribute ``implements`` (a set of collective names) is checked on those
+    collectives only: the rest are its base's. ``sync_sends`` runs the
+    world with synchronous sends (see :class:`simdist.World`): the
+    ``send_recv`` row then receives in the order sent, even ranks sending
+    first (on one rank, where a rank sends to itself, it is left out). ``progress(done, total,
     label)``, if given, is called as cases complete.
 
     Returns a report of JSON types (except ``inf`` ratios): ``rows``, a list
@@ -264,20 +253,21 @@ def sweep(
     ``failed_cases``, ``exact``, ``max_ratio`` (max error / bound; 0 for
     bit-for-bit rows, ``inf`` for a failed bit-for-bit check), ``max_error``,
     ``bound``, ``worst_case``, ``verdict`` and ``reason``; ``totals``;
-    ``ok``; ``seconds``; and the settings. Raises
+    ``ok``; ``seconds``; and the settings (``implements``: what the factory
+    says it implements, or None). Raises
     :class:`simdist.InvalidArgument` for bad arguments (a factory that cannot
     be imported, say), and :class:`simdist.SimdistError` when nothing can be
     checked (the factory raises, or the world cannot start).
     """
     _check_args(size, backend, factory, quick, progress, seed, timeout)
-    collectives, dtypes = _selection(collectives, dtypes)
-    if sync_sends and "send_recv" in collectives:  # it receives a later tag first: that needs buffered sends
+    collectives, ops, dtypes, implements = _selection(collectives, ops, dtypes, factory)
+    if sync_sends and size == 1 and "send_recv" in collectives:  # a synchronous send to oneself never completes
         collectives = tuple(c for c in collectives if c != "send_recv")
         if not collectives:
-            raise InvalidValue("sweep: collectives=['send_recv'] needs buffered sends (its cases receive a "
-                               "later tag first); run it without sync_sends")
+            raise InvalidValue("sweep: collectives=['send_recv'] on one rank needs buffered sends (a rank sends "
+                               "to itself first); run it without sync_sends")
     started = time.perf_counter()
-    rows = plan(size, quick, collectives, dtypes)
+    rows = plan(size, quick, collectives, dtypes, ops)
     with World(size, backend=backend, timeout=timeout, sync_sends=sync_sends) as world:
         try:
             identities = world.run(identify, factory)
@@ -304,7 +294,9 @@ def sweep(
         "seed": seed,
         "timeout": float(timeout),
         "collectives": list(collectives),
+        "ops": list(ops),
         "dtypes": [str(d) for d in dtypes],
+        "implements": None if implements is None else list(implements),
         "ok": counts["FAIL"] == 0,
         "rows": report_rows,
         "totals": {

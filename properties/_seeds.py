@@ -1,0 +1,89 @@
+"""How a session's Hypothesis examples are seeded: the same examples for the
+same command, unless random exploration is asked for.
+
+Three modes, for the tests that use the plugin's ``world`` or ``comm``:
+
+* ``derived`` (the default, and always when ``CI`` is set): each test's seed
+  is derived from its id (file name, test name and parameters, without the
+  backend and size), so a run's examples depend only on the command, and a
+  test keeps its examples when others are added, selected or deselected;
+* ``given``: ``--hypothesis-seed=S`` seeds every test with ``S``
+  (Hypothesis' own option);
+* ``explore``: ``--simdist-explore`` draws a fresh seed for the session (shown
+  in the header and the summary); ignored when ``CI`` is set.
+
+Either way a failing test's "simdist replay" section names its seed and the
+command that runs exactly its examples again (``--hypothesis-seed=S`` and
+the test's id).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import random
+
+__all__ = ["mode", "start", "seed_for", "seeded", "own_name", "in_ci"]
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def mode(config) -> str:
+    """``derived``, ``given`` or ``explore`` (see the module docstring)."""
+    if config.getoption("hypothesis_seed", None) is not None:
+        return "given"
+    if config.getoption("simdist_explore") and not in_ci():
+        return "explore"
+    return "derived"
+
+
+def start(config) -> None:
+    """Give an exploring session its random seed."""
+    from hypothesis import core
+
+    if mode(config) == "explore" and core.global_force_seed is None:
+        core.global_force_seed = random.SystemRandom().randrange(2**32)
+
+
+def own_name(item) -> str:
+    """``item``'s name without the backend and size parameters the plugin
+    adds (``test_x[allreduce-sum]``): what selects it in a one-backend,
+    one-size run."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return item.name
+    added = {callspec.params.get("simdist_backend_spec"), _size_id(callspec.params.get("simdist_size"))}
+    parts = [part for part in callspec.id.split("-") if part not in added]
+    return f"{item.originalname}[{'-'.join(parts)}]" if parts else item.originalname
+
+
+def _size_id(size) -> str | None:
+    return None if size is None else f"np{size}"
+
+
+def seed_for(item):
+    """The seed ``item``'s examples are drawn with."""
+    from hypothesis import core
+
+    if mode(item.config) != "derived":
+        return core.global_force_seed
+    digest = hashlib.sha256(f"{item.path.name}::{own_name(item)}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
+@contextlib.contextmanager
+def seeded(item):
+    """Run ``item`` with its derived seed (nothing to do in the other modes)."""
+    from hypothesis import core
+
+    if mode(item.config) != "derived":
+        yield
+        return
+    saved, core.global_force_seed = core.global_force_seed, seed_for(item)
+    try:
+        yield
+    finally:
+        core.global_force_seed = saved

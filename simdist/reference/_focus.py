@@ -1,0 +1,104 @@
+"""What a check covers: the collectives, ops and dtypes a user selects, and
+the collectives a factory says it implements.
+
+Both ``simdist check``'s sweep and the property suite narrow to a *focus*:
+``--collectives``, ``--ops`` and ``--dtypes`` (names; None: all), and, for a
+factory that implements only some collectives, those. A factory says so
+with an attribute ``implements`` on the callable that ``MODULE:FACTORY``
+names (a class attribute when ``FACTORY`` is a class, or
+``make.implements = {"allreduce"}`` after ``def make``): the collectives it
+implements itself, by the names of :data:`SWEEP_COLLECTIVES`. Without it,
+every collective is checked (a factory that delegates the rest to its base
+passes on them).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._arguments import DTYPES
+from .._errors import InvalidType, InvalidValue
+from .._reduction import ops_for
+from ._cases import SWEEP_COLLECTIVES
+from ._ranks import load_factory
+
+__all__ = ["OPS", "select_collectives", "select_ops", "select_dtypes", "implemented", "parse_sizes"]
+
+#: Every reduction op of the contract: a float's, then the integers' own.
+OPS = tuple(dict.fromkeys((*ops_for(np.dtype("float64")), *ops_for(np.dtype("int64")))))
+
+
+def _listed(value, what: str) -> list:
+    names = [value] if isinstance(value, str) else list(value)
+    if not names:
+        raise InvalidValue(f"{what}={value!r}: none given")
+    return names
+
+
+def select_collectives(collectives, what: str = "collectives") -> tuple:
+    """The collectives named, in report order (None: all)."""
+    if collectives is None:
+        return SWEEP_COLLECTIVES
+    names = _listed(collectives, what)
+    unknown = [c for c in names if c not in SWEEP_COLLECTIVES]
+    if unknown:
+        raise InvalidValue(f"{what}={collectives!r}: {', '.join(map(repr, unknown))}; "
+                           f"choose from {', '.join(SWEEP_COLLECTIVES)}")
+    return tuple(c for c in SWEEP_COLLECTIVES if c in names)
+
+
+def select_ops(ops, what: str = "ops") -> tuple:
+    """The reduction ops named, in :data:`OPS` order (None: all)."""
+    if ops is None:
+        return OPS
+    names = _listed(ops, what)
+    unknown = [o for o in names if o not in OPS]
+    if unknown:
+        raise InvalidValue(f"{what}={ops!r}: {', '.join(map(repr, unknown))}; choose from {', '.join(OPS)}")
+    return tuple(o for o in OPS if o in names)
+
+
+def select_dtypes(dtypes, what: str = "dtypes") -> tuple:
+    """The contract's dtypes named, in the contract's order (None: all)."""
+    if dtypes is None:
+        return DTYPES
+    names = _listed(dtypes, what)
+    try:
+        wanted = {np.dtype(d) for d in names}
+    except TypeError as exc:
+        raise InvalidValue(f"{what}={dtypes!r}: {exc}") from None
+    unknown = [str(d) for d in wanted if d not in DTYPES]
+    if unknown:
+        raise InvalidValue(f"{what}={dtypes!r}: {', '.join(unknown)} not among the contract's dtypes "
+                           f"{', '.join(map(str, DTYPES))}")
+    return tuple(d for d in DTYPES if d in wanted)
+
+
+def implemented(factory: str | None) -> tuple | None:
+    """The collectives ``factory`` (``"module:callable"``) says it implements,
+    in report order, or None when it does not say (or there is no factory)."""
+    if factory is None:
+        return None
+    declared = getattr(load_factory(factory), "implements", None)
+    if declared is None:
+        return None
+    if isinstance(declared, str) or not hasattr(declared, "__iter__"):
+        raise InvalidType(f"{factory}.implements={declared!r} must be a set of collective names, "
+                          f"e.g. {{'allreduce'}}")
+    return select_collectives(list(declared), what=f"{factory}.implements")
+
+
+def parse_sizes(text: str, option: str = "-n") -> list[int]:
+    """``"4"``, ``"2-5"``, ``"2,3,5,8"`` or a mix (``"2-4,8"``) as a list of
+    sizes >= 1, in the order given, each once; ValueError with the message
+    to print otherwise."""
+    sizes: list[int] = []
+    try:
+        for part in str(text).split(","):
+            low, dash, high = part.strip().partition("-")
+            sizes += range(int(low), int(high) + 1) if dash else [int(low)]
+    except ValueError:
+        raise ValueError(f"{option} {text!r}: give a size (4), a range (2-5) or a list (2,3,5,8)") from None
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"{option} {text!r}: sizes must be >= 1")
+    return list(dict.fromkeys(sizes))
