@@ -340,6 +340,7 @@ def test_sweep_reports_progress_up_to_the_total():
 # broken backends are caught by the right rows
 
 
+@pytest.mark.slow
 def test_mean_that_sums_fails_exactly_the_allreduce_mean_rows():
     report = sweep(2, factory=f"{HERE}:summing_mean", quick=True, collectives=["allreduce", "reduce_scatter"])
     assert failing(report) == {("allreduce", dt, "mean") for dt in FLOATS}

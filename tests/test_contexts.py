@@ -49,7 +49,7 @@ def mpi_world():
         yield w
 
 
-@pytest.fixture(scope="module", params=["sim", "mpi"])
+@pytest.fixture(scope="module", params=["sim", pytest.param("mpi", marks=pytest.mark.slow)])
 def world(request):  # module-scoped, so the world starts before a test's leak check
     return request.getfixturevalue(f"{request.param}_world")
 

@@ -63,7 +63,7 @@ FOR_CONTRIBUTORS = {"architecture.md"}
 PAGES = {p.name: p for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
          if p.name not in FOR_CONTRIBUTORS}
 #: Pages whose blocks all run within about a second; the others are marked slow.
-FAST_PAGES = {"README.md", "contract.md", "graph.md", "mpi4py.md", "performance.md"}
+FAST_PAGES = {"README.md", "contract.md", "graph.md", "performance.md"}
 TIMEOUT = 240  # seconds a block or command may take (the slowest takes about a minute)
 
 FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[\w-]*)\s*$")

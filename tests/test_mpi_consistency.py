@@ -224,6 +224,7 @@ def test_matching_programs_give_the_same_results_as_without_check_calls(checked,
     assert_identical(with_check, simdist.run(every_collective, SIZE))  # and the simulator's
 
 
+@pytest.mark.slow
 def test_without_check_calls_a_dtype_mismatch_is_not_detected(plain):
     """What a mismatched dtype does without check_calls. With Open MPI 5 and
     3 ranks (observed every time): ranks 0 and 1 return garbage, the 12

@@ -127,6 +127,7 @@ def trickle(port: int, stopped: list) -> None:
             stopped.append(time.monotonic() - started)
 
 
+@pytest.mark.slow
 def test_a_peer_that_has_not_finished_its_handshake_in_time_is_dropped(monkeypatch, caplog):
     monkeypatch.setattr(_handshake, "HANDSHAKE", 0.5)
     stopped: list[float] = []

@@ -80,6 +80,7 @@ def test_run_from_inside_a_run_of_the_same_world_is_refused_at_once():
         assert world.run(_sum_of_ranks_plus, 0) == [[1] * 3] * 2
 
 
+@pytest.mark.slow
 def test_close_from_another_thread_waits_for_the_run_and_then_refuses_runs():
     with simdist.World(2, timeout=10.0) as world:
         started = threading.Event()
