@@ -94,7 +94,7 @@ def wanted(item, collectives: tuple) -> bool:
     if used and not set(used) & set(collectives):
         return False
     ops = [op for op in _named(item, "op", "simdist_ops") if op is not None]
-    if ops and not set(ops) & set(focus().ops):
+    if ops and not set(ops) <= set(focus().ops):  # every op it calls: the backend may lack the others
         return False
     dtype = params.get("dtype")
     return dtype is None or np.dtype(dtype) in focus().dtypes

@@ -55,6 +55,7 @@ def _inputs(data, size):
 
 
 @pytest.mark.simdist_collectives("allreduce")
+@pytest.mark.simdist_ops("mean")  # data_parallel averages the gradients
 @given(st.data())
 def test_a_data_parallel_step_equals_one_device_on_the_global_batch(world, data):
     x, labels, params = _inputs(data, world.size)
@@ -75,6 +76,7 @@ def test_a_data_parallel_step_equals_one_device_on_the_global_batch(world, data)
 
 
 @pytest.mark.simdist_collectives("allreduce")
+@pytest.mark.simdist_ops("mean")  # data_parallel averages the gradients
 @given(st.data())
 def test_replicas_stay_identical(world, data):
     x, labels, params = _inputs(data, world.size)
