@@ -302,6 +302,7 @@ def test_quick_sweep_passes_on_open_mpi(size):
     assert_all_pass(report)
 
 
+@pytest.mark.slow
 def test_a_factory_that_returns_the_base_passes():
     assert_all_pass(sweep(2, factory=f"{HERE}:identity", quick=True, collectives=["allreduce", "send_recv"]))
 
@@ -349,6 +350,7 @@ def test_mean_that_sums_fails_exactly_the_allreduce_mean_rows():
     assert "wrong" in reason and "(bit for bit)" in reason
 
 
+@pytest.mark.slow
 def test_reversed_allgather_fails_every_allgather_row_and_nothing_else():
     report = sweep(3, factory=f"{HERE}:reversed_allgather", quick=True,
                    collectives=["allgather", "gather", "alltoall"])
@@ -416,6 +418,7 @@ def test_unsupported_dtype_on_every_rank_is_reported_unsupported_not_failed():
     assert all("not supported by the no-complex backend" in r["reason"] for r in rows_of(report, "unsupported"))
 
 
+@pytest.mark.slow
 def test_unsupported_on_one_rank_only_is_a_failure():
     report = sweep(2, factory=f"{HERE}:no_complex_on_rank_0", quick=True, collectives=["allreduce"],
                    dtypes=["complex64", "float32"], timeout=5)
