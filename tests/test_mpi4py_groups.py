@@ -12,19 +12,10 @@ import pytest
 
 from simdist._script import run_script
 
-PRELUDE = """\
-from mpi4py import MPI
+from mpi4py_prelude import PRELUDE as BASE_PRELUDE
+
+PRELUDE = BASE_PRELUDE + """\
 import pickle
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
-
-
-def error_class(call):
-    try:
-        call()
-    except MPI.Exception as exc:
-        return exc.Get_error_class()
-    raise AssertionError("no MPI.Exception")
 """
 
 

@@ -35,27 +35,25 @@ def _listed(value, what: str) -> list:
     return names
 
 
+def _select(value, known: tuple, what: str) -> tuple:
+    """The names of ``known`` that ``value`` (a name or names) lists, in ``known``'s order (None: all)."""
+    if value is None:
+        return known
+    names = _listed(value, what)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise InvalidValue(f"{what}={value!r}: {', '.join(map(repr, unknown))}; choose from {', '.join(known)}")
+    return tuple(n for n in known if n in names)
+
+
 def select_collectives(collectives, what: str = "collectives") -> tuple:
     """The collectives named, in report order (None: all)."""
-    if collectives is None:
-        return SWEEP_COLLECTIVES
-    names = _listed(collectives, what)
-    unknown = [c for c in names if c not in SWEEP_COLLECTIVES]
-    if unknown:
-        raise InvalidValue(f"{what}={collectives!r}: {', '.join(map(repr, unknown))}; "
-                           f"choose from {', '.join(SWEEP_COLLECTIVES)}")
-    return tuple(c for c in SWEEP_COLLECTIVES if c in names)
+    return _select(collectives, SWEEP_COLLECTIVES, what)
 
 
 def select_ops(ops, what: str = "ops") -> tuple:
     """The reduction ops named, in :data:`OPS` order (None: all)."""
-    if ops is None:
-        return OPS
-    names = _listed(ops, what)
-    unknown = [o for o in names if o not in OPS]
-    if unknown:
-        raise InvalidValue(f"{what}={ops!r}: {', '.join(map(repr, unknown))}; choose from {', '.join(OPS)}")
-    return tuple(o for o in OPS if o in names)
+    return _select(ops, OPS, what)
 
 
 def select_dtypes(dtypes, what: str = "dtypes") -> tuple:
