@@ -74,7 +74,9 @@ from ._p2p import ANY_SOURCE, ANY_TAG, PROC_NULL
 from ._pickle import Pickle, pickle
 from ._names import CONSTANTS as _CONSTANTS
 from ._pack import METHODS as _PACK_METHODS
-from ._requests import MESSAGE_NO_PROC, MESSAGE_NULL, REQUEST_NULL, Message, Prequest, Request, Status
+from ._messages import MESSAGE_NO_PROC, MESSAGE_NULL, Message
+from ._requests import REQUEST_NULL, Prequest, Request
+from ._status import Status
 from ._runtime import get as _runtime_get
 from ._topologies import CONSTRUCTORS as _TOPOLOGY_CONSTRUCTORS
 from ._topologies import Cartcomm, Distgraphcomm, Graphcomm, Topocomm

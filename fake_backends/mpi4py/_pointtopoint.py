@@ -27,7 +27,9 @@ from ._buffers import parse
 from ._errors import ERR_RANK, ERR_TAG, Exception as MPIException
 from ._p2p import ANY_SOURCE, ANY_TAG, PICKLED, PROC_NULL, PairOp, SendOp
 from ._pickle import pickle
-from ._requests import DONE, MESSAGE_NO_PROC, Message, Prequest, Request, Status
+from ._messages import MESSAGE_NO_PROC, Message
+from ._requests import DONE, Prequest, Request
+from ._status import Status
 
 TAG_UB = 2**31 - 1
 

@@ -1,4 +1,4 @@
-"""Status, Request (and persistent Prequest) and Message of the stand-in.
+"""Request (and persistent Prequest) of the stand-in.
 
 A Request wraps one operation of the progress engine (``_p2p``). Waiting
 runs the engine until the operation is done; then the request becomes
@@ -11,97 +11,11 @@ lowercase ones (``wait``, ``waitall``, ...) return the received objects of
 from __future__ import annotations
 
 from ._buffered import check_space
-from ._datatypes import TYPES
 from ._errors import ERR_REQUEST, SUCCESS, Exception as MPIException
 from ._handles import IntegerHandles
 from ._p2p import ANY_SOURCE, ANY_TAG, PROC_NULL, RecvOp, SendOp
 from ._pickle import pickle
-
-UNDEFINED = -32766
-
-
-class Status:
-    """The source, tag, size and error of a received message."""
-
-    def __init__(self, status: "Status | None" = None):
-        self.source, self.tag, self.error, self._nbytes, self.cancelled = ANY_SOURCE, ANY_TAG, SUCCESS, 0, False
-        if status is not None and not isinstance(status, Status):
-            raise TypeError(f"Argument 'status' has incorrect type (expected mpi4py.MPI.Status, got "
-                            f"{type(status).__name__})")
-        if status is not None:
-            self.source, self.tag, self.error = status.source, status.tag, status.error
-            self._nbytes, self.cancelled = status._nbytes, status.cancelled
-
-    def _set(self, source: int, tag: int, nbytes: int, cancelled: bool = False) -> None:
-        self.source, self.tag, self._nbytes, self.error, self.cancelled = source, tag, nbytes, SUCCESS, cancelled
-
-    def __eq__(self, other):
-        if not isinstance(other, Status):
-            return NotImplemented
-        return self.__getstate__() == other.__getstate__()
-
-    def __getstate__(self):
-        return {"source": self.source, "tag": self.tag, "error": self.error, "count": self._nbytes,
-                "cancelled": self.cancelled}
-
-    def __setstate__(self, state):
-        self.source, self.tag, self.error = state["source"], state["tag"], state["error"]
-        self._nbytes, self.cancelled = state["count"], state["cancelled"]
-
-    def __repr__(self):
-        return f"<mpi4py.MPI.Status source={self.source} tag={self.tag} count={self._nbytes} (simdist)>"
-
-    def Get_source(self) -> int:
-        return self.source
-
-    def Set_source(self, source: int) -> None:
-        self.source = int(source)
-
-    def Get_tag(self) -> int:
-        return self.tag
-
-    def Set_tag(self, tag: int) -> None:
-        self.tag = int(tag)
-
-    def Get_error(self) -> int:
-        return self.error
-
-    def Set_error(self, error: int) -> None:
-        self.error = int(error)
-
-    def Get_count(self, datatype=TYPES["BYTE"]) -> int:
-        """Whole elements of ``datatype`` received (MPI.UNDEFINED if the
-        bytes are not a whole number of them)."""
-        size = datatype.Get_size()
-        if size == 0:
-            return 0 if self._nbytes == 0 else UNDEFINED
-        return self._nbytes // size if self._nbytes % size == 0 else UNDEFINED
-
-    def Get_elements(self, datatype) -> int:
-        return self.Get_count(datatype)
-
-    def Set_elements(self, datatype, count: int) -> None:
-        self._nbytes = int(count) * datatype.Get_size()
-
-    def Is_cancelled(self) -> bool:
-        return self.cancelled
-
-    def Set_cancelled(self, flag: bool) -> None:
-        self.cancelled = bool(flag)
-
-    count = property(Get_count, lambda self, count: self.Set_elements(TYPES["BYTE"], count))
-
-
-def _slots(statuses, n: int) -> list:
-    """The statuses to fill for ``n`` requests: a list is extended to ``n``
-    (as mpi4py does), a tuple's entries are used as far as they go."""
-    if statuses is None:
-        return [None] * n
-    if isinstance(statuses, list):
-        statuses.extend(Status() for _ in range(n - len(statuses)))
-        return statuses[:n]
-    return list(statuses)[:n] + [None] * (n - len(statuses))
-
+from ._status import UNDEFINED, Status, _slots
 
 class _Done:
     """An operation that completed when it was posted (PROC_NULL)."""
@@ -510,68 +424,3 @@ class Prequest(Request):
         self._op, self._start, self._persistent = None, None, None
 
     free = Free
-
-
-class Message(IntegerHandles):
-    """A message taken by a matched probe (``Mprobe``/``mprobe``); receive
-    it with ``Recv``/``recv`` (or ``Irecv``/``irecv``)."""
-
-    def __init__(self, message: "Message | None" = None, *, _engine=None, _env=None, _noproc=False):
-        self._engine, self._env, self._noproc = _engine, _env, _noproc
-        if message is not None:
-            self._engine, self._env, self._noproc = message._engine, message._env, message._noproc
-
-    def __bool__(self):
-        return self._env is not None or self._noproc
-
-    def __eq__(self, other):
-        if not isinstance(other, Message):
-            return NotImplemented
-        return self._env is other._env and self._noproc == other._noproc
-
-    def __hash__(self):
-        return id(self._env)
-
-    def _take(self, sink):
-        if self._noproc:
-            if self is not MESSAGE_NO_PROC:  # a received copy becomes MESSAGE_NULL; the constant stays
-                self._noproc = False
-            return DONE
-        if self._env is None:
-            raise MPIException(ERR_REQUEST, "receive of MPI.MESSAGE_NULL (a matched message is received once)")
-        env, self._env = self._env, None
-        return self._engine.recv_matched(env, sink, "Mrecv")
-
-    def _irecv(self, buf):
-        from ._buffers import parse
-
-        sink = None if buf is None else parse(buf, writable=True, what="buf").raw
-        engine = self._engine
-        return Request._of(engine, self._take(sink))
-
-    def Recv(self, buf, status: Status | None = None) -> None:
-        self._irecv(buf).Wait(status)
-
-    def Irecv(self, buf) -> Request:
-        return self._irecv(buf)
-
-    def recv(self, status: Status | None = None):
-        return self._irecv(None).wait(status)
-
-    def irecv(self) -> Request:
-        return self._irecv(None)
-
-    @classmethod
-    def Probe(cls, comm, source=ANY_SOURCE, tag=ANY_TAG, status=None) -> "Message":
-        return comm.Mprobe(source, tag, status)
-
-    @classmethod
-    def Iprobe(cls, comm, source=ANY_SOURCE, tag=ANY_TAG, status=None) -> "Message | None":
-        return comm.Improbe(source, tag, status)
-
-    probe = Probe
-    iprobe = Iprobe
-
-
-MESSAGE_NULL = Message()
-MESSAGE_NO_PROC = Message(_noproc=True)

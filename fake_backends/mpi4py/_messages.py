@@ -1,0 +1,74 @@
+"""Message: a message taken by a matched probe (``Mprobe``/``mprobe``),
+received once with ``Recv``/``recv`` or their nonblocking forms."""
+
+from __future__ import annotations
+
+from ._errors import ERR_REQUEST, Exception as MPIException
+from ._handles import IntegerHandles
+from ._p2p import ANY_SOURCE, ANY_TAG
+from ._requests import DONE, Request
+from ._status import Status
+
+class Message(IntegerHandles):
+    """A message taken by a matched probe (``Mprobe``/``mprobe``); receive
+    it with ``Recv``/``recv`` (or ``Irecv``/``irecv``)."""
+
+    def __init__(self, message: "Message | None" = None, *, _engine=None, _env=None, _noproc=False):
+        self._engine, self._env, self._noproc = _engine, _env, _noproc
+        if message is not None:
+            self._engine, self._env, self._noproc = message._engine, message._env, message._noproc
+
+    def __bool__(self):
+        return self._env is not None or self._noproc
+
+    def __eq__(self, other):
+        if not isinstance(other, Message):
+            return NotImplemented
+        return self._env is other._env and self._noproc == other._noproc
+
+    def __hash__(self):
+        return id(self._env)
+
+    def _take(self, sink):
+        if self._noproc:
+            if self is not MESSAGE_NO_PROC:  # a received copy becomes MESSAGE_NULL; the constant stays
+                self._noproc = False
+            return DONE
+        if self._env is None:
+            raise MPIException(ERR_REQUEST, "receive of MPI.MESSAGE_NULL (a matched message is received once)")
+        env, self._env = self._env, None
+        return self._engine.recv_matched(env, sink, "Mrecv")
+
+    def _irecv(self, buf):
+        from ._buffers import parse
+
+        sink = None if buf is None else parse(buf, writable=True, what="buf").raw
+        engine = self._engine
+        return Request._of(engine, self._take(sink))
+
+    def Recv(self, buf, status: Status | None = None) -> None:
+        self._irecv(buf).Wait(status)
+
+    def Irecv(self, buf) -> Request:
+        return self._irecv(buf)
+
+    def recv(self, status: Status | None = None):
+        return self._irecv(None).wait(status)
+
+    def irecv(self) -> Request:
+        return self._irecv(None)
+
+    @classmethod
+    def Probe(cls, comm, source=ANY_SOURCE, tag=ANY_TAG, status=None) -> "Message":
+        return comm.Mprobe(source, tag, status)
+
+    @classmethod
+    def Iprobe(cls, comm, source=ANY_SOURCE, tag=ANY_TAG, status=None) -> "Message | None":
+        return comm.Improbe(source, tag, status)
+
+    probe = Probe
+    iprobe = Iprobe
+
+
+MESSAGE_NULL = Message()
+MESSAGE_NO_PROC = Message(_noproc=True)

@@ -1,0 +1,93 @@
+"""Status: the source, tag, size, error and cancellation of a completed
+operation, as ``MPI.Status`` gives them."""
+
+from __future__ import annotations
+
+from ._datatypes import TYPES
+from ._errors import SUCCESS
+from ._p2p import ANY_SOURCE, ANY_TAG
+
+UNDEFINED = -32766
+
+
+class Status:
+    """The source, tag, size and error of a received message."""
+
+    def __init__(self, status: "Status | None" = None):
+        self.source, self.tag, self.error, self._nbytes, self.cancelled = ANY_SOURCE, ANY_TAG, SUCCESS, 0, False
+        if status is not None and not isinstance(status, Status):
+            raise TypeError(f"Argument 'status' has incorrect type (expected mpi4py.MPI.Status, got "
+                            f"{type(status).__name__})")
+        if status is not None:
+            self.source, self.tag, self.error = status.source, status.tag, status.error
+            self._nbytes, self.cancelled = status._nbytes, status.cancelled
+
+    def _set(self, source: int, tag: int, nbytes: int, cancelled: bool = False) -> None:
+        self.source, self.tag, self._nbytes, self.error, self.cancelled = source, tag, nbytes, SUCCESS, cancelled
+
+    def __eq__(self, other):
+        if not isinstance(other, Status):
+            return NotImplemented
+        return self.__getstate__() == other.__getstate__()
+
+    def __getstate__(self):
+        return {"source": self.source, "tag": self.tag, "error": self.error, "count": self._nbytes,
+                "cancelled": self.cancelled}
+
+    def __setstate__(self, state):
+        self.source, self.tag, self.error = state["source"], state["tag"], state["error"]
+        self._nbytes, self.cancelled = state["count"], state["cancelled"]
+
+    def __repr__(self):
+        return f"<mpi4py.MPI.Status source={self.source} tag={self.tag} count={self._nbytes} (simdist)>"
+
+    def Get_source(self) -> int:
+        return self.source
+
+    def Set_source(self, source: int) -> None:
+        self.source = int(source)
+
+    def Get_tag(self) -> int:
+        return self.tag
+
+    def Set_tag(self, tag: int) -> None:
+        self.tag = int(tag)
+
+    def Get_error(self) -> int:
+        return self.error
+
+    def Set_error(self, error: int) -> None:
+        self.error = int(error)
+
+    def Get_count(self, datatype=TYPES["BYTE"]) -> int:
+        """Whole elements of ``datatype`` received (MPI.UNDEFINED if the
+        bytes are not a whole number of them)."""
+        size = datatype.Get_size()
+        if size == 0:
+            return 0 if self._nbytes == 0 else UNDEFINED
+        return self._nbytes // size if self._nbytes % size == 0 else UNDEFINED
+
+    def Get_elements(self, datatype) -> int:
+        return self.Get_count(datatype)
+
+    def Set_elements(self, datatype, count: int) -> None:
+        self._nbytes = int(count) * datatype.Get_size()
+
+    def Is_cancelled(self) -> bool:
+        return self.cancelled
+
+    def Set_cancelled(self, flag: bool) -> None:
+        self.cancelled = bool(flag)
+
+    count = property(Get_count, lambda self, count: self.Set_elements(TYPES["BYTE"], count))
+
+
+def _slots(statuses, n: int) -> list:
+    """The statuses to fill for ``n`` requests: a list is extended to ``n``
+    (as mpi4py does), a tuple's entries are used as far as they go."""
+    if statuses is None:
+        return [None] * n
+    if isinstance(statuses, list):
+        statuses.extend(Status() for _ in range(n - len(statuses)))
+        return statuses[:n]
+    return list(statuses)[:n] + [None] * (n - len(statuses))
