@@ -224,6 +224,23 @@ def test_an_error_under_a_fatal_handler_ends_the_run_with_the_rank_report(tmp_pa
     assert "caught" not in capfd.readouterr().out
 
 
+def test_rc_errors_fatal_ends_the_run_on_an_error_of_a_request(tmp_path, capfd, monkeypatch):
+    """``MPI4PY_RC_ERRORS=fatal`` (``mpi4py.rc.errors``) sets MPI.ERRORS_ARE_FATAL on
+    COMM_WORLD, which also applies to the errors of its requests' completion."""
+    monkeypatch.setenv("MPI4PY_RC_ERRORS", "fatal")
+    outcome = run(tmp_path, """
+        request = comm.Irecv(np.zeros(1), source=rank, tag=7)
+        comm.Send(np.zeros(2), dest=rank, tag=7)       # MPI_ERR_TRUNCATE at the Wait
+        try:
+            request.Wait()
+        except MPI.Exception:
+            print("caught: the handler was not honoured", flush=True)
+    """, n=2)
+    assert outcome.status == 1
+    assert "an error occurred in Request.Wait on MPI_COMM_WORLD" in outcome.error, outcome.error
+    assert "MPI_ERR_TRUNCATE" in outcome.error and "caught" not in capfd.readouterr().out
+
+
 def test_an_error_under_errors_return_is_an_exception_the_program_catches(tmp_path, capfd):
     ok(tmp_path, FATAL.format(handler="ERRORS_RETURN"), n=2)
     assert capfd.readouterr().out.count("caught") == 2

@@ -199,6 +199,16 @@ PROGRAMS = {
                    if isinstance(value, types.ModuleType) and not name.startswith("@")]
         assert modules in ([], ["__builtins__"]), modules
     """,
+    "status_memory": """
+        status = MPI.Status()
+        status.source, status.tag, status.error = 11, 22, 33
+        memory = status.tomemory()    # MPI_Status as C ints: writes change the fields
+        items = list(memory)
+        memory[items.index(11)], memory[items.index(22)], memory[items.index(33)] = 111, 222, 333
+        assert (status.source, status.tag, status.error) == (111, 222, 333)
+        status.Set_elements(MPI.DOUBLE, 3)
+        assert MPI.Status(status).Get_count(MPI.BYTE) == 24 and memory.format == "i"
+    """,
     "comm_locks": """
         import threading
         dup = comm.Dup()

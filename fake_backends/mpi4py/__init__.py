@@ -39,8 +39,9 @@ simulated = True
 
 class Rc:
     """``mpi4py.rc``: runtime options. Every option of mpi4py is accepted;
-    none changes anything here (MPI is always initialized, errors always
-    raise, objects are always reduced in rank order)."""
+    only ``errors`` changes anything here (the error handler of new
+    communicators: ``_errhandlers``); MPI is always initialized and objects
+    are always reduced in rank order."""
 
     initialize = True
     threads = True

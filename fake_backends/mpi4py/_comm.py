@@ -90,19 +90,30 @@ class _SelfComm:
 class _State:
     """What a communicator handle refers to (see the module docstring)."""
 
-    __slots__ = ("sc", "ctx", "members", "rank", "size", "name", "rt", "engine", "predefined", "freed", "errhandler",
+    __slots__ = ("sc", "ctx", "members", "rank", "size", "name", "rt", "engine", "predefined", "freed", "_errhandler",
                  "locks", "topo", "group")
 
-    def __init__(self, rt, sc, ctx: int, members: list[int], name: str, predefined: bool = False):
+    def __init__(self, rt, sc, ctx: int, members: list[int], name: str, predefined: bool = False, parent=None):
         self.rt, self.engine = rt, rt.engine
         self.sc, self.ctx, self.members = sc, ctx, members
         self.rank, self.size = sc.rank, sc.size
         self.name, self.predefined, self.freed = name, predefined, False
-        self.errhandler = _errhandlers.default()
+        # a predefined communicator's is chosen at its first use, after the program set mpi4py.rc
+        self._errhandler = None if parent is None else _errhandlers.default(parent.errhandler)
         self.locks: dict = {}  # MPI._comm_lock_table (``_locks``)
         self.topo = None  # a topology communicator's (``_topologies``)
         self.group = None  # what Get_group gives handles on (``_groups``)
         rt.states.append(self)
+
+    @property
+    def errhandler(self):
+        if self._errhandler is None:
+            self._errhandler = _errhandlers.default()
+        return self._errhandler
+
+    @errhandler.setter
+    def errhandler(self, errhandler) -> None:
+        self._errhandler = errhandler
 
 
 def world_state(rt) -> _State:
@@ -306,8 +317,9 @@ class Comm(IntegerHandles, GroupCalls, PointToPoint, BufferCollectives, VectorCo
 
     def _derived(self, st, sc, how) -> _State:
         if isinstance(sc, _SelfComm):
-            return _State(st.rt, sc, st.rt.next_self_ctx(), list(st.members), f"{how} of {st.name}")
-        return _State(st.rt, sc, sc.transport.context, list(sc.transport.members), f"{how} of {st.name}")
+            return _State(st.rt, sc, st.rt.next_self_ctx(), list(st.members), f"{how} of {st.name}", parent=st)
+        return _State(st.rt, sc, sc.transport.context, list(sc.transport.members), f"{how} of {st.name}",
+                      parent=st)
 
     def Split(self, color: int = 0, key: int = 0) -> "Intracomm":
         """MPI_Comm_split (collective): ranks of one ``color`` (an int >= 0)

@@ -2,7 +2,11 @@
 
 Every communicator starts with ``MPI.ERRORS_RETURN``, as under mpi4py
 (which sets it on COMM_WORLD, COMM_SELF and each communicator it makes):
-an error raises ``MPI.Exception``, which the program may catch. Under
+an error raises ``MPI.Exception``, which the program may catch.
+``mpi4py.rc.errors`` (or ``MPI4PY_RC_ERRORS``) chooses another, as in
+mpi4py: ``"fatal"`` and ``"abort"`` set ``MPI.ERRORS_ARE_FATAL`` and
+``MPI.ERRORS_ABORT``, ``"default"`` sets none (MPI's own: the predefined
+communicators' ``MPI.ERRORS_ARE_FATAL``, inherited by those made from them). Under
 ``MPI.ERRORS_ARE_FATAL`` or ``MPI.ERRORS_ABORT`` (``Comm.Set_errhandler``)
 an error in a call on that communicator ends the job instead: the call
 raises ``ErrorsAreFatal``, a BaseException the program does not catch as
@@ -20,18 +24,36 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import threading
+import warnings
 
 from ._errors import ERR_ARG, ErrorsAreFatal
 from ._errors import Exception as MPIException
-from ._hints import ERRORS_RETURN, Errhandler
+from ._hints import ERRORS_ABORT, ERRORS_ARE_FATAL, ERRORS_RETURN, Errhandler
 
 _ENDS_THE_JOB = ("MPI_ERRORS_ARE_FATAL", "MPI_ERRORS_ABORT")
+_OF_RC = {"exception": ERRORS_RETURN, "abort": ERRORS_ABORT, "fatal": ERRORS_ARE_FATAL}
 
 
-def default() -> Errhandler:
-    """The handler of a new communicator: MPI.ERRORS_RETURN (mpi4py's policy)."""
-    return Errhandler(ERRORS_RETURN)
+def _rc_errors() -> str:
+    """``mpi4py.rc.errors``, where ``MPI4PY_RC_ERRORS`` overrides it (as in mpi4py)."""
+    from . import rc
+
+    option = os.environ.get("MPI4PY_RC_ERRORS", rc.errors)
+    if option != "default" and option not in _OF_RC:
+        warnings.warn(f"mpi4py.rc.errors: unexpected value {option!r}", RuntimeWarning, stacklevel=2)
+    return option
+
+
+def default(parent: Errhandler | None = None) -> Errhandler:
+    """The handler of a new communicator (of ``parent``'s handler if it is
+    made from another): the one ``mpi4py.rc.errors`` names, MPI.ERRORS_RETURN
+    by default; under ``"default"`` the parent's, or MPI's ERRORS_ARE_FATAL."""
+    option = _rc_errors()
+    if option == "default":
+        return Errhandler(parent if parent is not None else ERRORS_ARE_FATAL)
+    return Errhandler(_OF_RC.get(option, ERRORS_RETURN))
 
 
 def checked(errhandler, call: str) -> Errhandler:
@@ -59,22 +81,43 @@ def invoke(comm, st, error: MPIException, call: str) -> None:
 _calls = threading.local()  # how deep this thread is in guarded calls
 
 
+def invoke_on(comm, error: MPIException, call: str) -> None:
+    """``invoke`` with the handler of ``comm`` if it is still live."""
+    st = comm._live()
+    if st is not None:
+        invoke(comm, st, error, call)
+
+
+def current_owner():
+    """The object whose handler applies to the call this thread is in
+    (a request takes its communicator's), or None outside calls."""
+    owner = getattr(_calls, "owner", None)
+    return owner() if owner is not None else None
+
+
+def in_a_call() -> bool:
+    """Whether this thread is inside a guarded call (whose guard applies the
+    handler to what it raises)."""
+    return getattr(_calls, "depth", 0) > 0
+
+
 def _guarded(method, call: str, owner):
     @functools.wraps(method)
     def guarded(self, *args, **kwargs):
         depth = getattr(_calls, "depth", 0)
         _calls.depth = depth + 1
+        if depth == 0:
+            _calls.owner = lambda: owner(self)  # whose handler the requests made in this call take
         try:
             return method(self, *args, **kwargs)
         except MPIException as exc:
             if depth == 0:  # the program's call, not one the stand-in makes inside it
-                comm = owner(self)
-                st = comm._live()
-                if st is not None:
-                    invoke(comm, st, exc, call)
+                invoke_on(owner(self), exc, call)
             raise
         finally:
             _calls.depth = depth
+            if depth == 0:
+                _calls.owner = None
 
     return guarded
 

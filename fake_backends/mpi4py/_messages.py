@@ -3,6 +3,7 @@ received once with ``Recv``/``recv`` or their nonblocking forms."""
 
 from __future__ import annotations
 
+from . import _errhandlers
 from ._errors import ERR_REQUEST, Exception as MPIException
 from ._handles import IntegerHandles
 from ._p2p import ANY_SOURCE, ANY_TAG
@@ -15,8 +16,10 @@ class Message(IntegerHandles):
 
     def __init__(self, message: "Message | None" = None, *, _engine=None, _env=None, _noproc=False):
         self._engine, self._env, self._noproc = _engine, _env, _noproc
+        self._comm = _errhandlers.current_owner()  # of Mprobe: its receive's errors go to that handler
         if message is not None:
-            self._engine, self._env, self._noproc = message._engine, message._env, message._noproc
+            self._engine, self._env, self._noproc, self._comm = (message._engine, message._env, message._noproc,
+                                                                 message._comm)
 
     def __bool__(self):
         return self._env is not None or self._noproc
@@ -44,7 +47,7 @@ class Message(IntegerHandles):
 
         sink = None if buf is None else parse(buf, writable=True, what="buf").raw
         engine = self._engine
-        return Request._of(engine, self._take(sink))
+        return Request._of(engine, self._take(sink), self._comm)
 
     def Recv(self, buf, status: Status | None = None) -> None:
         self._irecv(buf).Wait(status)

@@ -10,6 +10,7 @@ lowercase ones (``wait``, ``waitall``, ...) return the received objects of
 
 from __future__ import annotations
 
+from . import _errhandlers
 from ._buffered import check_space
 from ._errors import ERR_REQUEST, SUCCESS, Exception as MPIException
 from ._handles import IntegerHandles
@@ -40,18 +41,28 @@ class Request(IntegerHandles):
     """A nonblocking operation (``Isend``, ``Irecv``, ``isend``, ``irecv``, ...)."""
 
     _persistent = None  # the handle of a persistent request (Prequest), or of a copy of one
+    _comm = None  # the communicator whose error handler the errors of completion go through
 
     def __init__(self, request: "Request | None" = None):
         self._op = None
         self._engine = None
         if request is not None:
             self._op, self._engine, self._persistent = request._op, request._engine, request._persistent
+            self._comm = request._comm
 
     @classmethod
-    def _of(cls, engine, op) -> "Request":
+    def _of(cls, engine, op, comm=None) -> "Request":
         req = cls()
         req._engine, req._op = engine, op
+        req._comm = comm if comm is not None else _errhandlers.current_owner()
         return req
+
+    def _raise(self, error, call: str = "Request.Wait"):
+        """Raise the error of a completion after the communicator's error
+        handler (unless a call of the communicator applies it itself)."""
+        if self._comm is not None and not _errhandlers.in_a_call():
+            _errhandlers.invoke_on(self._comm, error, call)
+        raise error
 
     def _handle(self):
         """What identifies the request: a persistent request's handle, else
@@ -80,9 +91,10 @@ class Request(IntegerHandles):
     def _done(self) -> bool:
         return self._op is None or self._op.done
 
-    def _complete(self, status: Status | None):
+    def _complete(self, status: Status | None, handled: bool = True):
         """Finish a done operation: fill ``status``, deactivate, raise its
-        error; return the received object (lowercase API) or None."""
+        error (through the error handler if ``handled``); return the received
+        object (lowercase API) or None."""
         op = self._op
         if op is None:
             if status is not None:
@@ -92,6 +104,8 @@ class Request(IntegerHandles):
         if op.error is not None:
             if status is not None:
                 status.error = op.error.ierr
+            if handled:
+                self._raise(op.error)
             raise op.error
         if isinstance(op, SendOp):
             if status is not None:
@@ -245,15 +259,15 @@ class Request(IntegerHandles):
 
     @staticmethod
     def _complete_all(requests, statuses):
-        results, error = [], None
+        results, error, failed = [], None, None
         for req, status in zip(requests, _slots(statuses, len(requests))):
             try:
-                results.append(req._complete(status))
+                results.append(req._complete(status, handled=False))
             except MPIException as exc:
-                error = error or exc
+                error, failed = error or exc, failed or req
                 results.append(None)
         if error is not None:
-            raise error
+            failed._raise(error, "Request.Waitall")  # the handler once, as for MPI_ERR_IN_STATUS
         return results
 
     @classmethod

@@ -3,6 +3,8 @@ operation, as ``MPI.Status`` gives them."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from ._datatypes import TYPES
 from ._errors import SUCCESS
 from ._p2p import ANY_SOURCE, ANY_TAG
@@ -10,10 +12,27 @@ from ._p2p import ANY_SOURCE, ANY_TAG
 UNDEFINED = -32766
 
 
+def _field(index: int, kind=int) -> property:
+    """A field of the status's C memory (Open MPI's ``MPI_Status``)."""
+    return property(lambda self: kind(self._c[index]), lambda self, value: self._c.__setitem__(index, int(value)))
+
+
 class Status:
-    """The source, tag, size and error of a received message."""
+    """The source, tag, size and error of a received message.
+
+    The fields live in memory laid out as Open MPI's ``MPI_Status`` (source,
+    tag, error, cancelled, then the byte count as a 64-bit integer), which
+    ``tomemory()`` exposes as mpi4py does."""
+
+    source = _field(0)
+    tag = _field(1)
+    error = _field(2)
+    cancelled = _field(3, bool)
+    _nbytes = property(lambda self: int(self._c[4:6].view(np.int64)[0]),
+                       lambda self, value: self._c[4:6].view(np.int64).__setitem__(0, int(value)))
 
     def __init__(self, status: "Status | None" = None):
+        self._c = np.zeros(6, dtype=np.intc)
         self.source, self.tag, self.error, self._nbytes, self.cancelled = ANY_SOURCE, ANY_TAG, SUCCESS, 0, False
         if status is not None and not isinstance(status, Status):
             raise TypeError(f"Argument 'status' has incorrect type (expected mpi4py.MPI.Status, got "
@@ -35,6 +54,7 @@ class Status:
                 "cancelled": self.cancelled}
 
     def __setstate__(self, state):
+        self._c = np.zeros(6, dtype=np.intc)
         self.source, self.tag, self.error = state["source"], state["tag"], state["error"]
         self._nbytes, self.cancelled = state["count"], state["cancelled"]
 
@@ -78,6 +98,10 @@ class Status:
 
     def Set_cancelled(self, flag: bool) -> None:
         self.cancelled = bool(flag)
+
+    def tomemory(self) -> memoryview:
+        """The status's memory, as C ``int`` items (writes change the fields)."""
+        return memoryview(self._c)
 
     count = property(Get_count, lambda self, count: self.Set_elements(TYPES["BYTE"], count))
 
