@@ -209,6 +209,27 @@ PROGRAMS = {
         status.Set_elements(MPI.DOUBLE, 3)
         assert MPI.Status(status).Get_count(MPI.BYTE) == 24 and memory.format == "i"
     """,
+    "user_error_classes": """
+        errclass = MPI.Add_error_class()
+        assert errclass > MPI.ERR_LASTCODE and comm.Get_attr(MPI.LASTUSEDCODE) == errclass
+        assert MPI.Get_error_string(errclass) == ""   # (its class: itself as MPI says; Open MPI 5 gives ERR_UNKNOWN)
+        MPI.Add_error_string(errclass, "error class")
+        code = MPI.Add_error_code(errclass)
+        other = MPI.Add_error_code(MPI.ERR_OTHER)               # a predefined class takes codes too
+        assert comm.Get_attr(MPI.LASTUSEDCODE) == other and code < other
+        MPI.Add_error_string(code, "error code")
+        assert (MPI.Get_error_class(code), MPI.Get_error_string(code)) == (errclass, "error code")
+        assert MPI.Get_error_class(other) == MPI.ERR_OTHER
+        assert MPI.Exception(code).Get_error_class() == errclass and str(MPI.Exception(code)) == "error code"
+        for call in (lambda: MPI.Add_error_code(other), lambda: MPI.Add_error_string(MPI.ERR_RANK, "x"),
+                     lambda: MPI.Get_error_string(other + 1)):
+            try:
+                call()
+            except MPI.Exception as exc:
+                assert exc.Get_error_class() == MPI.ERR_ARG
+            else:
+                raise AssertionError(call)
+    """,
     "comm_locks": """
         import threading
         dup = comm.Dup()

@@ -61,6 +61,9 @@ from ._errors import (ERR_ARG, ERR_BUFFER, ERR_COMM, ERR_COUNT, ERR_DIMS, ERR_GR
                       ERR_LASTCODE, ERR_NOT_SAME, ERR_OP, ERR_OTHER, ERR_PENDING, ERR_RANK, ERR_REQUEST, ERR_ROOT,
                       ERR_TAG, ERR_TOPOLOGY, ERR_TRUNCATE, ERR_TYPE, ERR_UNKNOWN, ERR_UNSUPPORTED_OPERATION, SUCCESS,
                       Exception, MPIAbort)
+from ._errors import add_error_class as _add_error_class
+from ._errors import add_error_code as _add_error_code
+from ._errors import add_error_string as _add_error_string
 from ._errors import error_class as _error_class
 from ._errors import error_string as _error_string
 from ._groups import GROUP_EMPTY, GROUP_NULL, Group
@@ -188,6 +191,18 @@ def Get_error_string(errorcode: int) -> str:
 
 def Get_error_class(errorcode: int) -> int:
     return _error_class(errorcode)
+
+
+def Add_error_class() -> int:
+    return _add_error_class()
+
+
+def Add_error_code(errorclass: int) -> int:
+    return _add_error_code(errorclass)
+
+
+def Add_error_string(errorcode: int, string: str) -> None:
+    _add_error_string(errorcode, string)
 
 
 def Compute_dims(nnodes: int, dims) -> list[int]:

@@ -22,7 +22,7 @@ from . import _runtime
 from ._collectives import BufferCollectives
 from . import _errhandlers
 from ._errors import ERR_ARG, ERR_COMM, ERR_KEYVAL, ERR_OTHER, Exception as MPIException, MPIAbort
-from ._errors import earlier_run
+from ._errors import earlier_run, last_used_code
 from ._datatypes import Datatype
 from ._groups import GroupCalls
 from ._handles import IntegerHandles
@@ -234,7 +234,7 @@ class Comm(IntegerHandles, GroupCalls, PointToPoint, BufferCollectives, VectorCo
         if keyval == KEYVAL_INVALID:
             raise MPIException(ERR_KEYVAL, f"Get_attr(MPI.KEYVAL_INVALID) on {st.name}")
         values = {TAG_UB_KEY: TAG_UB, HOST: PROC_NULL, IO: ANY_SOURCE, WTIME_IS_GLOBAL: False, APPNUM: 0,
-                  LASTUSEDCODE: 92, UNIVERSE_SIZE: st.rt.world.size}
+                  LASTUSEDCODE: last_used_code(), UNIVERSE_SIZE: st.rt.world.size}
         if keyval not in values:
             raise MPIException(ERR_OTHER, f"Get_attr({keyval!r}) on {st.name}: no such keyval (user attributes "
                                "are not simulated)")

@@ -121,23 +121,67 @@ ERROR_STRINGS = {
 _UNUSED = "Unknown error (this should not happen!)"
 
 
+# The error classes and codes the program added (MPI_Add_error_class, ...):
+# code -> its class (a class is its own), and the strings given to them.
+_USER_CLASS_OF: dict[int, int] = {}
+_USER_STRINGS: dict[int, str] = {}
+
+
 def _checked(code) -> int:
     code = int(code)
-    if not SUCCESS <= code <= ERR_LASTCODE:
-        raise Exception(ERR_ARG, f"{code} is not an MPI error code (0 to MPI.ERR_LASTCODE, {ERR_LASTCODE})")
+    if not SUCCESS <= code <= ERR_LASTCODE and code not in _USER_CLASS_OF:
+        raise Exception(ERR_ARG, f"{code} is not an MPI error code (0 to MPI.ERR_LASTCODE, {ERR_LASTCODE}, "
+                        "or one of MPI.Add_error_class/Add_error_code)")
     return code
 
 
 def error_string(code: int) -> str:
     """MPI_Error_string, as Open MPI gives it; MPI.Exception(ERR_ARG) for a
     value that is no error code."""
-    return ERROR_STRINGS.get(_checked(code), _UNUSED)
+    code = _checked(code)
+    if code in _USER_CLASS_OF:
+        return _USER_STRINGS.get(code, "")
+    return ERROR_STRINGS.get(code, _UNUSED)
 
 
 def error_class(code: int) -> int:
-    """MPI_Error_class: every code of the stand-in is its own class."""
+    """MPI_Error_class: every predefined code is its own class; an added
+    code's is the class it was added to."""
     code = _checked(code)
+    if code in _USER_CLASS_OF:
+        return _USER_CLASS_OF[code]
     return code if code in ERROR_STRINGS else ERR_UNKNOWN
+
+
+def last_used_code() -> int:
+    """The MPI.LASTUSEDCODE attribute: the largest code or class in use."""
+    return max(_USER_CLASS_OF, default=ERR_LASTCODE)
+
+
+def add_error_class() -> int:
+    """MPI_Add_error_class: a new class, with no string yet."""
+    code = last_used_code() + 1
+    _USER_CLASS_OF[code] = code
+    return code
+
+
+def add_error_code(errorclass: int) -> int:
+    """MPI_Add_error_code: a new code of an error class (predefined or added)."""
+    errorclass = int(errorclass)
+    if _USER_CLASS_OF.get(errorclass) != errorclass and errorclass not in ERROR_STRINGS:
+        raise Exception(ERR_ARG, f"Add_error_code({errorclass}): not an error class")
+    code = last_used_code() + 1
+    _USER_CLASS_OF[code] = errorclass
+    return code
+
+
+def add_error_string(errorcode: int, string: str) -> None:
+    """MPI_Add_error_string: the string of a code or class the program added."""
+    errorcode = int(errorcode)
+    if errorcode not in _USER_CLASS_OF:
+        raise Exception(ERR_ARG, f"Add_error_string({errorcode}): only the codes and classes of "
+                        "MPI.Add_error_class/Add_error_code take a string")
+    _USER_STRINGS[errorcode] = str(string)
 
 
 class Exception(builtins.RuntimeError):  # noqa: A001 - mpi4py's name

@@ -259,8 +259,6 @@ _MODULE_HINTS = {
     "Grequest": "generalized requests are not simulated",
     "Attach_buffer": _BUFFERED, "Detach_buffer": _BUFFERED, "Flush_buffer": _BUFFERED, "Iflush_buffer": _BUFFERED,
     "Alloc_mem": "use numpy.empty (or bytearray)", "Free_mem": "use numpy.empty (or bytearray)",
-    "Add_error_class": "user error classes are not simulated", "Add_error_code": "user error codes are not simulated",
-    "Add_error_string": "user error strings are not simulated",
     "Remove_error_class": "user error classes are not simulated",
     "Remove_error_code": "user error codes are not simulated",
     "Remove_error_string": "user error strings are not simulated",
