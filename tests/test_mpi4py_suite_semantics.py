@@ -230,6 +230,59 @@ PROGRAMS = {
             else:
                 raise AssertionError(call)
     """,
+    "user_attributes": """
+        import contextlib, io
+        for obj in (comm.Dup(), MPI.DOUBLE.Dup(), MPI.INT):
+            cls, events = type(obj), []
+            def copy_fn(handle, key, value):
+                events.append(("copy", value, handle == obj))
+                return value + ["copied"]
+            def delete_fn(handle, key, value):
+                events.append(("delete", value))
+            keyval = cls.Create_keyval(copy_fn, delete_fn)
+            plain = cls.Create_keyval(True)                  # copies the value itself, no callback
+            never = cls.Create_keyval(lambda h, k, v: NotImplemented)
+            assert keyval != MPI.KEYVAL_INVALID and obj.Get_attr(keyval) is None
+            value = [1]
+            obj.Set_attr(keyval, value); obj.Set_attr(plain, value); obj.Set_attr(never, value)
+            assert obj.Get_attr(keyval) is value
+            if obj != MPI.INT:
+                dup = obj.Dup()
+                assert dup.Get_attr(keyval) == [1, "copied"] and dup.Get_attr(plain) is value
+                assert dup.Get_attr(never) is None
+                dup.Free()                                   # deletes the copy's value
+                assert events == [("copy", [1], True), ("delete", [1, "copied"])], events
+                events.clear()
+            obj.Set_attr(keyval, [2])                        # replaces: the old value is deleted
+            obj.Delete_attr(keyval)
+            assert events == [("delete", [1]), ("delete", [2])] and obj.Get_attr(keyval) is None, events
+            for key in (keyval, plain, never):
+                assert cls.Free_keyval(key) == MPI.KEYVAL_INVALID
+            try:   # a freed key: ERR_KEYVAL (Open MPI 5: ERR_OTHER; on a communicator it reads freed memory)
+                if isinstance(obj, MPI.Datatype):
+                    obj.Get_attr(keyval)
+                    raise AssertionError("a freed key was read")
+            except MPI.Exception as exc:
+                assert exc.Get_error_class() in (MPI.ERR_KEYVAL, MPI.ERR_OTHER)
+            def fails(handle, key, value):
+                raise ValueError("in delete_fn")
+            keyval = cls.Create_keyval(delete_fn=fails)
+            obj.Set_attr(keyval, "v")
+            with contextlib.redirect_stderr(io.StringIO()) as err:
+                try:
+                    obj.Delete_attr(keyval)
+                except MPI.Exception as exc:
+                    assert exc.Get_error_class() == MPI.ERR_OTHER and "ValueError" in err.getvalue()
+                else:
+                    raise AssertionError("an exception in delete_fn was lost")
+            cls.Free_keyval(keyval)
+            nopython = cls.Create_keyval(nopython=True)
+            obj.Set_attr(nopython, 123456789)
+            assert obj.Get_attr(nopython) == 123456789
+            obj.Delete_attr(nopython); cls.Free_keyval(nopython)
+            if obj != MPI.INT:
+                obj.Free()
+    """,
     "comm_locks": """
         import threading
         dup = comm.Dup()

@@ -22,6 +22,7 @@ from . import _runtime
 from ._collectives import BufferCollectives
 from . import _errhandlers
 from ._errors import ERR_ARG, ERR_COMM, ERR_KEYVAL, ERR_OTHER, Exception as MPIException, MPIAbort
+from ._attributes import AttributeCalls, copy_attributes, delete_attributes
 from ._errors import earlier_run, last_used_code
 from ._datatypes import Datatype
 from ._groups import GroupCalls
@@ -91,7 +92,7 @@ class _State:
     """What a communicator handle refers to (see the module docstring)."""
 
     __slots__ = ("sc", "ctx", "members", "rank", "size", "name", "rt", "engine", "predefined", "freed", "_errhandler",
-                 "locks", "topo", "group")
+                 "locks", "topo", "group", "attrs")
 
     def __init__(self, rt, sc, ctx: int, members: list[int], name: str, predefined: bool = False, parent=None):
         self.rt, self.engine = rt, rt.engine
@@ -103,6 +104,7 @@ class _State:
         self.locks: dict = {}  # MPI._comm_lock_table (``_locks``)
         self.topo = None  # a topology communicator's (``_topologies``)
         self.group = None  # what Get_group gives handles on (``_groups``)
+        self.attrs: dict = {}  # the user attributes (``_attributes``)
         rt.states.append(self)
 
     @property
@@ -125,10 +127,23 @@ def self_state(rt) -> _State:
     return _State(rt, _SelfComm(), rt.next_self_ctx(), [rt.world.rank], "MPI_COMM_SELF", True)
 
 
-class Comm(IntegerHandles, GroupCalls, PointToPoint, BufferCollectives, VectorCollectives, ObjectCollectives):
+class Comm(IntegerHandles, GroupCalls, PointToPoint, BufferCollectives, VectorCollectives, ObjectCollectives,
+           AttributeCalls):
     """A communicator: see the module docstring; the calls are mpi4py's."""
 
     _fixed = None  # "COMM_WORLD"/"COMM_SELF" for the predefined handles
+    _attr_kind = "Comm"
+
+    def _attributes(self) -> dict:
+        return self._st().attrs
+
+    def _attribute_handle(self) -> "Comm":
+        handle = type(self)()
+        handle._state = self._st()
+        return handle
+
+    def _make_null(self) -> None:
+        self._state = None
 
     def __init__(self, comm: "Comm | None" = None):
         if comm is not None and not isinstance(comm, Comm):
@@ -229,16 +244,15 @@ class Comm(IntegerHandles, GroupCalls, PointToPoint, BufferCollectives, VectorCo
         return SIMILAR if sorted(a.members) == sorted(b.members) else UNEQUAL
 
     def Get_attr(self, keyval: int):
-        """The predefined attributes (MPI.TAG_UB, ...); user attributes are not simulated."""
+        """The predefined attributes (MPI.TAG_UB, ...) and the user's (``_attributes``)."""
         st = self._st()
         if keyval == KEYVAL_INVALID:
             raise MPIException(ERR_KEYVAL, f"Get_attr(MPI.KEYVAL_INVALID) on {st.name}")
         values = {TAG_UB_KEY: TAG_UB, HOST: PROC_NULL, IO: ANY_SOURCE, WTIME_IS_GLOBAL: False, APPNUM: 0,
                   LASTUSEDCODE: last_used_code(), UNIVERSE_SIZE: st.rt.world.size}
-        if keyval not in values:
-            raise MPIException(ERR_OTHER, f"Get_attr({keyval!r}) on {st.name}: no such keyval (user attributes "
-                               "are not simulated)")
-        return values[keyval]
+        if keyval in values:
+            return values[keyval]
+        return self._user_attr(keyval)
 
     def Get_errhandler(self):
         """A new handle on the communicator's error handler (see ``_errhandlers``)."""
@@ -300,7 +314,9 @@ class Comm(IntegerHandles, GroupCalls, PointToPoint, BufferCollectives, VectorCo
         sc = st.sc.split(0, st.rank)
         new = self._derived(st, sc, "Dup")
         new.topo = st.topo  # a Dup keeps the topology, and the handle's class
-        return self._new(new, type(self) if isinstance(self, Intracomm) else None)
+        dup = self._new(new, type(self) if isinstance(self, Intracomm) else None)
+        copy_attributes(self, dup, "Comm.Dup")
+        return dup
 
     Clone = Dup
 
@@ -352,6 +368,7 @@ class Comm(IntegerHandles, GroupCalls, PointToPoint, BufferCollectives, VectorCo
         st = self._st()
         if st.predefined:
             raise MPIException(ERR_COMM, f"{st.name} cannot be freed")
+        delete_attributes(self, "Comm.Free")
         st.engine.progress()
         st.sc.free()
         st.freed = True

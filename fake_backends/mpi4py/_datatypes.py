@@ -18,7 +18,8 @@ import sys
 
 import numpy as np
 
-from ._errors import ERR_ARG, ERR_KEYVAL, ERR_TYPE, unsupported
+from ._attributes import AttributeCalls, copy_attributes, delete_attributes
+from ._errors import ERR_ARG, ERR_TYPE, unsupported
 from ._errors import Exception as MPIException
 from ._handles import IntegerHandles
 
@@ -42,7 +43,10 @@ class _DatatypeClass(type):
         raise _missing(name)
 
 
-class Datatype(IntegerHandles, metaclass=_DatatypeClass):
+_ATTRIBUTES: dict = {}  # a datatype's handle (``_id``) -> its user attributes
+
+
+class Datatype(IntegerHandles, AttributeCalls, metaclass=_DatatypeClass):
     """An MPI datatype: ``name`` (``MPI_INT``), ``dtype`` (numpy; None for a
     type without one, which only fails when used), ``size`` in bytes."""
 
@@ -117,6 +121,8 @@ class Datatype(IntegerHandles, metaclass=_DatatypeClass):
         datatype cannot be freed (MPI_ERR_TYPE, as under Open MPI)."""
         if self._valid("Free")._id == self._key:
             raise MPIException(ERR_TYPE, f"Datatype.Free of {self._name}, a predefined datatype")
+        delete_attributes(self, "Datatype.Free")
+        _ATTRIBUTES.pop(self._id, None)
         self.__init__()
 
     def free(self) -> None:
@@ -128,13 +134,23 @@ class Datatype(IntegerHandles, metaclass=_DatatypeClass):
         """A new datatype of the same layout (not equal to this one, as in MPI)."""
         dup = Datatype(self._valid("Dup"), _name=self._name)
         dup._id = object()
+        copy_attributes(self, dup, "Datatype.Dup")
         return dup
 
+    # -- user attributes (``_attributes``) -----------------------------------------------
+    _attr_kind = "Datatype"
+
+    def _attributes(self) -> dict:
+        return _ATTRIBUTES.setdefault(self._valid("attributes")._id, {})
+
+    def _attribute_handle(self) -> "Datatype":
+        return Datatype(self)
+
+    def _make_null(self) -> None:
+        self.__init__()
+
     def Get_attr(self, keyval: int):
-        """User attributes are not simulated: there is no attribute to get."""
-        self._valid("Get_attr")
-        raise MPIException(ERR_KEYVAL, f"Datatype.Get_attr({keyval!r}) on {self._name}: no such keyval (user "
-                           "attributes are not simulated)")
+        return self._user_attr(keyval)
 
     @classmethod
     def Match_size(cls, typeclass: int, size: int) -> "Datatype":

@@ -196,7 +196,6 @@ _GROUPS = "MPI sessions and string tags are not simulated; call Comm.Create_grou
 _DYNAMIC = "dynamic processes and intercommunicators are not simulated; start every rank with `simdist run -n N`"
 _BUFFERED = "buffered mode is not simulated; use Send or Isend (small messages are buffered anyway)"
 _HANDLES = "the simulated MPI has no C or Fortran handles"
-_ATTRS = "user attributes are not simulated; keep the value in a Python dict keyed by the communicator"
 _FT = "fault tolerance (ULFM) is not simulated: a failing rank fails the whole run"
 _DERIVED = "derived datatypes are not simulated; send the numpy array with its element type and a count"
 
@@ -228,8 +227,6 @@ def _comm_hint(name: str) -> str | None:
         return "use Irecv and Isend, then Request.Waitall"
     if name in ("Revoke", "Is_revoked", "Get_failed", "Ack_failed", "Agree", "Iagree", "Shrink", "Ishrink"):
         return _FT
-    if name in ("Set_attr", "Delete_attr", "Create_keyval", "Free_keyval"):
-        return _ATTRS
     if name in ("fromhandle", "handle"):
         return _HANDLES
     return None
