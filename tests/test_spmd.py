@@ -239,6 +239,18 @@ def test_training_under_mpiexec_trains_and_verifies(tmp_path):
 
 
 @pytest.mark.slow
+def test_check_under_mpiexec_runs_the_suite_on_the_jobs_ranks_and_rank_0_alone_reports(tmp_path):
+    out = tmp_path / "check.json"
+    done = launch(2, ["-m", "simdist", "check", "-n", "2", "--backend", "mpi", "--quick", "--collectives",
+                      "allreduce", "--ops", "sum", "--dtypes", "float64", "--json", str(out)], tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("collective  dtype") == 1 and done.stdout.count("property suite:") == 1, done.stdout
+    assert done.stderr.count("check: running the property suite") == 1, done.stderr
+    report = json.loads(out.read_text())
+    assert report["ok"] and report["properties"]["ok"] and report["properties"]["passed"] >= 5, report
+
+
+@pytest.mark.slow
 def test_an_mpi4py_of_another_mpi_than_the_launchers_is_named(tmp_path):
     # A launcher that announces 3 processes, but mpi4py finds a world of one.
     program = script(tmp_path, "import simdist\nsimdist.comm()\n")

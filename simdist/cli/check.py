@@ -31,12 +31,14 @@ Which communicator is checked:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
 import time
 
 from .._errors import InvalidArgument, SimdistError
+from ..mpi._spmd import launched_rank
 from ..reference import SWEEP_COLLECTIVES, sweep
 from ..reference._focus import parse_sizes
 from ..reference._properties import run_properties
@@ -203,10 +205,10 @@ def format_properties(report: dict) -> str:
     return "\n".join(lines)
 
 
-def _properties(args, size: int, backend: str, factory: str | None) -> dict:
-    """Run the property suite after the sweep, announcing it on standard error."""
+def _properties(args, size: int, backend: str, factory: str | None, progress_to) -> dict:
+    """Run the property suite after the sweep, announcing it with the progress."""
     def announce() -> None:
-        print("check: running the property suite (python -m pytest --pyargs properties) ...", file=sys.stderr)
+        print("check: running the property suite (python -m pytest --pyargs properties) ...", file=progress_to)
 
     return run_properties(backend if backend == "mpi" else "sim", factory, size, timeout=args.timeout,
                           seed=args.seed, examples=10 if args.quick else 25, announce=announce,
@@ -214,11 +216,11 @@ def _properties(args, size: int, backend: str, factory: str | None) -> dict:
                           sync_sends=args.sync_sends)
 
 
-def _check_size(args, size: int, backend: str, factory: str | None) -> tuple[int, dict | None]:
+def _check_size(args, size: int, backend: str, factory: str | None, progress_to) -> tuple[int, dict | None]:
     """Sweep and property suite on ``size`` ranks, printed: (status, report); the
     report is None for bad arguments, ``{"size", "ok": False, "error"}`` when
     nothing could be checked."""
-    progress = _Progress(sys.stderr)
+    progress = _Progress(progress_to)
     try:
         report = sweep(
             size, backend, factory, quick=args.quick, progress=progress, seed=args.seed, timeout=args.timeout,
@@ -238,7 +240,7 @@ def _check_size(args, size: int, backend: str, factory: str | None) -> tuple[int
         raise
     progress.finish()
     if args.properties:
-        properties = report["properties"] = _properties(args, size, backend, factory)
+        properties = report["properties"] = _properties(args, size, backend, factory, progress_to)
         report["ok"] = report["ok"] and (properties["skipped"] or properties["ok"])
     if args.json != "-":
         print(format_table(report))
@@ -250,7 +252,17 @@ def _check_size(args, size: int, backend: str, factory: str | None) -> tuple[int
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``simdist check`` with parsed ``args``; return the exit status."""
+    """Run ``simdist check`` with parsed ``args``; return the exit status.
+    Under an MPI launcher every rank checks and rank 0 alone reports (its
+    table, progress and JSON); the others print only their errors."""
+    rank = launched_rank()
+    if rank:
+        with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
+            return _run(argparse.Namespace(**{**vars(args), "json": None}), progress_to=quiet)
+    return _run(args)
+
+
+def _run(args: argparse.Namespace, progress_to=None) -> int:
     try:
         backend, factory = _target(args)
         sizes = parse_sizes(args.size, "-n")
@@ -264,7 +276,7 @@ def run(args: argparse.Namespace) -> int:
         for size in sizes:
             if len(sizes) > 1 and args.json != "-":
                 print(f"== {size} rank(s) ==")
-            status, report = _check_size(args, size, backend, factory)
+            status, report = _check_size(args, size, backend, factory, progress_to or sys.stderr)
             if status == 2 or ("error" in report and len(sizes) == 1):  # nothing checked: no report
                 return status
             statuses.append(status)

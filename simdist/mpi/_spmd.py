@@ -33,7 +33,7 @@ from .._errors import InvalidValue, SimdistError
 from .._whereabouts import CALL, FAILED, RETURNED, USER
 from ._tracking import TrackedComm, Whereabouts
 
-__all__ = ["comm", "launched", "JobDriver", "LAUNCHERS"]
+__all__ = ["comm", "launched", "launched_rank", "JobDriver", "LAUNCHERS"]
 
 #: (variable only a launcher sets, variable with the job's size or None, launcher).
 LAUNCHERS = (
@@ -64,6 +64,22 @@ def launched() -> tuple[str, int | None] | None:
         if variable in os.environ:
             size = os.environ.get(size_variable or "", "")
             return launcher, int(size) if size.isdigit() else None
+    return None
+
+
+#: Variables with this process's rank in the launcher's job, by launcher.
+RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
+
+
+def launched_rank() -> int | None:
+    """This process's rank in the launcher's job, from the launcher's
+    environment (without starting MPI); None outside a launched job."""
+    if launched() is None:
+        return None
+    for variable in RANK_VARIABLES:
+        value = os.environ.get(variable, "")
+        if value.isdigit():
+            return int(value)
     return None
 
 

@@ -4,7 +4,9 @@
 the backend in a child process (so that pytest's and Hypothesis' global
 state stay out of the caller) with a fixed Hypothesis seed, and reads the
 outcome of each property from pytest's JUnit XML. Each failure comes back
-with its message and the command that replays it.
+with its message and the command that replays it. Under an MPI launcher
+(``mpiexec -n N simdist check --backend mpi``) the suite runs in the
+process instead, on every rank of the launcher's job, which may span hosts.
 
 The suite needs pytest and Hypothesis, which simdist itself does not: they
 come with the ``check`` extra (:data:`INSTALL`). Where either cannot be
@@ -13,7 +15,9 @@ imported the suite is skipped, and the report says which and how to add them.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import os
 import shlex
 import subprocess
@@ -22,6 +26,8 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 from typing import Callable
+
+from ..mpi._spmd import launched
 
 __all__ = ["run_properties", "missing_requirements", "REQUIREMENTS", "INSTALL"]
 
@@ -82,11 +88,10 @@ def run_properties(backend: str, factory: str | None, size: int, *, timeout: flo
                        {"collectives": collectives, "ops": ops, "dtypes": dtypes}, sync_sends)
     if announce is not None:
         announce()
-    env = dict(os.environ, SIMDIST_PROPERTY_EXAMPLES=str(examples))
     with tempfile.TemporaryDirectory(prefix="simdist-check-") as tmp:
         xml = os.path.join(tmp, "properties.xml")
-        done = subprocess.run([*command, f"--junitxml={xml}"], env=env, stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True)
+        run = _in_this_job if backend == "mpi" and launched() else _in_a_child
+        done = run([*command, f"--junitxml={xml}"], {"SIMDIST_PROPERTY_EXAMPLES": str(examples)})
         cases = _cases(xml) if os.path.exists(xml) else []
     failed = [c for c in cases if c["outcome"] == "failed"]
     for case in failed:
@@ -103,6 +108,32 @@ def run_properties(backend: str, factory: str | None, size: int, *, timeout: flo
     if not cases:
         report["error"] = (done.stdout + done.stderr).strip()[-2000:] or f"pytest exited with {done.returncode}"
     return report
+
+
+def _in_a_child(command: list[str], env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(command, env=dict(os.environ, **env), stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True)
+
+
+def _in_this_job(command: list[str], env: dict) -> subprocess.CompletedProcess:
+    """The suite in this process, on every rank of the MPI launcher's job
+    (a child would not be a rank of it): each test's World joins the job,
+    and every rank draws the same examples (the seed is fixed)."""
+    import pytest
+
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            status = int(pytest.main(command[3:]))  # after "python -m pytest"
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    return subprocess.CompletedProcess(command, status, out.getvalue(), "")
 
 
 def _skipped(missing: list[str]) -> dict:
