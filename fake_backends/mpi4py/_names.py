@@ -246,9 +246,7 @@ _HANDLE_NAMES = ("py2f", "f2py", "toint", "fromint", "fromhandle", "handle", "to
 _MODULE_HINTS = {
     "Win": "one-sided communication (MPI.Win) is not simulated; use Send/Recv or collectives",
     "WIN_NULL": "one-sided communication (MPI.Win) is not simulated; use Send/Recv or collectives",
-    "File": "MPI-IO (MPI.File) is not simulated; write files with Python (one per rank, or from one rank)",
-    "FILE_NULL": "MPI-IO (MPI.File) is not simulated; write files with Python (one per rank, or from one rank)",
-    "Register_datarep": "MPI-IO (MPI.File) is not simulated",
+    "Register_datarep": "user data representations of MPI-IO are not simulated ('native' and 'internal' are)",
     "Intercomm": _DYNAMIC, "Open_port": _DYNAMIC, "Close_port": _DYNAMIC, "Publish_name": _DYNAMIC,
     "Unpublish_name": _DYNAMIC, "Lookup_name": _DYNAMIC,
     "Session": "MPI sessions are not simulated; use MPI.COMM_WORLD",

@@ -44,11 +44,15 @@ class Runtime:
         self.finalized = False
         self._self_ctx = -1
         self.states: list = []  # every communicator state of the run (see close)
+        self.at_close: list = []  # what to release when the run ends (files the program left open)
 
     def close(self) -> None:
         """Drop every reference to the rank's SimComms. Comm objects the
         program keeps (in a module's globals, in a reference cycle) would
         otherwise keep views of the shared memory alive after the run."""
+        for release in self.at_close:
+            release()
+        self.at_close.clear()
         for st in self.states:
             st.sc = st.engine = None
         self.states.clear()
