@@ -74,6 +74,7 @@ from ._mpibuffer import buffer, memory
 from ._ops import OP_NULL, Op
 from ._ops import PREDEFINED as _PREDEFINED
 from ._file import FILE_NULL, File
+from ._grequests import Grequest
 from ._p2p import ANY_SOURCE, ANY_TAG, PROC_NULL
 from ._pickle import Pickle, pickle
 from ._names import CONSTANTS as _CONSTANTS
@@ -239,7 +240,7 @@ def __getattr__(name: str):
 
 
 _register_handles(globals(), null_or_refused=(Comm, Intracomm, Topocomm, Cartcomm, Graphcomm, Distgraphcomm, Request,
-                                              Prequest, Message, File),
+                                              Prequest, Grequest, Message, File),
                   same_handle=(Errhandler, Datatype, Op), info=(Info,))
 
 #: The names this module gives, each one of mpi4py.MPI's (a test compares them with mpi4py's).

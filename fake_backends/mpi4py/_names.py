@@ -251,7 +251,6 @@ _MODULE_HINTS = {
     "Unpublish_name": _DYNAMIC, "Lookup_name": _DYNAMIC,
     "Session": "MPI sessions are not simulated; use MPI.COMM_WORLD",
     "SESSION_NULL": "MPI sessions are not simulated; use MPI.COMM_WORLD",
-    "Grequest": "generalized requests are not simulated",
     "Attach_buffer": _BUFFERED, "Detach_buffer": _BUFFERED, "Flush_buffer": _BUFFERED, "Iflush_buffer": _BUFFERED,
     "Alloc_mem": "use numpy.empty (or bytearray)", "Free_mem": "use numpy.empty (or bytearray)",
     "Remove_error_class": "user error classes are not simulated",

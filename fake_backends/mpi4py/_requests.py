@@ -392,6 +392,8 @@ class Prequest(Request):
     it MPI.REQUEST_NULL."""
 
     def __init__(self, request=None, *, _start=None, _buffered=None):
+        if getattr(request, "_generalized", False) and request:
+            raise TypeError("expected an MPI.Prequest, got MPI.Grequest")
         super().__init__(request)
         self._start = _start if request is None else getattr(request, "_start", None)
         # a buffered send's (engine, bytes of the attached buffer it takes)
