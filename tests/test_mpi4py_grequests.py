@@ -4,6 +4,8 @@ cancel functions see; and a request never completed is a reported hang."""
 
 from __future__ import annotations
 
+import pytest
+
 from simdist._script import HUNG
 from test_mpi4py_api import ok, run
 
@@ -51,6 +53,7 @@ def test_an_exception_in_query_fn_is_printed_and_raised_as_mpi_error(tmp_path, c
     assert "ValueError: no status" in capfd.readouterr().err
 
 
+@pytest.mark.slow  # the world's timeout
 def test_a_request_never_completed_is_a_reported_hang(tmp_path):
     outcome = run(tmp_path, """
         request = MPI.Grequest.Start()
