@@ -95,16 +95,18 @@ def test_an_unknown_host_says_to_pass_listen():
 def test_a_world_with_a_hostfile_and_a_fixed_port_runs_and_refuses_a_wrong_secret_there(tmp_path):
     from conftest import mpiexec_or_skip
 
-    mpiexec_or_skip()
+    from simdist.mpi._driver import flavor
+
+    openmpi = flavor(mpiexec_or_skip()) == "openmpi"
     hostfile = tmp_path / "hosts"
-    hostfile.write_text("localhost slots=2\n")
+    hostfile.write_text("localhost slots=2\n" if openmpi else "localhost:2\n")  # each MPI's format
     with socket.socket() as probe:  # a free port
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     with simdist.World(2, backend="mpi", hostfile=hostfile, listen=f"127.0.0.1:{port}", timeout=20) as world:
         driver = world._driver
         assert driver._listener.getsockname() == ("127.0.0.1", port)
-        assert ["--hostfile", str(hostfile)] == driver.command()[3:5]
+        assert ["--hostfile" if openmpi else "-f", str(hostfile)] == driver.command()[3:5]
         assert world.run(lambda comm: comm.allreduce(np.array([comm.rank + 1])).item()) == [3, 3]
 
         unpickled = []
