@@ -51,6 +51,7 @@ from time import perf_counter as _perf_counter
 from ._buffered import BSEND_OVERHEAD, Alloc_mem, Attach_buffer, Detach_buffer, Flush_buffer, Free_mem
 from ._buffers import (BOTTOM, BUFFER_AUTOMATIC, IN_PLACE, Aint_add, Aint_diff, BottomType, BufferAutomaticType,
                        Get_address, InPlaceType)
+from ._commctx import _commctx_inter, _commctx_intra
 from ._comm import (APPNUM, COMM_NULL, COMM_SELF, COMM_TYPE_SHARED, COMM_WORLD, CONGRUENT, IDENT, IO,
                     KEYVAL_INVALID, LASTUSEDCODE, SIMILAR, UNDEFINED, UNEQUAL, UNIVERSE_SIZE, WTIME_IS_GLOBAL, Comm,
                     Intracomm)
@@ -65,6 +66,8 @@ from ._errors import error_class as _error_class
 from ._errors import error_string as _error_string
 from ._groups import GROUP_EMPTY, GROUP_NULL, Group
 from ._handles import register as _register_handles
+from ._intercomm import CREATE_INTERCOMM as _CREATE_INTERCOMM
+from ._intercomm import Intercomm
 from ._hints import ERRHANDLER_NULL, ERRORS_ABORT, ERRORS_ARE_FATAL, ERRORS_RETURN, INFO_ENV, INFO_NULL, Errhandler, Info
 from ._locks import _comm_lock, _comm_lock_table
 from ._mpibuffer import buffer, memory
@@ -88,6 +91,7 @@ for _name, _method in _PACK_METHODS.items():  # Datatype.Pack, ...: see the modu
 for _name, _method in _TOPOLOGY_CONSTRUCTORS.items():  # Intracomm.Create_cart, ...: see the module that defines them
     setattr(Intracomm, _name, _method)
 del _name, _method
+Intracomm.Create_intercomm = _CREATE_INTERCOMM
 globals().update(_PREDEFINED)  # MPI.SUM, MPI.MAX, ..., MPI.MAXLOC, MPI.REPLACE, MPI.NO_OP
 
 ROOT = -4
@@ -114,6 +118,12 @@ def Init_thread(required: int = THREAD_MULTIPLE) -> int:
 def Query_thread() -> int:
     """THREAD_SERIALIZED: threads may call MPI, one at a time."""
     return THREAD_SERIALIZED
+
+
+def _set_abort_status(status: int) -> None:
+    """mpi4py's hook for ``mpi4py.run``: a failing program ends the job with
+    ``status``. Its exception (or SystemExit) ends the rank, and the run,
+    here already."""
 
 
 def Is_thread_main() -> bool:
@@ -222,7 +232,8 @@ def __getattr__(name: str):
     raise unsupported_module_attribute(name)
 
 
-_register_handles(globals(), null_or_refused=(Comm, Intracomm, Topocomm, Cartcomm, Graphcomm, Distgraphcomm, Request,
+_register_handles(globals(), null_or_refused=(Comm, Intracomm, Intercomm, Topocomm, Cartcomm, Graphcomm, Distgraphcomm,
+                                              Request,
                                               Prequest, Message),
                   same_handle=(Errhandler, Datatype, Op), info=(Info,))
 

@@ -20,7 +20,7 @@ from simdist._arguments import check_op
 
 from . import _runtime
 from ._collectives import BufferCollectives
-from . import _errhandlers
+from . import _commctx, _errhandlers
 from ._errors import ERR_ARG, ERR_COMM, ERR_KEYVAL, ERR_OTHER, Exception as MPIException, MPIAbort
 from ._errors import earlier_run
 from ._datatypes import Datatype
@@ -91,7 +91,7 @@ class _State:
     """What a communicator handle refers to (see the module docstring)."""
 
     __slots__ = ("sc", "ctx", "members", "rank", "size", "name", "rt", "engine", "predefined", "freed", "_errhandler",
-                 "locks", "topo", "group")
+                 "locks", "topo", "group", "commctx")
 
     def __init__(self, rt, sc, ctx: int, members: list[int], name: str, predefined: bool = False, parent=None):
         self.rt, self.engine = rt, rt.engine
@@ -103,6 +103,7 @@ class _State:
         self.locks: dict = {}  # MPI._comm_lock_table (``_locks``)
         self.topo = None  # a topology communicator's (``_topologies``)
         self.group = None  # what Get_group gives handles on (``_groups``)
+        self.commctx = None  # MPI._commctx_intra's private duplicate (``_commctx``)
         rt.states.append(self)
 
     @property
@@ -129,6 +130,9 @@ class Comm(IntegerHandles, GroupCalls, PointToPoint, BufferCollectives, VectorCo
     """A communicator: see the module docstring; the calls are mpi4py's."""
 
     _fixed = None  # "COMM_WORLD"/"COMM_SELF" for the predefined handles
+
+    def __new__(cls, comm: "Comm | None" = None):  # subclasses call it, as mpi4py.util.pkl5's Comm does
+        return super().__new__(cls)
 
     def __init__(self, comm: "Comm | None" = None):
         if comm is not None and not isinstance(comm, Comm):
@@ -353,6 +357,7 @@ class Comm(IntegerHandles, GroupCalls, PointToPoint, BufferCollectives, VectorCo
         if st.predefined:
             raise MPIException(ERR_COMM, f"{st.name} cannot be freed")
         st.engine.progress()
+        _commctx.free(st)
         st.sc.free()
         st.freed = True
 

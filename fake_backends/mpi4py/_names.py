@@ -193,7 +193,8 @@ _COLLECTIVES = ("Barrier", "Bcast", "Gather", "Gatherv", "Scatter", "Scatterv", 
                 "Reduce_scatter", "Scan", "Exscan")
 _VECTOR = {"Alltoallw": "Alltoallv"}
 _GROUPS = "MPI sessions and string tags are not simulated; call Comm.Create_group(group) on a communicator"
-_DYNAMIC = "dynamic processes and intercommunicators are not simulated; start every rank with `simdist run -n N`"
+_DYNAMIC = ("dynamic processes (Spawn, Connect/Accept, Join) are not simulated; start every rank with `simdist run -n N` "
+            "and make intercommunicators with Intracomm.Create_intercomm")
 _BUFFERED = "buffered mode is not simulated; use Send or Isend (small messages are buffered anyway)"
 _HANDLES = "the simulated MPI has no C or Fortran handles"
 _ATTRS = "user attributes are not simulated; keep the value in a Python dict keyed by the communicator"
@@ -218,7 +219,7 @@ def _comm_hint(name: str) -> str | None:
         return "Alltoallw (a datatype per block) is not simulated; use Alltoallv with one datatype"
     if name == "Create_from_group":
         return _GROUPS
-    if name in ("Create_intercomm", "Spawn", "Spawn_multiple", "Accept", "Connect", "Join", "Get_parent",
+    if name in ("Spawn", "Spawn_multiple", "Accept", "Connect", "Join", "Get_parent",
                 "Disconnect"):
         return _DYNAMIC
     if name in ("Bsend", "Ibsend", "bsend", "ibsend", "Attach_buffer", "Detach_buffer", "Flush_buffer",
@@ -252,7 +253,7 @@ _MODULE_HINTS = {
     "File": "MPI-IO (MPI.File) is not simulated; write files with Python (one per rank, or from one rank)",
     "FILE_NULL": "MPI-IO (MPI.File) is not simulated; write files with Python (one per rank, or from one rank)",
     "Register_datarep": "MPI-IO (MPI.File) is not simulated",
-    "Intercomm": _DYNAMIC, "Open_port": _DYNAMIC, "Close_port": _DYNAMIC, "Publish_name": _DYNAMIC,
+    "Open_port": _DYNAMIC, "Close_port": _DYNAMIC, "Publish_name": _DYNAMIC,
     "Unpublish_name": _DYNAMIC, "Lookup_name": _DYNAMIC,
     "Session": "MPI sessions are not simulated; use MPI.COMM_WORLD",
     "SESSION_NULL": "MPI sessions are not simulated; use MPI.COMM_WORLD",
