@@ -81,6 +81,9 @@ from ._messages import MESSAGE_NO_PROC, MESSAGE_NULL, Message
 from ._requests import REQUEST_NULL, Prequest, Request
 from ._status import Status
 from ._runtime import get as _runtime_get
+from ._sessions import SESSION_NULL, Session
+from ._sessions import create_from_group as _create_from_group
+from ._sessions import create_from_session_pset as _create_from_session_pset
 from ._topologies import CONSTRUCTORS as _TOPOLOGY_CONSTRUCTORS
 from ._topologies import Cartcomm, Distgraphcomm, Graphcomm, Topocomm
 
@@ -92,6 +95,8 @@ for _name, _method in _TOPOLOGY_CONSTRUCTORS.items():  # Intracomm.Create_cart, 
     setattr(Intracomm, _name, _method)
 del _name, _method
 Intracomm.Create_intercomm = _CREATE_INTERCOMM
+Intracomm.Create_from_group = classmethod(_create_from_group)
+Group.Create_from_session_pset = classmethod(_create_from_session_pset)
 globals().update(_PREDEFINED)  # MPI.SUM, MPI.MAX, ..., MPI.MAXLOC, MPI.REPLACE, MPI.NO_OP
 
 ROOT = -4
@@ -233,8 +238,7 @@ def __getattr__(name: str):
 
 
 _register_handles(globals(), null_or_refused=(Comm, Intracomm, Intercomm, Topocomm, Cartcomm, Graphcomm, Distgraphcomm,
-                                              Request,
-                                              Prequest, Message),
+                                              Request, Prequest, Message, Session),
                   same_handle=(Errhandler, Datatype, Op), info=(Info,))
 
 #: The names this module gives, each one of mpi4py.MPI's (a test compares them with mpi4py's).

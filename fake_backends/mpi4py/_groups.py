@@ -22,7 +22,7 @@ from __future__ import annotations
 import copyreg
 
 from . import _runtime
-from ._errors import ERR_ARG, ERR_GROUP, ERR_RANK, ERR_TAG, Exception as MPIException, unsupported
+from ._errors import ERR_ARG, ERR_GROUP, ERR_RANK, ERR_TAG, Exception as MPIException
 from ._groupcomm import create_group
 from ._handles import IntegerHandles, predefined
 
@@ -271,9 +271,3 @@ class GroupCalls:
             raise MPIException(ERR_GROUP, f"Create_group: world rank {me} is not in the group {list(ranks)}")
         st.engine.progress()
         return self._new(self._derived(st, create_group(st, ranks, int(tag)), "Create_group"))
-
-    @classmethod
-    def Create_from_group(cls, group, stringtag: str = "org.mpi4py", info=None, errhandler=None):
-        raise unsupported("Intracomm.Create_from_group", "MPI sessions and string tags are not simulated; call "
-                          "Comm.Create_group(group) on a communicator")
-

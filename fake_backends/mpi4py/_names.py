@@ -192,7 +192,6 @@ _COLLECTIVES = ("Barrier", "Bcast", "Gather", "Gatherv", "Scatter", "Scatterv", 
                 "Alltoall", "Alltoallv", "Alltoallw", "Reduce", "Allreduce", "Reduce_scatter_block",
                 "Reduce_scatter", "Scan", "Exscan")
 _VECTOR = {"Alltoallw": "Alltoallv"}
-_GROUPS = "MPI sessions and string tags are not simulated; call Comm.Create_group(group) on a communicator"
 _DYNAMIC = ("dynamic processes (Spawn, Connect/Accept, Join) are not simulated; start every rank with `simdist run -n N` "
             "and make intercommunicators with Intracomm.Create_intercomm")
 _BUFFERED = "buffered mode is not simulated; use Send or Isend (small messages are buffered anyway)"
@@ -217,8 +216,6 @@ def _comm_hint(name: str) -> str | None:
                 "(there is no overlap to gain on the simulator)")
     if name in _VECTOR:
         return "Alltoallw (a datatype per block) is not simulated; use Alltoallv with one datatype"
-    if name == "Create_from_group":
-        return _GROUPS
     if name in ("Spawn", "Spawn_multiple", "Accept", "Connect", "Join", "Get_parent",
                 "Disconnect"):
         return _DYNAMIC
@@ -255,8 +252,6 @@ _MODULE_HINTS = {
     "Register_datarep": "MPI-IO (MPI.File) is not simulated",
     "Open_port": _DYNAMIC, "Close_port": _DYNAMIC, "Publish_name": _DYNAMIC,
     "Unpublish_name": _DYNAMIC, "Lookup_name": _DYNAMIC,
-    "Session": "MPI sessions are not simulated; use MPI.COMM_WORLD",
-    "SESSION_NULL": "MPI sessions are not simulated; use MPI.COMM_WORLD",
     "Grequest": "generalized requests are not simulated",
     "Attach_buffer": _BUFFERED, "Detach_buffer": _BUFFERED, "Flush_buffer": _BUFFERED, "Iflush_buffer": _BUFFERED,
     "Alloc_mem": "use numpy.empty (or bytearray)", "Free_mem": "use numpy.empty (or bytearray)",
