@@ -39,6 +39,7 @@ from ._vector import VectorCollectives
 UNDEFINED = -32766
 #: The handle class of each topology kind (filled by ``_topologies``, which builds on this module).
 CLASS_OF_TOPOLOGY: dict = {}
+INTERCOMM_CLASS: list = []  # MPI.Intercomm (filled by ``_intercomm``, which builds on this module)
 IDENT, CONGRUENT, SIMILAR, UNEQUAL = 0, 1, 2, 3
 COMM_TYPE_SHARED = 0
 # attribute keys, as Open MPI numbers them
@@ -90,6 +91,7 @@ class _SelfComm:
 class _State:
     """What a communicator handle refers to (see the module docstring)."""
 
+    inter = False  # True on an intercommunicator's (``_intercomm``)
     __slots__ = ("sc", "ctx", "members", "rank", "size", "name", "rt", "engine", "predefined", "freed", "_errhandler",
                  "locks", "topo", "group", "commctx")
 
@@ -292,6 +294,8 @@ class Comm(IntegerHandles, GroupCalls, PointToPoint, BufferCollectives, VectorCo
         st = handle._live()
         if st is None:
             return handle
+        if st.inter:
+            return INTERCOMM_CLASS[0](handle)
         return (Intracomm if st.topo is None else CLASS_OF_TOPOLOGY[st.topo.kind])(handle)
 
     f2py = fromint
@@ -375,7 +379,12 @@ class Comm(IntegerHandles, GroupCalls, PointToPoint, BufferCollectives, VectorCo
 
 
 class Intracomm(Comm):
-    """An intra-communicator (every communicator of the stand-in is one)."""
+    """An intra-communicator (every communicator but MPI.Intercomm's)."""
+
+    def __init__(self, comm: "Comm | None" = None):
+        super().__init__(comm)
+        if self._state is not None and self._state.inter:
+            raise TypeError("expecting an intracommunicator")
 
 
 _errhandlers.guard_calls(Comm)

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _errhandlers
-from ._comm import Comm, Intracomm, _State
-from ._errors import ERR_ARG, ERR_COMM, ERR_RANK, Exception as MPIException
+from . import _errhandlers, _runtime
+from ._comm import INTERCOMM_CLASS, Comm, Intracomm, _State
+from ._errors import ERR_ARG, ERR_COMM, ERR_GROUP, ERR_RANK, Exception as MPIException
 from ._groupcomm import COLLECTIVE_BIT, HANDSHAKE_BIT, GroupComm, new_context
 from ._groups import Group, _Members
 from ._intercoll import InterCollectives
@@ -36,12 +36,14 @@ from ._pickle import pickle
 from ._pointtopoint import is_int
 
 _HANDSHAKE = HANDSHAKE_BIT | COLLECTIVE_BIT
+_FROM_GROUPS = COLLECTIVE_BIT | 1 << 61
 
 
 class _InterState(_State):
     """An intercommunicator's state (see the module docstring)."""
 
     __slots__ = ("local_members", "local_offset", "remote_offset")
+    inter = True
 
 
 def _inter_state(parent, union: GroupComm, local: list, remote: list, first: bool, name: str) -> _InterState:
@@ -52,23 +54,32 @@ def _inter_state(parent, union: GroupComm, local: list, remote: list, first: boo
     return st
 
 
-def _leaders_exchange(st, peer, remote_leader: int, tag: int, local: list):
-    """(remote group, context, whether the local group comes first) as the
-    local leader learns them from the remote leader over ``peer``."""
+def _leaders_exchange(engine, ctx: int, rank: int, remote: tuple, tag: int, local: list, desc: str):
+    """(remote group, context, whether the local group comes first), as the
+    local leader (``rank`` in the context ``ctx``, world rank ``local[0]``
+    or another of ``local``) learns them from the remote leader (``remote``:
+    its rank in ``ctx`` and its world rank). The group whose first process
+    has the lower world rank comes first, and its leader's context is taken."""
+    remote_leader, remote_world = remote
+    proposal = new_context(_runtime.get().world.rank)
+    payload = np.frombuffer(pickle.dumps((tuple(local), proposal, local[0])), np.uint8)
+    send = engine.send(remote_world, ctx, rank, tag, payload, 0, False, desc)
+    recv = engine.recv(ctx, remote_leader, tag, None, desc)
+    engine.wait_until(lambda: recv.done and send.done, desc)
+    remote, their_proposal, their_first = pickle.loads(memoryview(recv.data))
+    first = local[0] < their_first
+    return list(remote), proposal if first else their_proposal, first
+
+
+def _peer_exchange(peer, remote_leader: int, tag: int, local: list):
+    """``_leaders_exchange`` over the peer communicator of Create_intercomm."""
     pst = peer._st()
     if not is_int(remote_leader) or not 0 <= remote_leader < pst.size:
         raise MPIException(ERR_RANK, f"Create_intercomm: remote_leader={remote_leader!r} on {pst.name} of "
                            f"{pst.size} ranks")
-    engine, me = pst.engine, pst.members[pst.rank]
     desc = f"Create_intercomm(remote_leader={remote_leader}, tag={tag}) on {pst.name}"
-    proposal = new_context(me)
-    payload = np.frombuffer(pickle.dumps((tuple(local), proposal)), np.uint8)
-    send = engine.send(pst.members[remote_leader], pst.ctx ^ _HANDSHAKE, pst.rank, tag, payload, 0, False, desc)
-    recv = engine.recv(pst.ctx ^ _HANDSHAKE, remote_leader, tag, None, desc)
-    engine.wait_until(lambda: recv.done and send.done, desc)
-    remote, their_proposal = pickle.loads(memoryview(recv.data))
-    first = me < pst.members[remote_leader]
-    return list(remote), proposal if first else their_proposal, first
+    return _leaders_exchange(pst.engine, pst.ctx ^ _HANDSHAKE, pst.rank, (remote_leader, pst.members[remote_leader]),
+                             tag, local, desc)
 
 
 def create_intercomm(self, local_leader: int, peer_comm, remote_leader: int, tag: int = 0) -> "Intercomm":
@@ -85,7 +96,7 @@ def create_intercomm(self, local_leader: int, peer_comm, remote_leader: int, tag
     if st.rank == local_leader:
         if not isinstance(peer_comm, Comm):
             raise TypeError(f"Create_intercomm: peer_comm must be an MPI.Comm, got {type(peer_comm).__name__}")
-        found = _leaders_exchange(st, peer_comm, remote_leader, int(tag), local)
+        found = _peer_exchange(peer_comm, remote_leader, int(tag), local)
     else:
         found = None
     remote, context, first = self.bcast(found, local_leader)
@@ -98,6 +109,41 @@ def create_intercomm(self, local_leader: int, peer_comm, remote_leader: int, tag
     return _new_intercomm(_inter_state(st, gc, local, remote, first, f"Create_intercomm of {st.name}"))
 
 
+def create_from_groups(cls, local_group, local_leader: int, remote_group, remote_leader: int,
+                       stringtag: str = "org.mpi4py", info=None, errhandler=None) -> "Intercomm":
+    """MPI_Intercomm_create_from_groups (collective over both groups, no
+    parent communicator): the local group's processes make a communicator
+    of their own (``Intracomm.Create_from_group``), the leaders exchange
+    over the world's context with bits 60 and 61 flipped and a tag of the
+    string tag, then each leader broadcasts what it learnt."""
+    from ._sessions import create_from_group, stringtag_tag
+
+    local, remote = list(local_group._ranks("Create_from_groups")), list(remote_group._ranks("Create_from_groups"))
+    for leader, group, which in ((local_leader, local, "local"), (remote_leader, remote, "remote")):
+        if not is_int(leader) or not 0 <= leader < len(group):
+            raise MPIException(ERR_RANK, f"Create_from_groups: {which}_leader={leader!r} in a group of {len(group)}")
+    local_comm = create_from_group(Intracomm, local_group, stringtag, info, errhandler)
+    lst = local_comm._st()
+    if lst.rank == local_leader:
+        world = _runtime.get().world
+        desc = f"Intercomm.Create_from_groups(stringtag={stringtag!r})"
+        found = _leaders_exchange(lst.engine, lst.rt.world.transport.context ^ _FROM_GROUPS, world.rank,
+                                  (remote[remote_leader], remote[remote_leader]), stringtag_tag(stringtag),
+                                  local, desc)
+    else:
+        found = None
+    got, context, first = local_comm.bcast(found, local_leader)
+    local_comm.Free()
+    if got != remote:
+        raise MPIException(ERR_GROUP, f"Create_from_groups: the remote leader's group is {got}, not {remote}")
+    union = local + remote if first else remote + local
+    gc = GroupComm(lst.engine, union, union.index(local[lst.rank]), context)
+    st = _inter_state(lst, gc, local, remote, first, f"Create_from_groups(stringtag={stringtag!r})")
+    if errhandler is not None:
+        st.errhandler = errhandler
+    return _new_intercomm(st)
+
+
 def _new_intercomm(st) -> "Intercomm":
     comm = Intercomm()
     comm._state = st
@@ -107,11 +153,18 @@ def _new_intercomm(st) -> "Intercomm":
 class Intercomm(InterCollectives, Comm):
     """An intercommunicator (see the module docstring); the calls are mpi4py's."""
 
+    def __init__(self, comm: "Comm | None" = None):
+        super().__init__(comm)
+        if self._state is not None and not self._state.inter:
+            raise TypeError("expecting an intercommunicator")
+
     def _st(self) -> _InterState:
         st = super()._st()
         if not isinstance(st, _InterState):
             raise TypeError("expecting an intercommunicator")
         return st
+
+    Create_from_groups = classmethod(create_from_groups)
 
     def Is_inter(self) -> bool:
         self._st()
@@ -220,7 +273,7 @@ def refuse_intracomm_calls() -> None:  # called once, below
     Create_group, ...) are not an intercommunicator's: AttributeError, as
     mpi4py's Intercomm has none of them."""
     for name in ("Create_intercomm", "Create_cart", "Create_graph", "Create_dist_graph",
-                 "Create_dist_graph_adjacent", "Scan", "Exscan", "scan", "exscan", "Split_type"):
+                 "Create_dist_graph_adjacent", "Scan", "Exscan", "scan", "exscan"):
         setattr(Intercomm, name, property(_no_such(name)))
 
 
@@ -238,6 +291,7 @@ class _Constructors(Intracomm):
 
 
 refuse_intracomm_calls()
+INTERCOMM_CLASS.append(Intercomm)
 _errhandlers.guard_calls(Intercomm)
 _errhandlers.guard_calls(_Constructors)
 #: The method ``MPI`` attaches to ``Intracomm``.

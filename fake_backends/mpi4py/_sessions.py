@@ -174,6 +174,11 @@ def create_from_session_pset(cls, session: Session, pset_name: str) -> Group:
     return session.Create_group(pset_name)
 
 
+def stringtag_tag(stringtag: str) -> int:
+    """The message tag of a string tag's handshakes."""
+    return zlib.crc32(stringtag.encode()) % (TAG_UB + 1)
+
+
 def create_from_group(cls, group: Group, stringtag: str = "org.mpi4py", info=INFO_NULL, errhandler=None):
     """MPI_Comm_create_from_group (see the module docstring)."""
     if not isinstance(group, Group):
@@ -192,7 +197,7 @@ def create_from_group(cls, group: Group, stringtag: str = "org.mpi4py", info=INF
     handshake = types.SimpleNamespace(engine=world.engine, members=world.members, rank=world.rank,
                                       ctx=world.ctx ^ _FROM_GROUP_BIT, name=name)
     world.engine.progress()
-    sc = create_group(handshake, ranks, zlib.crc32(stringtag.encode()) % (TAG_UB + 1))
+    sc = create_group(handshake, ranks, stringtag_tag(stringtag))
     st = _State(world.rt, sc, sc.transport.context, list(ranks), name)
     if errhandler is not None:
         st.errhandler = errhandler
