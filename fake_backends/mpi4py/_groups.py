@@ -250,12 +250,13 @@ class GroupCalls:
 
     def Create(self, group: Group):
         """MPI_Comm_create (collective over the communicator; every rank
-        passes the same group, a subset of it): the group's processes get a
-        communicator ordered as the group, the others MPI.COMM_NULL."""
+        passes the same group, a subset of it, or, as MPI 2.2 allows,
+        disjoint groups): each group's processes get a communicator ordered
+        as the group, the others MPI.COMM_NULL."""
         st = self._st()
         ranks = self._subgroup(st, group, "Create")
         me = st.members[st.rank]
-        color = 0 if me in ranks else UNDEFINED
+        color = ranks[0] if me in ranks else UNDEFINED  # disjoint groups have distinct first processes
         return self.Split(color, ranks.index(me) if me in ranks else 0)
 
     def Create_group(self, group: Group, tag: int = 0):

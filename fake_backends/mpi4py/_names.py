@@ -271,7 +271,7 @@ def unsupported_attribute(cls: str, name: str) -> Exception:
     lacks, else the AttributeError Python would raise."""
     hint = None
     if not name.startswith("_"):
-        if cls in ("Comm", "Intracomm", "Topocomm", "Cartcomm", "Graphcomm", "Distgraphcomm"):
+        if cls in ("Comm", "Intracomm", "Intercomm", "Topocomm", "Cartcomm", "Graphcomm", "Distgraphcomm"):
             hint = _comm_hint(name)
         elif name in _HANDLE_NAMES:
             hint = _HANDLES

@@ -11,10 +11,19 @@ stand-in package's ``__path__`` is its own directory first (so
 
 Without the real mpi4py, the second directory is ``_without_mpi4py``:
 ``mpi4py.util`` and ``mpi4py.futures`` refuse there, naming what to use.
+
+One package object, two names: the stand-in is ``fake_backends.mpi4py``
+and, on a rank, ``mpi4py``. A real module's ``from .. import futures``
+looks ``futures`` up as an attribute of the package and, when it is not
+there yet, imports it under the package's own ``__name__`` -- a second
+copy, ``fake_backends.mpi4py.futures``, that would replace the package's
+attribute. So the package's ``__getattr__`` (``submodule``) imports such a
+module as ``mpi4py.<name>`` whenever the stand-in is ``mpi4py``: one copy.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.machinery
 import os
 import sys
@@ -38,3 +47,31 @@ def search_path(own: list) -> list:
     package's directory, or the refusing modules' when it is absent."""
     real = real_package_dir()
     return [*own, real if real is not None else WITHOUT_MPI4PY]
+
+
+def _module_names(directory: str) -> set:
+    names = set()
+    for entry in os.listdir(directory):
+        path = os.path.join(directory, entry)
+        if entry.endswith(".py"):
+            names.add(entry[:-3])
+        elif os.path.isfile(os.path.join(path, "__init__.py")):
+            names.add(entry)
+    return names
+
+
+def real_only_names(path: list) -> set:
+    """The module names of the package's later directories that its first
+    (the stand-in's own) does not have."""
+    own = _module_names(path[0])
+    return {name for directory in path[1:] for name in _module_names(directory)} - own
+
+
+def submodule(package, name: str):
+    """``mpi4py.<name>`` for the stand-in ``package``'s ``__getattr__`` (see
+    the module docstring); AttributeError where the import system should
+    go on as usual."""
+    if name not in package.__dict__.setdefault("_REAL_ONLY", real_only_names(package.__path__)) or \
+            sys.modules.get("mpi4py") is not package:
+        raise AttributeError(f"module 'mpi4py' has no attribute {name!r}")
+    return importlib.import_module(f"mpi4py.{name}")
