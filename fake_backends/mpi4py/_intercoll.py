@@ -200,11 +200,14 @@ class InterCollectives:
 
     @locked
     def gather(self, sendobj, root: int = 0):
-        role = self._role(root, "gather")
+        return self._gather_objects("gather", sendobj, root)
+
+    def _gather_objects(self, call: str, sendobj, root):
+        role = self._role(root, call)
         if role == "leaf":
-            self._exchange("gather", {root: sendobj}, ())
+            self._exchange(call, {root: sendobj}, ())
         elif role == "root":
-            got = self._exchange("gather", {}, self._remote())
+            got = self._exchange(call, {}, self._remote())
             return [got[r] for r in self._remote()]
         return None
 
@@ -220,7 +223,10 @@ class InterCollectives:
 
     @locked
     def allgather(self, sendobj) -> list:
-        got = self._exchange("allgather", dict.fromkeys(self._remote(), sendobj), self._remote())
+        return self._allgather_objects("allgather", sendobj)
+
+    def _allgather_objects(self, call: str, sendobj) -> list:
+        got = self._exchange(call, dict.fromkeys(self._remote(), sendobj), self._remote())
         return [got[r] for r in self._remote()]
 
     @locked
@@ -229,12 +235,16 @@ class InterCollectives:
         got = self._exchange("alltoall", dict(zip(self._remote(), items)), self._remote())
         return [got[r] for r in self._remote()]
 
+    @locked
     def reduce(self, sendobj, op=SUM, root: int = 0):
-        items = self.gather(sendobj, root)
+        """``op`` folded over the remote group's objects in rank order, on the root."""
+        items = self._gather_objects("reduce", sendobj, root)
         return None if items is None else fold_objects(op, items)
 
+    @locked
     def allreduce(self, sendobj, op=SUM):
-        return fold_objects(op, self.allgather(sendobj))
+        """``op`` folded over the remote group's objects in rank order."""
+        return fold_objects(op, self._allgather_objects("allreduce", sendobj))
 
 
 class _Blocks:

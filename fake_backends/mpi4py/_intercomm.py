@@ -47,6 +47,7 @@ class _InterState(_State):
 
 
 def _inter_state(parent, union: GroupComm, local: list, remote: list, first: bool, name: str) -> _InterState:
+    union.origin = f"the intercommunicator {name}"
     st = _InterState(parent.rt, union, union.transport.context, list(remote), name, parent=parent)
     st.local_members = list(local)
     st.local_offset, st.remote_offset = (0, len(local)) if first else (len(remote), 0)
