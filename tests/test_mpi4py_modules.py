@@ -203,6 +203,12 @@ INTERCOMM = """
     assert rs[0] == max(remote) + inter.rank
     inter.Barrier()
     assert not hasattr(inter, "Scan")
+    for refused in (inter.Ibarrier, lambda: inter.Iallreduce(ar, ar), lambda: inter.Create_group(MPI.GROUP_EMPTY)):
+        try:
+            refused()
+            raise AssertionError("an intracommunicator's call ran on an intercommunicator")
+        except NotImplementedError as exc:
+            assert "not simulated on intercommunicators" in str(exc)
     # communicators of an intercommunicator
     merged = inter.Merge(high=bool(color))
     assert merged.size == size and merged.allgather(rank) == list(range(0, size, 2)) + list(range(1, size, 2))

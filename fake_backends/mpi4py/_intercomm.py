@@ -28,7 +28,7 @@ import numpy as np
 
 from . import _errhandlers, _runtime
 from ._comm import INTERCOMM_CLASS, Comm, Intracomm, _State
-from ._errors import ERR_ARG, ERR_COMM, ERR_GROUP, ERR_RANK, Exception as MPIException
+from ._errors import ERR_ARG, ERR_COMM, ERR_GROUP, ERR_RANK, Exception as MPIException, unsupported
 from ._groupcomm import COLLECTIVE_BIT, HANDSHAKE_BIT, GroupComm, new_context
 from ._groups import Group, _Members
 from ._intercoll import InterCollectives
@@ -269,13 +269,24 @@ def _side(st) -> int:
     return 0 if st.local_offset == 0 else 1
 
 
+_COLLECTIVES = ("Barrier", "Bcast", "Gather", "Gatherv", "Scatter", "Scatterv", "Allgather", "Allgatherv", "Alltoall",
+                "Alltoallv", "Alltoallw", "Reduce", "Allreduce", "Reduce_scatter_block", "Reduce_scatter")
+
+
 def refuse_intracomm_calls() -> None:  # called once, below
-    """The calls of an intracommunicator only (topologies, Scan, Split_type,
-    Create_group, ...) are not an intercommunicator's: AttributeError, as
-    mpi4py's Intercomm has none of them."""
+    """The calls of an intracommunicator only (topologies, Scan, ...) are
+    not an intercommunicator's: AttributeError, as mpi4py's Intercomm has
+    none of them. The calls mpi4py's Intercomm has and this one does not
+    simulate (nonblocking and persistent collectives, Reduce_scatter with
+    counts, Alltoallw, Create and Create_group) raise NotImplementedError,
+    never the intracommunicator's form run on both groups at once."""
     for name in ("Create_intercomm", "Create_cart", "Create_graph", "Create_dist_graph",
                  "Create_dist_graph_adjacent", "Scan", "Exscan", "scan", "exscan"):
         setattr(Intercomm, name, property(_no_such(name)))
+    refused = ["Create", "Create_group", "Reduce_scatter", "Alltoallw"]
+    refused += [f"I{name[0].lower()}{name[1:]}" for name in _COLLECTIVES] + [f"{name}_init" for name in _COLLECTIVES]
+    for name in refused:
+        setattr(Intercomm, name, _refused(name))
 
 
 def _no_such(name: str):
@@ -283,6 +294,16 @@ def _no_such(name: str):
         raise AttributeError(f"'Intercomm' object has no attribute {name!r}")
 
     return missing
+
+
+def _refused(name: str):
+    def refused(self, *args, **kwargs):
+        raise unsupported(f"Intercomm.{name}", "nonblocking and persistent collectives, Reduce_scatter, "
+                          "Alltoallw, Create and Create_group are not simulated on intercommunicators; use the "
+                          "blocking collectives, or Merge it into an intracommunicator")
+
+    refused.__name__ = name
+    return refused
 
 
 class _Constructors(Intracomm):
