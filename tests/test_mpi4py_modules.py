@@ -68,11 +68,12 @@ PKL5 = """
 """
 
 
-@pytest.mark.parametrize("n", [1, 3])
+@pytest.mark.parametrize("n", [1, pytest.param(3, marks=pytest.mark.slow)])
 def test_pkl5_runs_unchanged_on_the_stand_in(tmp_path, n):
     ok(tmp_path, PKL5, n)
 
 
+@pytest.mark.slow
 def test_without_mpi4py_installed_util_and_futures_refuse_naming_themselves(tmp_path):
     """The stand-in alone: a Python that cannot find mpi4py (its
     site-packages seen through a directory without it)."""
@@ -227,15 +228,14 @@ INTERCOMM = """
 """
 
 
-@pytest.mark.parametrize("n", [2, 3])
-def test_intercommunicators(tmp_path, n):
-    ok(tmp_path, INTERCOMM, n)
+def test_intercommunicators(tmp_path):
+    ok(tmp_path, INTERCOMM, 3)
 
 
 @pytest.mark.slow
-def test_intercommunicators_on_four_and_five_ranks(tmp_path):
-    for n in (4, 5):
-        ok(tmp_path, INTERCOMM, n)
+@pytest.mark.parametrize("n", [2, 4, 5])
+def test_intercommunicators_on_other_numbers_of_ranks(tmp_path, n):
+    ok(tmp_path, INTERCOMM, n)
 
 
 def test_a_process_that_never_joins_an_intercommunicator_collective_is_a_reported_hang(tmp_path):
@@ -254,6 +254,7 @@ def test_a_process_that_never_joins_an_intercommunicator_collective_is_a_reporte
     assert "rank 0: waiting in probe" in outcome.error and f"at prog.py:{line}" in outcome.error, outcome.error
 
 
+@pytest.mark.slow
 def test_create_intercomm_errors_leave_nothing_behind(tmp_path):
     ok(tmp_path, """
         import pickle
