@@ -163,6 +163,8 @@ INTERCOMM = """
     except TypeError:
         pass
     assert type(MPI.Comm.fromint(inter.toint())) is MPI.Intercomm
+    parent = MPI.Comm.Get_parent()  # no rank was spawned: MPI.COMM_NULL, as an Intercomm
+    assert isinstance(parent, MPI.Intercomm) and parent == MPI.COMM_NULL
     # point to point: ranks name the remote group
     peer = inter.rank % nr
     if inter.rank < nr:

@@ -264,11 +264,9 @@ class Comm(IntegerHandles, GroupCalls, PointToPoint, BufferCollectives, VectorCo
 
     @classmethod
     def Get_parent(cls):
-        """Dynamic processes are not simulated: NotImplementedError (a class
-        method in mpi4py, which the instance's refusals do not reach)."""
-        from ._names import unsupported_attribute
-
-        raise unsupported_attribute("Comm", "Get_parent")
+        """MPI.COMM_NULL as an Intercomm: no rank of `simdist run` was spawned
+        (a class method in mpi4py)."""
+        return INTERCOMM_CLASS[0]()
 
     def Call_errhandler(self, errorcode: int) -> None:
         """Apply the communicator's error handler to ``errorcode``; under
