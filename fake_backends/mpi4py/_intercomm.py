@@ -11,15 +11,15 @@ destination rank through ``members``, reach the remote group) and whose
 ``rank``/``size`` are the local group's; a message's source is the
 sender's rank in its own group, which is the remote rank the receiver
 names. Its ``sc`` is a ``GroupComm`` (``_groupcomm``) of the union of both
-groups -- the group whose leader has the lower world rank first -- whose
-messages carry the collectives, ``Merge`` and ``Dup``.
+groups -- first the group whose first process has the lower world rank --
+whose messages carry the collectives, ``Merge`` and ``Dup``.
 
 ``Create_intercomm`` (collective over the local communicator): the two
 leaders exchange their groups' world ranks and a fresh context over the
 peer communicator (in its context with bits 59 and 60 flipped, with the
 user's tag, so that the handshake never meets the program's messages),
-take the context of the lower-world-rank leader, and each broadcasts the
-remote group and the context over its local communicator.
+take the context the leader of the union's first group picked, and each
+broadcasts the remote group and the context over its local communicator.
 """
 
 from __future__ import annotations
@@ -57,10 +57,10 @@ def _inter_state(parent, union: GroupComm, local: list, remote: list, first: boo
 
 def _leaders_exchange(engine, ctx: int, rank: int, remote: tuple, tag: int, local: list, desc: str):
     """(remote group, context, whether the local group comes first), as the
-    local leader (``rank`` in the context ``ctx``, world rank ``local[0]``
-    or another of ``local``) learns them from the remote leader (``remote``:
-    its rank in ``ctx`` and its world rank). The group whose first process
-    has the lower world rank comes first, and its leader's context is taken."""
+    local leader (``rank`` in the context ``ctx``) learns them from the
+    remote leader (``remote``: its rank in ``ctx`` and its world rank). The
+    group whose first process has the lower world rank comes first, and its
+    leader's context is taken."""
     remote_leader, remote_world = remote
     proposal = new_context(_runtime.get().world.rank)
     payload = np.frombuffer(pickle.dumps((tuple(local), proposal, local[0])), np.uint8)
