@@ -28,9 +28,8 @@ What is different, on purpose:
   receiver sits in a Barrier waits until the receiver leaves it.
 * ``irecv`` has no size limit (mpi4py's default buffer is 32 KiB).
 * Anything mpi4py has and this module does not (one-sided Win, File I/O,
-  ``Intracomm.Create_from_group``, intercommunicators, nonblocking and persistent
-  collectives, derived datatypes, Alltoallw, ``mpi4py.util``,
-  ``mpi4py.futures``, ...) raises ``NotImplementedError`` naming the call
+  dynamic processes, nonblocking and persistent collectives, derived
+  datatypes, Alltoallw, ...) raises ``NotImplementedError`` naming the call
   and what to use instead; names mpi4py does not have either raise
   AttributeError. Errors raise ``MPI.Exception`` under a communicator's
   default handler, ERRORS_RETURN, and end the job under ERRORS_ARE_FATAL
