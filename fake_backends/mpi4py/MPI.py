@@ -28,9 +28,8 @@ What is different, on purpose:
   receiver sits in a Barrier waits until the receiver leaves it.
 * ``irecv`` has no size limit (mpi4py's default buffer is 32 KiB).
 * Anything mpi4py has and this module does not (one-sided Win, File I/O,
-  ``Intracomm.Create_from_group``, intercommunicators, nonblocking and persistent
-  collectives, derived datatypes, Alltoallw, ``mpi4py.util``,
-  ``mpi4py.futures``, ...) raises ``NotImplementedError`` naming the call
+  dynamic processes, nonblocking and persistent collectives, derived
+  datatypes, Alltoallw, ...) raises ``NotImplementedError`` naming the call
   and what to use instead; names mpi4py does not have either raise
   AttributeError. Errors raise ``MPI.Exception`` under a communicator's
   default handler, ERRORS_RETURN, and end the job under ERRORS_ARE_FATAL
@@ -51,6 +50,7 @@ from time import perf_counter as _perf_counter
 from ._buffered import BSEND_OVERHEAD, Alloc_mem, Attach_buffer, Detach_buffer, Flush_buffer, Free_mem
 from ._buffers import (BOTTOM, BUFFER_AUTOMATIC, IN_PLACE, Aint_add, Aint_diff, BottomType, BufferAutomaticType,
                        Get_address, InPlaceType)
+from ._commctx import _commctx_inter, _commctx_intra
 from ._comm import (APPNUM, COMM_NULL, COMM_SELF, COMM_TYPE_SHARED, COMM_WORLD, CONGRUENT, IDENT, IO,
                     KEYVAL_INVALID, LASTUSEDCODE, SIMILAR, UNDEFINED, UNEQUAL, UNIVERSE_SIZE, WTIME_IS_GLOBAL, Comm,
                     Intracomm)
@@ -68,6 +68,8 @@ from ._errors import error_class as _error_class
 from ._errors import error_string as _error_string
 from ._groups import GROUP_EMPTY, GROUP_NULL, Group
 from ._handles import register as _register_handles
+from ._intercomm import CREATE_INTERCOMM as _CREATE_INTERCOMM
+from ._intercomm import Intercomm
 from ._hints import ERRHANDLER_NULL, ERRORS_ABORT, ERRORS_ARE_FATAL, ERRORS_RETURN, INFO_ENV, INFO_NULL, Errhandler, Info
 from ._locks import _comm_lock, _comm_lock_table
 from ._mpibuffer import buffer, memory
@@ -83,6 +85,9 @@ from ._messages import MESSAGE_NO_PROC, MESSAGE_NULL, Message
 from ._requests import REQUEST_NULL, Prequest, Request
 from ._status import Status
 from ._runtime import get as _runtime_get
+from ._sessions import SESSION_NULL, Session
+from ._sessions import create_from_group as _create_from_group
+from ._sessions import create_from_session_pset as _create_from_session_pset
 from ._topologies import CONSTRUCTORS as _TOPOLOGY_CONSTRUCTORS
 from ._topologies import Cartcomm, Distgraphcomm, Graphcomm, Topocomm
 
@@ -93,6 +98,9 @@ for _name, _method in _PACK_METHODS.items():  # Datatype.Pack, ...: see the modu
 for _name, _method in _TOPOLOGY_CONSTRUCTORS.items():  # Intracomm.Create_cart, ...: see the module that defines them
     setattr(Intracomm, _name, _method)
 del _name, _method
+Intracomm.Create_intercomm = _CREATE_INTERCOMM
+Intracomm.Create_from_group = classmethod(_create_from_group)
+Group.Create_from_session_pset = classmethod(_create_from_session_pset)
 globals().update(_PREDEFINED)  # MPI.SUM, MPI.MAX, ..., MPI.MAXLOC, MPI.REPLACE, MPI.NO_OP
 
 ROOT = -4
@@ -119,6 +127,12 @@ def Init_thread(required: int = THREAD_MULTIPLE) -> int:
 def Query_thread() -> int:
     """THREAD_SERIALIZED: threads may call MPI, one at a time."""
     return THREAD_SERIALIZED
+
+
+def _set_abort_status(status: int) -> None:
+    """mpi4py's hook for ``mpi4py.run``: a failing program ends the job with
+    ``status``. Its exception (or SystemExit) ends the rank, and the run,
+    here already."""
 
 
 def Is_thread_main() -> bool:
@@ -239,8 +253,8 @@ def __getattr__(name: str):
     raise unsupported_module_attribute(name)
 
 
-_register_handles(globals(), null_or_refused=(Comm, Intracomm, Topocomm, Cartcomm, Graphcomm, Distgraphcomm, Request,
-                                              Prequest, Grequest, Message, File),
+_register_handles(globals(), null_or_refused=(Comm, Intracomm, Intercomm, Topocomm, Cartcomm, Graphcomm, Distgraphcomm,
+                                              Request, Prequest, Grequest, Message, File, Session),
                   same_handle=(Errhandler, Datatype, Op), info=(Info,))
 
 #: The names this module gives, each one of mpi4py.MPI's (a test compares them with mpi4py's).

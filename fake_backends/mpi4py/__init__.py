@@ -21,13 +21,25 @@ On a simulator rank, ``import mpi4py`` gives this package even without
 is bound to the rank's world at its first use in each run.
 
 This package itself is what a program sees as ``mpi4py``: ``rc``,
-``__version__``, ``get_config()``.
+``__version__``, ``get_config()``. Its other modules (``mpi4py.bench``,
+``mpi4py.util.pkl5``, ``mpi4py.futures``, ...) are the real mpi4py's, when
+it is installed (``_pure_python``).
 """
 
 from __future__ import annotations
 
 from ._errors import MPIAbort, unsupported
 from ._install import installed, installed_for_run
+from ._pure_python import search_path, submodule
+
+__path__ = search_path(__path__)  # the real mpi4py's pure-Python modules after the stand-in's
+
+
+def __getattr__(name: str):
+    """``mpi4py.bench``, ``mpi4py.futures``, ...: imported as ``mpi4py.<name>`` (``_pure_python``)."""
+    import sys
+
+    return submodule(sys.modules[__name__], name)
 
 __all__ = ["MPIAbort", "installed", "installed_for_run", "rc", "get_config", "get_include"]
 

@@ -20,7 +20,7 @@ from simdist._arguments import check_op
 
 from . import _runtime
 from ._collectives import BufferCollectives
-from . import _errhandlers
+from . import _commctx, _errhandlers
 from ._errors import ERR_ARG, ERR_COMM, ERR_KEYVAL, ERR_OTHER, Exception as MPIException, MPIAbort
 from ._attributes import AttributeCalls, copy_attributes, delete_attributes
 from ._errors import earlier_run, last_used_code
@@ -40,6 +40,7 @@ from ._vector import VectorCollectives
 UNDEFINED = -32766
 #: The handle class of each topology kind (filled by ``_topologies``, which builds on this module).
 CLASS_OF_TOPOLOGY: dict = {}
+INTERCOMM_CLASS: list = []  # MPI.Intercomm (filled by ``_intercomm``, which builds on this module)
 IDENT, CONGRUENT, SIMILAR, UNEQUAL = 0, 1, 2, 3
 COMM_TYPE_SHARED = 0
 # attribute keys, as Open MPI numbers them
@@ -91,8 +92,9 @@ class _SelfComm:
 class _State:
     """What a communicator handle refers to (see the module docstring)."""
 
+    inter = False  # True on an intercommunicator's (``_intercomm``)
     __slots__ = ("sc", "ctx", "members", "rank", "size", "name", "rt", "engine", "predefined", "freed", "_errhandler",
-                 "locks", "topo", "group", "attrs")
+                 "locks", "topo", "group", "attrs", "commctx")
 
     def __init__(self, rt, sc, ctx: int, members: list[int], name: str, predefined: bool = False, parent=None):
         self.rt, self.engine = rt, rt.engine
@@ -105,6 +107,7 @@ class _State:
         self.topo = None  # a topology communicator's (``_topologies``)
         self.group = None  # what Get_group gives handles on (``_groups``)
         self.attrs: dict = {}  # the user attributes (``_attributes``)
+        self.commctx = None  # MPI._commctx_intra's private duplicate (``_commctx``)
         rt.states.append(self)
 
     @property
@@ -144,6 +147,9 @@ class Comm(IntegerHandles, GroupCalls, PointToPoint, BufferCollectives, VectorCo
 
     def _make_null(self) -> None:
         self._state = None
+
+    def __new__(cls, comm: "Comm | None" = None):  # subclasses call it, as mpi4py.util.pkl5's Comm does
+        return super().__new__(cls)
 
     def __init__(self, comm: "Comm | None" = None):
         if comm is not None and not isinstance(comm, Comm):
@@ -272,11 +278,9 @@ class Comm(IntegerHandles, GroupCalls, PointToPoint, BufferCollectives, VectorCo
 
     @classmethod
     def Get_parent(cls):
-        """Dynamic processes are not simulated: NotImplementedError (a class
-        method in mpi4py, which the instance's refusals do not reach)."""
-        from ._names import unsupported_attribute
-
-        raise unsupported_attribute("Comm", "Get_parent")
+        """MPI.COMM_NULL as an Intercomm: no rank of `simdist run` was spawned
+        (a class method in mpi4py)."""
+        return INTERCOMM_CLASS[0]()
 
     def Call_errhandler(self, errorcode: int) -> None:
         """Apply the communicator's error handler to ``errorcode``; under
@@ -302,6 +306,8 @@ class Comm(IntegerHandles, GroupCalls, PointToPoint, BufferCollectives, VectorCo
         st = handle._live()
         if st is None:
             return handle
+        if st.inter:
+            return INTERCOMM_CLASS[0](handle)
         return (Intracomm if st.topo is None else CLASS_OF_TOPOLOGY[st.topo.kind])(handle)
 
     f2py = fromint
@@ -370,6 +376,7 @@ class Comm(IntegerHandles, GroupCalls, PointToPoint, BufferCollectives, VectorCo
             raise MPIException(ERR_COMM, f"{st.name} cannot be freed")
         delete_attributes(self, "Comm.Free")
         st.engine.progress()
+        _commctx.free(st)
         st.sc.free()
         st.freed = True
 
@@ -387,7 +394,12 @@ class Comm(IntegerHandles, GroupCalls, PointToPoint, BufferCollectives, VectorCo
 
 
 class Intracomm(Comm):
-    """An intra-communicator (every communicator of the stand-in is one)."""
+    """An intra-communicator (every communicator but MPI.Intercomm's)."""
+
+    def __init__(self, comm: "Comm | None" = None):
+        super().__init__(comm)
+        if self._state is not None and self._state.inter:
+            raise TypeError("expecting an intracommunicator")
 
 
 _errhandlers.guard_calls(Comm)

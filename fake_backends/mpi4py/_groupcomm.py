@@ -58,25 +58,27 @@ class GroupComm:
         self.rank, self.size = rank, len(members)
         self.transport = _Endpoint(context, members)
         self._ctx = context ^ COLLECTIVE_BIT
+        self.origin = "a communicator of Create_group"  # what its reports name it
 
     # -- the exchange every collective is made of ---------------------------------------
     def _exchange(self, kind: str, outgoing: dict, sources) -> dict:
         """Send ``outgoing[dest]`` to each dest, then receive from each of
-        ``sources``; the objects received, by source."""
-        engine, members = self.engine, self.transport.members
-        sends = [engine.send(members[dest], self._ctx, self.rank, 0,
-                             np.frombuffer(pickle.dumps((kind, obj)), np.uint8), PICKLED, False, kind)
-                 for dest, obj in outgoing.items()]
+        ``sources``; the objects received, by source. Every object is
+        pickled before the first send: one that cannot be leaves nothing sent."""
+        engine, members, where = self.engine, self.transport.members, self.origin
+        payloads = {dest: np.frombuffer(pickle.dumps((kind, obj)), np.uint8) for dest, obj in outgoing.items()}
+        sends = [engine.send(members[dest], self._ctx, self.rank, 0, payload, PICKLED, False, kind)
+                 for dest, payload in payloads.items()]
         got = {}
         for source in sources:
             op = engine.recv(self._ctx, source, 0, None, f"{kind} (from rank {source})")
-            engine.wait_until(lambda op=op: op.done, f"{kind} on a communicator of Create_group")
+            engine.wait_until(lambda op=op: op.done, f"{kind} on {where}")
             their_kind, obj = pickle.loads(memoryview(op.data))
             if their_kind != kind:
-                raise CollectiveMismatch(f"rank {self.rank}: {kind} met rank {source}'s {their_kind} on a "
-                                         "communicator of Create_group", {self.rank: kind, source: their_kind})
+                raise CollectiveMismatch(f"rank {self.rank}: {kind} met rank {source}'s {their_kind} on {where}",
+                                         {self.rank: kind, source: their_kind})
             got[source] = obj
-        engine.wait_until(lambda: all(op.done for op in sends), f"{kind} on a communicator of Create_group")
+        engine.wait_until(lambda: all(op.done for op in sends), f"{kind} on {where}")
         return got
 
     def _everyone(self):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import copyreg
 
 from . import _runtime
-from ._errors import ERR_ARG, ERR_GROUP, ERR_RANK, ERR_TAG, Exception as MPIException, unsupported
+from ._errors import ERR_ARG, ERR_GROUP, ERR_RANK, ERR_TAG, Exception as MPIException
 from ._groupcomm import create_group
 from ._handles import IntegerHandles, predefined
 
@@ -250,12 +250,13 @@ class GroupCalls:
 
     def Create(self, group: Group):
         """MPI_Comm_create (collective over the communicator; every rank
-        passes the same group, a subset of it): the group's processes get a
-        communicator ordered as the group, the others MPI.COMM_NULL."""
+        passes the same group, a subset of it, or, as MPI 2.2 allows,
+        disjoint groups): each group's processes get a communicator ordered
+        as the group, the others MPI.COMM_NULL."""
         st = self._st()
         ranks = self._subgroup(st, group, "Create")
         me = st.members[st.rank]
-        color = 0 if me in ranks else UNDEFINED
+        color = ranks[0] if me in ranks else UNDEFINED  # disjoint groups have distinct first processes
         return self.Split(color, ranks.index(me) if me in ranks else 0)
 
     def Create_group(self, group: Group, tag: int = 0):
@@ -271,9 +272,3 @@ class GroupCalls:
             raise MPIException(ERR_GROUP, f"Create_group: world rank {me} is not in the group {list(ranks)}")
         st.engine.progress()
         return self._new(self._derived(st, create_group(st, ranks, int(tag)), "Create_group"))
-
-    @classmethod
-    def Create_from_group(cls, group, stringtag: str = "org.mpi4py", info=None, errhandler=None):
-        raise unsupported("Intracomm.Create_from_group", "MPI sessions and string tags are not simulated; call "
-                          "Comm.Create_group(group) on a communicator")
-

@@ -61,6 +61,9 @@ class Message(IntegerHandles):
     def irecv(self) -> Request:
         return self._irecv(None)
 
+    def free(self) -> None:
+        """Do nothing, as mpi4py's (a message has no MPI_Message_free)."""
+
     @classmethod
     def Probe(cls, comm, source=ANY_SOURCE, tag=ANY_TAG, status=None) -> "Message":
         return comm.Mprobe(source, tag, status)

@@ -192,8 +192,8 @@ _COLLECTIVES = ("Barrier", "Bcast", "Gather", "Gatherv", "Scatter", "Scatterv", 
                 "Alltoall", "Alltoallv", "Alltoallw", "Reduce", "Allreduce", "Reduce_scatter_block",
                 "Reduce_scatter", "Scan", "Exscan")
 _VECTOR = {"Alltoallw": "Alltoallv"}
-_GROUPS = "MPI sessions and string tags are not simulated; call Comm.Create_group(group) on a communicator"
-_DYNAMIC = "dynamic processes and intercommunicators are not simulated; start every rank with `simdist run -n N`"
+_DYNAMIC = ("dynamic processes (Spawn, Connect/Accept, Join) are not simulated; start every rank with `simdist run -n N` "
+            "and make intercommunicators with Intracomm.Create_intercomm")
 _BUFFERED = "buffered mode is not simulated; use Send or Isend (small messages are buffered anyway)"
 _HANDLES = "the simulated MPI has no C or Fortran handles"
 _FT = "fault tolerance (ULFM) is not simulated: a failing rank fails the whole run"
@@ -215,9 +215,7 @@ def _comm_hint(name: str) -> str | None:
                 "(there is no overlap to gain on the simulator)")
     if name in _VECTOR:
         return "Alltoallw (a datatype per block) is not simulated; use Alltoallv with one datatype"
-    if name == "Create_from_group":
-        return _GROUPS
-    if name in ("Create_intercomm", "Spawn", "Spawn_multiple", "Accept", "Connect", "Join", "Get_parent",
+    if name in ("Spawn", "Spawn_multiple", "Accept", "Connect", "Join", "Get_parent",
                 "Disconnect"):
         return _DYNAMIC
     if name in ("Bsend", "Ibsend", "bsend", "ibsend", "Attach_buffer", "Detach_buffer", "Flush_buffer",
@@ -247,10 +245,8 @@ _MODULE_HINTS = {
     "Win": "one-sided communication (MPI.Win) is not simulated; use Send/Recv or collectives",
     "WIN_NULL": "one-sided communication (MPI.Win) is not simulated; use Send/Recv or collectives",
     "Register_datarep": "user data representations of MPI-IO are not simulated ('native' and 'internal' are)",
-    "Intercomm": _DYNAMIC, "Open_port": _DYNAMIC, "Close_port": _DYNAMIC, "Publish_name": _DYNAMIC,
+    "Open_port": _DYNAMIC, "Close_port": _DYNAMIC, "Publish_name": _DYNAMIC,
     "Unpublish_name": _DYNAMIC, "Lookup_name": _DYNAMIC,
-    "Session": "MPI sessions are not simulated; use MPI.COMM_WORLD",
-    "SESSION_NULL": "MPI sessions are not simulated; use MPI.COMM_WORLD",
     "Attach_buffer": _BUFFERED, "Detach_buffer": _BUFFERED, "Flush_buffer": _BUFFERED, "Iflush_buffer": _BUFFERED,
     "Alloc_mem": "use numpy.empty (or bytearray)", "Free_mem": "use numpy.empty (or bytearray)",
     "Remove_error_class": "user error classes are not simulated",
@@ -267,7 +263,7 @@ def unsupported_attribute(cls: str, name: str) -> Exception:
     lacks, else the AttributeError Python would raise."""
     hint = None
     if not name.startswith("_"):
-        if cls in ("Comm", "Intracomm", "Topocomm", "Cartcomm", "Graphcomm", "Distgraphcomm"):
+        if cls in ("Comm", "Intracomm", "Intercomm", "Topocomm", "Cartcomm", "Graphcomm", "Distgraphcomm"):
             hint = _comm_hint(name)
         elif name in _HANDLE_NAMES:
             hint = _HANDLES

@@ -36,6 +36,8 @@ def _padded(pickles: list[np.ndarray], width: int) -> np.ndarray:
 
 
 def _items(sendobj, size: int, call: str) -> list:
+    if sendobj is None:  # as mpi4py: None sends None to every rank
+        return [None] * size
     try:
         items = list(sendobj)
     except TypeError:

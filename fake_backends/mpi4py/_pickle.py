@@ -19,6 +19,15 @@ class Pickle:
         self.PROTOCOL = _std.HIGHEST_PROTOCOL if protocol is None and dumps is None else protocol
         self.THRESHOLD = 262144 if threshold is None else threshold
 
+    @property
+    def THRESHOLD(self) -> int:
+        """Out-of-band threshold (bytes) of ``dumps_oob``; None sets mpi4py's default."""
+        return self._threshold
+
+    @THRESHOLD.setter
+    def THRESHOLD(self, threshold) -> None:
+        self._threshold = 262144 if threshold is None else threshold
+
     def dumps(self, obj) -> bytes:
         if self.PROTOCOL is None:
             return bytes(self._dumps(obj))
@@ -28,10 +37,24 @@ class Pickle:
         return self._loads(data)
 
     def dumps_oob(self, obj):
-        return self.dumps(obj), []
+        """(pickle data, out-of-band buffers), as mpi4py's: protocol 5 at
+        least, each buffer of ``THRESHOLD`` bytes or more out of band."""
+        from ._mpibuffer import buffer
+
+        protocol = max(_std.HIGHEST_PROTOCOL if self.PROTOCOL is None else self.PROTOCOL, 5)
+        buffers: list = []
+
+        def out_of_band(pickled) -> bool:
+            view = buffer(pickled.raw())
+            if view.nbytes >= self.THRESHOLD:
+                buffers.append(view)
+                return False
+            return True
+
+        return self._dumps(obj, protocol, buffer_callback=out_of_band), buffers
 
     def loads_oob(self, data, buffers):
-        return self.loads(data)
+        return self._loads(data, buffers=buffers)
 
 
 pickle = Pickle()

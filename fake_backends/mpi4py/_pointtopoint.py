@@ -73,8 +73,9 @@ class PointToPoint:
     # -- argument checks ------------------------------------------------------------------
     @staticmethod
     def _peer(st, rank, call: str, what: str, any_ok: bool) -> int:
-        if not is_int(rank) or not (0 <= rank < st.size or (any_ok and rank == ANY_SOURCE)):
-            raise MPIException(ERR_RANK, f"{call}: {what}={rank!r} on {st.name} of {st.size} ranks")
+        peers = len(st.members)  # the remote group's on an intercommunicator
+        if not is_int(rank) or not (0 <= rank < peers or (any_ok and rank == ANY_SOURCE)):
+            raise MPIException(ERR_RANK, f"{call}: {what}={rank!r} on {st.name} of {peers} ranks")
         return int(rank)
 
     @staticmethod
