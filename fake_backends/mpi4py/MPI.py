@@ -83,6 +83,7 @@ from ._status import Status
 from ._runtime import get as _runtime_get
 from ._topologies import CONSTRUCTORS as _TOPOLOGY_CONSTRUCTORS
 from ._topologies import Cartcomm, Distgraphcomm, Graphcomm, Topocomm
+from ._win import WIN_NULL, Win
 
 globals().update({k: v for k, v in _CONSTANTS.items() if k not in globals()})  # every int constant of mpi4py
 globals().update(_TYPES)  # MPI.INT, MPI.DOUBLE, ... (MPI.DATATYPE_NULL included)
@@ -238,7 +239,7 @@ def __getattr__(name: str):
 
 
 _register_handles(globals(), null_or_refused=(Comm, Intracomm, Topocomm, Cartcomm, Graphcomm, Distgraphcomm, Request,
-                                              Prequest, Message),
+                                              Prequest, Message, Win),
                   same_handle=(Errhandler, Datatype, Op), info=(Info,))
 
 #: The names this module gives, each one of mpi4py.MPI's (a test compares them with mpi4py's).

@@ -244,8 +244,6 @@ _CLASS_HINTS = {
 _HANDLE_NAMES = ("py2f", "f2py", "toint", "fromint", "fromhandle", "handle", "tomemory")
 
 _MODULE_HINTS = {
-    "Win": "one-sided communication (MPI.Win) is not simulated; use Send/Recv or collectives",
-    "WIN_NULL": "one-sided communication (MPI.Win) is not simulated; use Send/Recv or collectives",
     "File": "MPI-IO (MPI.File) is not simulated; write files with Python (one per rank, or from one rank)",
     "FILE_NULL": "MPI-IO (MPI.File) is not simulated; write files with Python (one per rank, or from one rank)",
     "Register_datarep": "MPI-IO (MPI.File) is not simulated",
