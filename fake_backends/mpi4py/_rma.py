@@ -53,7 +53,14 @@ def origin_spec(origin, writable: bool, target_rank: int, what: str = "origin") 
             return None
         if origin is None:
             return None
-    return parse(origin, writable=writable, what=what)
+    return plain(origin, writable, what)
+
+
+def plain(buf, writable: bool, what: str) -> BufSpec:
+    """``parse`` with the bytes as a plain uint8 array (not the program's MPI.buffer type)."""
+    spec = parse(buf, writable=writable, what=what)
+    spec.raw = np.asarray(spec.raw)
+    return spec
 
 
 def check_rank(target_rank, size: int, call: str) -> int:

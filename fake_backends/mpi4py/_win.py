@@ -20,13 +20,13 @@ import numpy as np
 
 from . import _errhandlers, _runtime
 from ._attributes import AttributeCalls, delete_attributes
-from ._buffers import BOTTOM, memory_bytes, parse
+from ._buffers import BOTTOM, memory_bytes
 from ._errors import ERR_ARG, ERR_INFO, ERR_KEYVAL, ERR_OTHER, ERR_TYPE, Exception as MPIException
 from ._errors import earlier_run, unsupported
 from ._handles import IntegerHandles
 from ._hints import Errhandler, Info
 from ._names import CONSTANTS
-from ._rma import (ERR_RMA_FLAVOR, check_accumulate, check_rank, combine, origin_spec, target_access)
+from ._rma import ERR_RMA_FLAVOR, check_accumulate, check_rank, combine, origin_spec, plain, target_access
 from ._winmemory import Segment
 from ._winsync import Synchronization, sync_error
 
@@ -195,7 +195,7 @@ class Win(IntegerHandles, AttributeCalls, Synchronization):
         disp_unit = _size(disp_unit, "disp_unit", "Create")
         raw = np.empty(0, np.uint8)
         if memory is not None and memory is not BOTTOM:
-            raw = memory_bytes(memory, True, "memory")[0]
+            raw = np.asarray(memory_bytes(memory, True, "memory")[0])  # a plain view, also of an MPI.buffer
         win = _make(comm, raw.size, disp_unit, info, FLAVOR_CREATE, raw, "Create")
         win._state.user_memory = memory
         return win
@@ -324,6 +324,8 @@ class Win(IntegerHandles, AttributeCalls, Synchronization):
     info = property(Get_info, Set_info)
 
     def Get_name(self) -> str:
+        if self._state is None:
+            return "MPI_WIN_NULL"
         return self._st().name
 
     def Set_name(self, name: str) -> None:
@@ -428,8 +430,8 @@ class Win(IntegerHandles, AttributeCalls, Synchronization):
         rank = check_rank(target_rank, st.size, "Get_accumulate")
         if rank < 0:
             return
-        spec = None if origin is None else parse(origin, writable=False, what="origin")
-        res = parse(result, writable=True, what="result")
+        spec = None if origin is None else plain(origin, False, "origin")
+        res = plain(result, True, "result")
         self._accumulate(st, "Get_accumulate", spec, res, rank, target, _op(op))
 
     def Fetch_and_op(self, origin, result, target_rank: int, target_disp: int = 0, op=None) -> None:
@@ -503,7 +505,7 @@ def _op(op):
 
 def _single(buf, what: str, writable: bool, rank: int):
     """A buffer of exactly one element (Fetch_and_op, Compare_and_swap)."""
-    spec = parse(buf, writable=writable, what=what)
+    spec = plain(buf, writable, what)
     if rank >= 0 and spec.count != 1:
         raise ValueError(f"{what}: expecting a single element, got {spec.count}")
     return spec

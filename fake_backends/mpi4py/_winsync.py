@@ -131,14 +131,14 @@ class Synchronization:
             raise sync_error(st, "Fence", "a Lock, Lock_all, Start or Post epoch is open")
         st.engine.progress()
         st.to_public()
-        pending = int(st.sc.allreduce(np.array([len(st.deferred)], np.int64), op="max")[0])
+        deferred, st.deferred = st.deferred, []
+        pending = int(st.sc.allreduce(np.array([len(deferred)], np.int64), op="max")[0])
         if pending:
             for turn in range(st.size):
                 if turn == st.rank:
-                    for apply in st.deferred:
+                    for apply in deferred:
                         apply()
                 st.sc.barrier()
-        st.deferred.clear()
         st.to_private()
         st.fence_open = not (int(assertion) & MODE_NOSUCCEED)
 
