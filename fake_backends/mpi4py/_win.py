@@ -116,13 +116,11 @@ def _make(comm, nbytes: int, disp_unit: int, info, flavor: int, private, call: s
     sc = st.sc.split(0, st.rank)  # the window's own context, as MPI_Win_create duplicates the communicator
     try:
         table = sc.allgather(np.array([nbytes, disp_unit], np.int64))
-        segment = Segment(sc, [int(n) for n in table[:, 0]])
+        segment = Segment(sc, [int(n) for n in table[:, 0]], private)
     except BaseException:
         sc.free()
         raise
     state = _WinState(_runtime.get(), st, sc, segment, [int(d) for d in table[:, 1]], flavor, private)
-    if private is not None and private.size:
-        segment.memory(st.rank)[...] = private
     if flavor != FLAVOR_CREATE and info is not None and info and _info_items(info).get("alloc_shared_noncontig"):
         state.info["alloc_shared_noncontig"] = _info_items(info)["alloc_shared_noncontig"]
     state.rt.windows.append(state)

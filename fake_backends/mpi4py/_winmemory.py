@@ -33,9 +33,10 @@ CONTROL_WORDS = 4
 class Segment:
     """The shared memory of one window on one rank (see the module docstring)."""
 
-    def __init__(self, sc, sizes: list[int]):
+    def __init__(self, sc, sizes: list[int], initial: np.ndarray | None = None):
         """Collective over ``sc`` (the window communicator's SimComm):
-        ``sizes`` are the window bytes of every rank, in rank order."""
+        ``sizes`` are the window bytes of every rank, in rank order;
+        ``initial``, this rank's first contents (before any rank can reach them)."""
         n = len(sizes)
         self.rank, self.size = sc.rank, n
         control = CONTROL_WORDS * 8 * n * n + 8 * n
@@ -56,7 +57,9 @@ class Segment:
         words = np.frombuffer(self._map, np.int64, count=CONTROL_WORDS * n * n + n)
         self.control = words[:CONTROL_WORDS * n * n].reshape(n, n, CONTROL_WORDS)
         self.lock_state = words[CONTROL_WORDS * n * n:]  # per target: -1 exclusive, k > 0 shared by k
-        sc.barrier()  # every rank has opened the file before rank 0 may close it
+        if initial is not None and initial.size:
+            self.memory(self.rank)[...] = initial
+        sc.barrier()  # every rank has opened the file (and set its contents) before any other uses it
 
     def memory(self, rank: int) -> np.ndarray:
         """The window bytes of ``rank`` (a uint8 view of the segment)."""
