@@ -194,13 +194,21 @@ DETERMINISTIC = """
         for t in range(size):
             win.Accumulate(rng.standard_normal(16) * 10.0 ** rng.integers(-8, 8, 16), t, op=MPI.SUM)
     win.Fence()
-    print(rank, mem.tobytes().hex())
+    print(rank, "fence", mem.tobytes().hex())
+    everyone = comm.Get_group()
+    win.Post(everyone)
+    win.Start(everyone)
+    for t in range(size):
+        win.Accumulate(rng.standard_normal(16) * 10.0 ** rng.integers(-8, 8, 16), t, op=MPI.SUM)
+    win.Complete()
+    win.Wait()
+    print(rank, "pscw", mem.tobytes().hex())
     win.Free()
 """
 
 
 @pytest.mark.slow
-def test_concurrent_fence_accumulates_give_the_same_bits_every_run(tmp_path, capfd):
+def test_concurrent_fence_and_pscw_accumulates_give_the_same_bits_every_run(tmp_path, capfd):
     path = tmp_path / "prog.py"
     path.write_text(PRELUDE + textwrap.dedent(DETERMINISTIC))
     seen = set()

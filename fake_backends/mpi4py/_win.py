@@ -59,7 +59,8 @@ class _WinState:
         self.lock_all = False
         self.start_targets = None
         self.post_origins = None
-        self.deferred: list = []
+        self.deferred: list = []  # accumulates of the fence epoch, applied at the next Fence
+        self.deferred_active: dict = {}  # of the PSCW access epoch, by target, applied at Complete
         self.label = f"window {_count} of {st.name}"
 
     @property
@@ -409,6 +410,8 @@ class Win(IntegerHandles, AttributeCalls, Synchronization):
 
         if epoch == FENCE:
             st.deferred.append(apply)
+        elif epoch == ACTIVE:
+            st.deferred_active.setdefault(rank, []).append(apply)
         else:
             with st.segment.atomic(rank):
                 apply()

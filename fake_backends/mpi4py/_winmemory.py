@@ -27,7 +27,7 @@ import os
 import numpy as np
 
 #: int64 words of control state per (target, origin) pair (see ``_winsync``).
-CONTROL_WORDS = 4
+CONTROL_WORDS = 4  # POSTED, COMPLETED, WAITING, EXPOSED
 
 
 class Segment:

@@ -11,9 +11,16 @@ every run, whatever the timing. Puts and Gets move at once (MPI forbids
 them to conflict with anything in the epoch).
 
 Active target, general (PSCW): ``Post`` adds one token per origin in the
-window's control area; ``Start`` waits for the token of each target (MPI
-allows Start to block), ``Complete`` adds one token per target, ``Wait``
-(``Test``) takes the token of each origin of its Post.
+window's control area (and marks the origins exposed to); ``Start`` waits
+for the token of each target (MPI allows Start to block), ``Complete``
+adds one token per target, ``Wait`` (``Test``) takes the token of each
+origin of its Post. Puts and Gets move at once; accumulates wait for
+``Complete``, which applies them target by target once every origin of
+lower rank that the target exposed to has completed: so accumulates of
+PSCW epochs too fold in origin rank order, the same bits on every run. (An
+origin with accumulates thus waits in Complete for the origins of lower
+rank; a program whose lower-rank origin calls ``Wait`` before its own
+``Complete`` and waits for this one deadlocks, and is reported.)
 
 Passive target: ``Lock``/``Unlock`` take and give back the target's lock
 word in the control area (-1 exclusive, k > 0 shared by k); ``Lock_all``
@@ -21,8 +28,9 @@ takes a shared lock of every rank. Operations move at once; an accumulate
 holds the target's atomicity lock (``_winmemory``) while it combines, so
 it is atomic per element as MPI requires. The order in which concurrent
 accumulates of different origins reach one element is the order they
-take that lock: with PSCW and passive-target epochs it depends on timing,
-as under MPI (integer and bitwise ops give the same bits in any order).
+take that lock, which depends on timing, as the order in which the
+origins get their locks does under MPI (integer, bitwise, min/max and
+REPLACE-free programs give the same bits in any order).
 
 Waiting. A rank that waits (Start, Wait, Lock, Lock_all) marks itself
 waiting in the control area and waits in the progress engine (``_p2p``)
@@ -54,7 +62,7 @@ from ._p2p import ANY_SOURCE, ANY_TAG
 from ._rma import ERR_RMA_SYNC
 
 WAKE_CONTEXT = 1 << 57
-POSTED, COMPLETED, WAITING = 0, 1, 2  # words of the control area, per (rank, peer)
+POSTED, COMPLETED, WAITING, EXPOSED = 0, 1, 2, 3  # words of the control area, per (rank, peer)
 LOCK_EXCLUSIVE, LOCK_SHARED = CONSTANTS["LOCK_EXCLUSIVE"], CONSTANTS["LOCK_SHARED"]
 MODE_NOSUCCEED = CONSTANTS["MODE_NOSUCCEED"]
 _EMPTY = np.empty(0, np.uint8)
@@ -156,6 +164,7 @@ class Synchronization:
         def post():
             for o in origins:
                 control[o, me, POSTED] += 1
+                control[me, o, EXPOSED] = 1
 
         _changed(st, post)
         st.post_origins = origins
@@ -183,13 +192,23 @@ class Synchronization:
         st = self._st()
         if st.start_targets is None:
             raise sync_error(st, "Complete", "no access epoch is open (Complete without Start)")
-        control, me, targets = st.segment.control, st.rank, st.start_targets
+        control, me = st.segment.control, st.rank
+        deferred, st.deferred_active = st.deferred_active, {}
+        for t in st.start_targets:
+            if t in deferred:
+                def lower_done(t=t):
+                    return all(control[t, o, COMPLETED] > 0 for o in range(me) if control[t, o, EXPOSED])
 
-        def complete():
-            for t in targets:
+                wait_for(st, lower_done, f"Win.Complete (its accumulates to window rank {t} wait for the "
+                         "Complete of the origins of lower rank)")
+                with st.segment.atomic(t):
+                    for apply in deferred[t]:
+                        apply()
+
+            def complete(t=t):
                 control[t, me, COMPLETED] += 1
 
-        _changed(st, complete)
+            _changed(st, complete)
         st.start_targets = None
 
     def _completed(self, st) -> bool:
@@ -197,6 +216,7 @@ class Synchronization:
         if all(control[me, o, COMPLETED] > 0 for o in origins):
             for o in origins:
                 control[me, o, COMPLETED] -= 1
+                control[me, o, EXPOSED] = 0
             return True
         return False
 
