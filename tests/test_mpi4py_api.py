@@ -727,7 +727,7 @@ def test_abort_through_the_command_line(tmp_path):
     ("comm.Ibarrier()", "call the blocking Comm.Barrier"),
     ("comm.Spawn('x')", "Intracomm.Spawn is not supported"),
     ("comm.Alltoallw(None, None)", "use Alltoallv"),
-    ("MPI.Win.Create(np.zeros(1))", "MPI.Win is not supported"),
+    ("MPI.Win.Create_dynamic(comm=comm)", "Win.Create_dynamic is not supported"),
     ("MPI.File.Open(comm, 'x')", "MPI.File is not supported"),
     ("MPI.Intercomm", "MPI.Intercomm is not supported"),
     ("MPI.INT.Create_contiguous(3)", "derived datatypes are not supported"),

@@ -27,7 +27,7 @@ What is different, on purpose:
   ``fake_backends.mpi4py._p2p``): a rank waiting for a large send whose
   receiver sits in a Barrier waits until the receiver leaves it.
 * ``irecv`` has no size limit (mpi4py's default buffer is 32 KiB).
-* Anything mpi4py has and this module does not (one-sided Win, File I/O,
+* Anything mpi4py has and this module does not (dynamic windows, File I/O,
   ``Intracomm.Create_from_group``, intercommunicators, nonblocking and persistent
   collectives, derived datatypes, Alltoallw, ``mpi4py.util``,
   ``mpi4py.futures``, ...) raises ``NotImplementedError`` naming the call
