@@ -161,14 +161,13 @@ PSCW_AND_SHARED = """
 """
 
 
-@pytest.mark.parametrize("n", [1, 3])
-def test_fence_epochs_put_get_and_fold_accumulates_in_rank_order(tmp_path, n):
-    ok(tmp_path, FENCE, n)
+def test_fence_epochs_put_get_and_fold_accumulates_in_rank_order(tmp_path):
+    ok(tmp_path, FENCE, 2)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("n", [2, 4])
-def test_fence_epochs_on_two_and_four_ranks(tmp_path, n):
+@pytest.mark.parametrize("n", [1, 3, 4])
+def test_fence_epochs_on_one_three_and_four_ranks(tmp_path, n):
     ok(tmp_path, FENCE, n)
 
 
@@ -213,14 +212,15 @@ def test_concurrent_fence_and_pscw_accumulates_give_the_same_bits_every_run(tmp_
     path.write_text(PRELUDE + textwrap.dedent(DETERMINISTIC))
     seen = set()
     for _ in range(20):
-        assert run_script(str(path), [], 4, timeout=30.0).status == 0
+        assert run_script(str(path), [], 3, timeout=30.0).status == 0
         seen.add(tuple(sorted(capfd.readouterr().out.splitlines())))
     assert len(seen) == 1
 
 
 @pytest.mark.parametrize("source, text", [
     ("win.Lock(0)\nwin.Free()", "Lock without Unlock"),
-    ("win.Post(comm.Get_group())\nwin.Free()", "Post without Wait"),
+    pytest.param("win.Post(comm.Get_group())\nwin.Free()", "Post without Wait", marks=pytest.mark.slow),
+    pytest.param("win.Post(comm.Get_group())\nwin.Start(comm.Get_group())\nwin.Free()", "Start without Complete", marks=pytest.mark.slow),
 ])
 def test_an_epoch_open_at_free_is_an_error_naming_it(tmp_path, source, text):
     result = outcome(tmp_path, "win = MPI.Win.Allocate(8, comm=comm)\n" + source, 1)
