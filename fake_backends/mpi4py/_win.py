@@ -21,7 +21,7 @@ import numpy as np
 from . import _errhandlers, _runtime
 from ._attributes import AttributeCalls, delete_attributes
 from ._buffers import BOTTOM, memory_bytes
-from ._errors import ERR_ARG, ERR_INFO, ERR_KEYVAL, ERR_OTHER, ERR_TYPE, Exception as MPIException
+from ._errors import ERR_INFO, ERR_KEYVAL, ERR_OTHER, ERR_TYPE, Exception as MPIException
 from ._errors import earlier_run, unsupported
 from ._handles import IntegerHandles
 from ._hints import Errhandler, Info
