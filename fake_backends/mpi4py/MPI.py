@@ -27,9 +27,8 @@ What is different, on purpose:
   ``fake_backends.mpi4py._p2p``): a rank waiting for a large send whose
   receiver sits in a Barrier waits until the receiver leaves it.
 * ``irecv`` has no size limit (mpi4py's default buffer is 32 KiB).
-* Anything mpi4py has and this module does not (one-sided Win, File I/O,
-  dynamic processes, nonblocking and persistent collectives, derived
-  datatypes, Alltoallw, ...) raises ``NotImplementedError`` naming the call
+* Anything mpi4py has and this module does not (dynamic windows, dynamic
+  processes, ...) raises ``NotImplementedError`` naming the call
   and what to use instead; names mpi4py does not have either raise
   AttributeError. Errors raise ``MPI.Exception`` under a communicator's
   default handler, ERRORS_RETURN, and end the job under ERRORS_ARE_FATAL
@@ -90,6 +89,7 @@ from ._sessions import create_from_group as _create_from_group
 from ._sessions import create_from_session_pset as _create_from_session_pset
 from ._topologies import CONSTRUCTORS as _TOPOLOGY_CONSTRUCTORS
 from ._topologies import Cartcomm, Distgraphcomm, Graphcomm, Topocomm
+from ._win import WIN_NULL, Win
 
 globals().update({k: v for k, v in _CONSTANTS.items() if k not in globals()})  # every int constant of mpi4py
 globals().update(_TYPES)  # MPI.INT, MPI.DOUBLE, ... (MPI.DATATYPE_NULL included)
@@ -254,7 +254,7 @@ def __getattr__(name: str):
 
 
 _register_handles(globals(), null_or_refused=(Comm, Intracomm, Intercomm, Topocomm, Cartcomm, Graphcomm, Distgraphcomm,
-                                              Request, Prequest, Grequest, Message, File, Session),
+                                              Request, Prequest, Grequest, Message, File, Session, Win),
                   same_handle=(Errhandler, Datatype, Op), info=(Info,))
 
 #: The names this module gives, each one of mpi4py.MPI's (a test compares them with mpi4py's).

@@ -242,8 +242,6 @@ _CLASS_HINTS = {
 _HANDLE_NAMES = ("py2f", "f2py", "toint", "fromint", "fromhandle", "handle", "tomemory")
 
 _MODULE_HINTS = {
-    "Win": "one-sided communication (MPI.Win) is not simulated; use Send/Recv or collectives",
-    "WIN_NULL": "one-sided communication (MPI.Win) is not simulated; use Send/Recv or collectives",
     "Register_datarep": "user data representations of MPI-IO are not simulated ('native' and 'internal' are)",
     "Open_port": _DYNAMIC, "Close_port": _DYNAMIC, "Publish_name": _DYNAMIC,
     "Unpublish_name": _DYNAMIC, "Lookup_name": _DYNAMIC,

@@ -1,7 +1,5 @@
 """One-sided communication (RMA): MPI.Win.Allocate, Win.Lock, Win.Put,
 Win.Get, Win.Unlock, mpi4py.util.dtlib.to_numpy_dtype, Comm.Barrier.
-simdist does not simulate RMA: under `simdist run` the program must stop
-with a NotImplementedError that names the call, where mpiexec runs it.
 
 Origin: mpi4py's tutorial (docs/source/tutorial.rst, "One-Sided
 Communication (RMA)", "Read from (write to) the entire RMA window"),
@@ -9,7 +7,6 @@ https://github.com/mpi4py/mpi4py, BSD 3-clause licence, Copyright (c) Lisandro
 Dalcin (see README.md here). Copied as is; added: the print at the end.
 """
 # simdist-run: 2
-# simdist-unsupported: NotImplementedError
 
 import numpy as np
 from mpi4py import MPI
