@@ -721,7 +721,7 @@ def test_abort_through_the_command_line(tmp_path):
 
 
 @pytest.mark.parametrize("call, text", [
-    ("comm.Join(3)", "Comm.Join is not supported"),
+    ("comm.Join(3)", "Intracomm.Join is not supported"),
     ("comm.Iallreduce(np.zeros(1), np.zeros(1))", "call the blocking Comm.Allreduce"),
     ("comm.Ibarrier()", "call the blocking Comm.Barrier"),
     ("comm.Spawn('x')", "Intracomm.Spawn is not supported"),
