@@ -11,6 +11,7 @@ the replacement job does not outlive the test.
 
 from __future__ import annotations
 
+import importlib.metadata
 import time
 
 import numpy as np
@@ -268,7 +269,19 @@ def test_without_check_calls_a_dtype_mismatch_is_not_detected(plain):
 
 
 @pytest.mark.slow
+def _intel_mpi() -> bool:
+    """Whether the MPI is Intel's (its runtime's package is installed; the
+    driver must not initialise MPI to ask it)."""
+    try:
+        importlib.metadata.distribution("impi-rt")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def test_without_check_calls_different_collectives_hang_until_the_timeout():
+    if _intel_mpi():
+        pytest.skip("Intel MPI 2021 completes a barrier matched with an allreduce (docs/mpi.md, Mismatched calls)")
     with simdist.World(SIZE, backend="mpi", timeout=HANG_TIMEOUT) as world:
         started = time.monotonic()
         with pytest.raises(simdist.CollectiveTimeout) as info:
