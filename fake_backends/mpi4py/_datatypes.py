@@ -9,7 +9,7 @@ characters to datatypes, as mpi4py's does, so a plain numpy array finds
 its datatype by its dtype.
 
 Derived datatypes (Create_contiguous, Create_vector, Create_struct, ...)
-are not supported: send the numpy array with its element type and a count.
+are built by ``_typecalls`` (the calls) and ``_derived`` (the type maps).
 """
 
 from __future__ import annotations
@@ -22,16 +22,15 @@ from ._attributes import AttributeCalls, copy_attributes, delete_attributes
 from ._errors import ERR_ARG, ERR_TYPE, unsupported
 from ._errors import Exception as MPIException
 from ._handles import IntegerHandles
+from ._typecalls import DerivedCalls
 
-_DERIVED = "derived datatypes are not supported; send the numpy array with its element type and a count instead"
+_REFUSED = "MPI 4.1's value-index datatypes are not simulated; use MPI.DOUBLE_INT and the other pair types"
 
 
 def _missing(name: str) -> Exception:
-    """NotImplementedError for the calls of derived datatypes, else AttributeError."""
-    if name.startswith(("Create_", "Pack", "Unpack", "Get_envelope", "Get_contents", "decode")) or name in (
-        "Resized", "Get_value_index", "envelope", "contents", "combiner",
-    ):
-        return unsupported(f"Datatype.{name}", _DERIVED)
+    """NotImplementedError for the calls not simulated, else AttributeError."""
+    if name == "Get_value_index":
+        return unsupported(f"Datatype.{name}", _REFUSED)
     return AttributeError(f"'Datatype' object has no attribute {name!r}")
 
 
@@ -46,7 +45,7 @@ class _DatatypeClass(type):
 _ATTRIBUTES: dict = {}  # a datatype's handle (``_id``) -> its user attributes
 
 
-class Datatype(IntegerHandles, AttributeCalls, metaclass=_DatatypeClass):
+class Datatype(DerivedCalls, IntegerHandles, AttributeCalls, metaclass=_DatatypeClass):
     """An MPI datatype: ``name`` (``MPI_INT``), ``dtype`` (numpy; None for a
     type without one, which only fails when used), ``size`` in bytes."""
 
@@ -89,6 +88,8 @@ class Datatype(IntegerHandles, AttributeCalls, metaclass=_DatatypeClass):
     @property
     def dtype(self) -> np.dtype:
         """The numpy dtype of one element; raises for types that have none."""
+        if self._dtype is None and not self._predefined():
+            return self._derived_dtype()
         if self._dtype is None:
             if not self:
                 raise TypeError("MPI.DATATYPE_NULL cannot describe a buffer; pass a datatype such as MPI.DOUBLE")
@@ -97,15 +98,9 @@ class Datatype(IntegerHandles, AttributeCalls, metaclass=_DatatypeClass):
             raise unsupported(f"the datatype {self._name}", "it has no numpy equivalent here; use another datatype")
         return self._dtype
 
-    def Get_size(self) -> int:
-        self._valid("Get_size")
-        return 0 if self._dtype is None else self._dtype.itemsize
-
-    def Get_extent(self) -> tuple[int, int]:
-        return 0, self.Get_size()
-
-    def Get_true_extent(self) -> tuple[int, int]:
-        return 0, self.Get_size()
+    def _predefined(self) -> bool:
+        """A predefined datatype (or DATATYPE_NULL), not a derived one."""
+        return self._id == self._key
 
     def Get_name(self) -> str:
         return self._name
@@ -113,29 +108,21 @@ class Datatype(IntegerHandles, AttributeCalls, metaclass=_DatatypeClass):
     def Set_name(self, name: str) -> None:
         self._valid("Set_name")._name = str(name)
 
-    def Commit(self) -> "Datatype":
-        return self._valid("Commit")
-
     def Free(self) -> None:
         """Free a Dup; the handle becomes MPI.DATATYPE_NULL. A predefined
         datatype cannot be freed (MPI_ERR_TYPE, as under Open MPI)."""
-        if self._valid("Free")._id == self._key:
+        if self._valid("Free")._predefined():
             raise MPIException(ERR_TYPE, f"Datatype.Free of {self._name}, a predefined datatype")
+        self._typemap("Free")
         delete_attributes(self, "Datatype.Free")
         _ATTRIBUTES.pop(self._id, None)
+        self._free_map()
         self.__init__()
 
     def free(self) -> None:
         """Free unless null or predefined (mpi4py's ``free``)."""
-        if self and self._id != self._key:
+        if self and not self._predefined():
             self.Free()
-
-    def Dup(self) -> "Datatype":
-        """A new datatype of the same layout (not equal to this one, as in MPI)."""
-        dup = Datatype(self._valid("Dup"), _name=self._name)
-        dup._id = object()
-        copy_attributes(self, dup, "Datatype.Dup")
-        return dup
 
     # -- user attributes (``_attributes``) -----------------------------------------------
     _attr_kind = "Datatype"
@@ -161,8 +148,6 @@ class Datatype(IntegerHandles, AttributeCalls, metaclass=_DatatypeClass):
         except KeyError:
             raise MPIException(ERR_ARG, f"Datatype.Match_size({typeclass}, {size}): no such datatype") from None
 
-    Create_dup = Dup
-
     def tocode(self) -> str:
         """The type code of the datatype, as mpi4py's (``"d"`` for MPI.DOUBLE)."""
         try:
@@ -170,16 +155,7 @@ class Datatype(IntegerHandles, AttributeCalls, metaclass=_DatatypeClass):
         except KeyError:
             raise ValueError("cannot map to character code or type string") from None
 
-    size = property(Get_size)
-    extent = property(lambda self: self.Get_size())
-    lb = property(lambda self: 0)
-    ub = property(lambda self: self.Get_size())
-    true_extent = property(lambda self: self.Get_size())
-    true_lb = property(lambda self: 0)
-    true_ub = property(lambda self: self.Get_size())
     name = property(Get_name, Set_name)
-    is_named = property(lambda self: True)
-    is_predefined = property(lambda self: True)
     typechar = property(lambda self: self.tocode())
     typestr = property(lambda self: self.dtype.str)
 
