@@ -54,6 +54,14 @@ def buffer_data(buf, what: str = "buf"):
     return parse(buf, writable=False, what=what).raw, 0
 
 
+def receive_into(spec):
+    """The sink of a receive into a parsed buffer (None: an object), and
+    what stores a derived datatype's packed bytes once they are in."""
+    if spec is None:
+        return None, None
+    return spec.raw, (spec.store if spec.target is not None else None)
+
+
 def pickled_data(obj):
     """The pickle of an object of the lowercase API."""
     return np.frombuffer(pickle.dumps(obj), np.uint8), PICKLED
@@ -133,13 +141,13 @@ class PointToPoint:
         if source == PROC_NULL:
             return lambda: Request._of(st.engine, DONE)
         source = self._peer(st, source, call, "source", True)
-        sink = sink_of()
+        sink, unpack = receive_into(sink_of())
         desc = f"{call}({_names(source, tag)}) on {st.name}"
-        return lambda: Request._of(st.engine, st.engine.recv(st.ctx, source, tag, sink, desc))
+        return lambda: Request._of(st.engine, st.engine.recv(st.ctx, source, tag, sink, desc, unpack))
 
     @staticmethod
     def _sink(buf, what: str = "buf"):
-        return lambda: parse(buf, writable=True, what=what).raw
+        return lambda: parse(buf, writable=True, what=what)
 
     # -- buffers ------------------------------------------------------------------------------
     def Isend(self, buf, dest: int, tag: int = 0) -> Request:
@@ -180,9 +188,9 @@ class PointToPoint:
 
     def _sendrecv_replace(self, buf, dest, sendtag, source, recvtag, call: str) -> Request:
         """The message sent is a copy of ``buf`` as it is now."""
-        raw = functools.cache(lambda: parse(buf, writable=True, what="buf").raw)  # not read for PROC_NULL
-        post_recv = self._prepare_recv(raw, source, recvtag, call)
-        post_send = self._prepare_send(lambda: (raw().copy(), 0), dest, sendtag, False, call)
+        spec = functools.cache(lambda: parse(buf, writable=True, what="buf"))  # not read for PROC_NULL
+        post_recv = self._prepare_recv(spec, source, recvtag, call)
+        post_send = self._prepare_send(lambda: (spec().raw.copy(), 0), dest, sendtag, False, call)
         return self._pair(post_send, post_recv)
 
     def Isendrecv(self, sendbuf, dest: int, sendtag: int = 0, recvbuf=None, source: int = ANY_SOURCE,
@@ -205,12 +213,24 @@ class PointToPoint:
     def Send_init(self, buf, dest: int, tag: int = 0) -> Prequest:
         """A persistent send: checked now, sent (the buffer's contents at
         that time) at each ``Start``."""
-        return Prequest(_start=self._prepare_send(lambda: buffer_data(buf), dest, tag, False, "Send_init"))
+        return Prequest(_start=self._persistent_send(buf, dest, tag, False, "Send_init"))
 
     Rsend_init = Send_init
 
     def Ssend_init(self, buf, dest: int, tag: int = 0) -> Prequest:
-        return Prequest(_start=self._prepare_send(lambda: buffer_data(buf), dest, tag, True, "Ssend_init"))
+        return Prequest(_start=self._persistent_send(buf, dest, tag, True, "Ssend_init"))
+
+    def _persistent_send(self, buf, dest, tag, sync: bool, call: str):
+        """The ``post()`` of a persistent send, checked now. A derived
+        datatype's bytes are packed anew at each Start (a copy, unlike a
+        view of a contiguous buffer, would send the contents at init)."""
+        def prepare():
+            return self._prepare_send(lambda: buffer_data(buf), dest, tag, sync, call)
+
+        post = prepare()
+        if dest == PROC_NULL or parse(buf, writable=False, what="buf").target is None:
+            return post
+        return lambda: prepare()()
 
     def Recv_init(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Prequest:
         return Prequest(_start=self._prepare_recv(self._sink(buf), source, tag, "Recv_init"))

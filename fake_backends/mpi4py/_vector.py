@@ -15,6 +15,7 @@ import numpy as np
 
 from ._buffers import is_in_place, parse, parse_vector
 from ._errors import ERR_TRUNCATE, Exception as MPIException
+from ._unpacking import unpacking_class
 
 
 def _padded(blocks: list[np.ndarray], width: int) -> np.ndarray:
@@ -31,6 +32,7 @@ def _place(dest: np.ndarray, data: np.ndarray, call: str, source: int) -> None:
     dest[...] = data
 
 
+@unpacking_class(("Gatherv", "Scatterv", "Allgatherv", "Alltoallv"))
 class VectorCollectives:
     """Mixin of Comm: Gatherv, Scatterv, Allgatherv, Alltoallv."""
 
