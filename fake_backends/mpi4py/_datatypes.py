@@ -24,13 +24,7 @@ from ._errors import Exception as MPIException
 from ._handles import IntegerHandles
 from ._typecalls import DerivedCalls
 
-_REFUSED = "MPI 4.1's value-index datatypes are not simulated; use MPI.DOUBLE_INT and the other pair types"
-
-
 def _missing(name: str) -> Exception:
-    """NotImplementedError for the calls not simulated, else AttributeError."""
-    if name == "Get_value_index":
-        return unsupported(f"Datatype.{name}", _REFUSED)
     return AttributeError(f"'Datatype' object has no attribute {name!r}")
 
 
@@ -156,12 +150,51 @@ class Datatype(DerivedCalls, IntegerHandles, AttributeCalls, metaclass=_Datatype
             raise ValueError("cannot map to character code or type string") from None
 
     name = property(Get_name, Set_name)
-    typechar = property(lambda self: self.tocode())
-    typestr = property(lambda self: self.dtype.str)
+    @property
+    def typechar(self) -> str:
+        """mpi4py's one-character code ("V" for a type without one)."""
+        if not self:
+            return ""
+        try:
+            code = self.tocode()
+        except ValueError:
+            return "V"
+        return code if len(code) == 1 else np.dtype(code).char
+
+    @property
+    def typestr(self) -> str:
+        """mpi4py's numpy type string (``V<extent>`` for a type without one)."""
+        if not self:
+            return ""
+        try:
+            self.tocode()
+        except ValueError:
+            return f"V{self.Get_extent()[1]}"
+        try:  # the code's own numpy type where it has the size (LOGICAL1: "b1"), else the element's
+            coded = np.dtype(self.tocode())
+        except TypeError:
+            coded = None
+        return coded.str if coded is not None and coded.itemsize == self.Get_size() else self.dtype.str
+
+    @classmethod
+    def Get_value_index(cls, value: "Datatype", index: "Datatype") -> "Datatype":
+        """The predefined pair type ``{value; index}`` of MAXLOC/MINLOC
+        (MPI.DATATYPE_NULL where MPI has none, as Open MPI answers)."""
+        for datatype in (value, index):
+            if not isinstance(datatype, Datatype) or not datatype:
+                raise MPIException(ERR_TYPE, f"Datatype.Get_value_index({value!r}, {index!r}): a null datatype")
+        if index == TYPES["INT"]:
+            key = f"{value._key}_INT" if value._predefined() else ""
+            if key in TYPES and TYPES[key]._dtype is not None and TYPES[key]._dtype.names:
+                return TYPES[key]
+        return TYPES["DATATYPE_NULL"]
 
     @classmethod
     def fromcode(cls, code: str) -> "Datatype":
-        return lookup(code)
+        try:
+            return lookup(code)
+        except KeyError as exc:
+            raise ValueError(str(exc)) from None
 
     def __getattr__(self, name):
         raise _missing(name)
@@ -206,7 +239,7 @@ _TOCODE = {
     "INT16_T": "i2", "INT32_T": "i4", "INT64_T": "i8", "INT8_T": "i1", "INTEGER": "i", "INTEGER1": "i1",
     "INTEGER2": "i2", "INTEGER4": "i4", "INTEGER8": "i8", "LOGICAL": "i", "LOGICAL1": "b1", "LOGICAL2": "i2",
     "LOGICAL4": "i4", "LOGICAL8": "i8", "LONG": "l", "LONG_DOUBLE": "g", "LONG_LONG": "q", "OFFSET": "p",
-    "PACKED": "B", "REAL": "f", "REAL16": "f16", "REAL4": "f4", "REAL8": "f8", "SHORT": "h", "SIGNED_CHAR": "b",
+    "PACKED": "B", "REAL": "f", "REAL2": "f2", "REAL16": "f16", "REAL4": "f4", "REAL8": "f8", "SHORT": "h", "SIGNED_CHAR": "b",
     "UINT16_T": "u2", "UINT32_T": "u4", "UINT64_T": "u8", "UINT8_T": "u1", "UNSIGNED": "I", "UNSIGNED_CHAR": "B",
     "UNSIGNED_LONG": "L", "UNSIGNED_LONG_LONG": "Q", "UNSIGNED_SHORT": "H", "WCHAR": "U",
 }

@@ -36,22 +36,54 @@ DISTRIBUTE_BLOCK, DISTRIBUTE_CYCLIC, DISTRIBUTE_NONE, DISTRIBUTE_DFLT_DARG = 0, 
 #: basic datatypes by code: the predefined datatype objects, registered as they are used
 BASIC: list = []
 _CODES: dict = {}  # a predefined datatype's key -> its code
+_MAX_FIELDS = 4096  # a packed element of more mixed basic elements is opaque bytes to numpy
 
 
 class TypeMap:
     """The type map of a datatype (see the module docstring). ``contents``
-    is ``(combiner, integers, addresses, datatypes)``."""
+    is ``(combiner, integers, addresses, datatypes)``. The sizes and bounds
+    are computed when the type is built; ``codes`` and ``offsets`` only
+    when first used (``build``), so that a type of 2**31 bytes costs
+    nothing until a call moves it."""
 
-    __slots__ = ("codes", "offsets", "lb", "ub", "align", "contents", "committed", "_index", "_sizes")
+    __slots__ = ("lb", "ub", "align", "contents", "committed", "size", "nelem", "true_lb", "true_ub", "uniform",
+                 "_build", "_codes", "_offsets", "_index", "_sizes")
 
-    def __init__(self, codes, offsets, lb: int, ub: int, align: int, contents):
-        self.codes = np.asarray(codes, np.int32)
-        self.offsets = np.asarray(offsets, np.int64)
+    def __init__(self, lb: int, ub: int, align: int, contents, *, size: int, nelem: int, true_lb: int,
+                 true_ub: int, uniform, build=None, codes=None, offsets=None):
         self.lb, self.ub, self.align = int(lb), int(ub), int(align)
         self.contents = contents
         self.committed = False
+        self.size, self.nelem = int(size), int(nelem)
+        self.true_lb, self.true_ub = int(true_lb), int(true_ub)
+        self.uniform = uniform  # the code of every basic element if they are all one, else None
+        self._build = build
+        self._codes = None if codes is None else np.asarray(codes, np.int32)
+        self._offsets = None if offsets is None else np.asarray(offsets, np.int64)
         self._index = None
         self._sizes = None
+
+    def _materialize(self) -> None:
+        if self._codes is None:
+            codes, offsets = self._build()
+            self._codes, self._offsets = np.asarray(codes, np.int32), np.asarray(offsets, np.int64)
+
+    @property
+    def codes(self) -> np.ndarray:
+        self._materialize()
+        return self._codes
+
+    @property
+    def offsets(self) -> np.ndarray:
+        self._materialize()
+        return self._offsets
+
+    def moved(self, lb: int, ub: int, contents) -> "TypeMap":
+        """The same elements with other bounds (Create_resized, Dup)."""
+        tm = TypeMap(lb, ub, self.align, contents, size=self.size, nelem=self.nelem, true_lb=self.true_lb,
+                     true_ub=self.true_ub, uniform=self.uniform, build=lambda: (self.codes, self.offsets))
+        tm._index = self._index
+        return tm
 
     @property
     def extent(self) -> int:
@@ -65,14 +97,8 @@ class TypeMap:
             self._sizes = table[self.codes]
         return self._sizes
 
-    @property
-    def size(self) -> int:
-        return int(self.sizes.sum())
-
     def true_bounds(self) -> tuple[int, int]:
-        if not self.codes.size:
-            return 0, 0
-        return int(self.offsets.min()), int((self.offsets + self.sizes).max())
+        return self.true_lb, self.true_ub
 
     def byte_index(self, count: int = 1) -> np.ndarray:
         """The displacement of every byte of ``count`` elements, in packed order."""
@@ -87,9 +113,21 @@ class TypeMap:
 
     def basic_dtype(self):
         """The numpy dtype of the basic elements if they are all of one datatype, else None."""
-        if self.codes.size and (self.codes == self.codes[0]).all():
-            return BASIC[int(self.codes[0])].dtype
-        return None
+        return BASIC[self.uniform].dtype if self.uniform is not None else None
+
+    def packed_dtype(self) -> np.dtype:
+        """The numpy dtype of one packed element: the basic elements' if they
+        are all of one kind, else a record of them (opaque bytes past
+        ``_MAX_FIELDS`` of them)."""
+        basic = self.basic_dtype()
+        if basic is not None:
+            return basic
+        if not 0 < self.nelem <= _MAX_FIELDS:
+            return np.dtype((np.void, max(self.size, 1)))
+        starts = np.cumsum(self.sizes) - self.sizes
+        return np.dtype({"names": [f"f{k}" for k in range(self.nelem)],
+                         "formats": [BASIC[int(c)].dtype for c in self.codes],
+                         "offsets": [int(x) for x in starts], "itemsize": self.size})
 
     def elements(self, nbytes: int) -> int | None:
         """How many basic elements ``nbytes`` packed bytes hold (None: not a whole number)."""
@@ -97,11 +135,10 @@ class TypeMap:
         if size == 0:
             return 0 if nbytes == 0 else None
         whole, rest = divmod(nbytes, size)
-        ends = np.cumsum(self.sizes)
         if rest == 0:
-            return whole * self.codes.size
-        hit = np.flatnonzero(ends == rest)
-        return whole * self.codes.size + int(hit[0]) + 1 if hit.size else None
+            return whole * self.nelem
+        hit = np.flatnonzero(np.cumsum(self.sizes) == rest)
+        return whole * self.nelem + int(hit[0]) + 1 if hit.size else None
 
 
 def basic_map(datatype) -> TypeMap:
@@ -113,7 +150,8 @@ def basic_map(datatype) -> TypeMap:
         BASIC.append(datatype)
     size = datatype.Get_size()
     align = datatype._dtype.alignment if datatype._dtype is not None else 1
-    return TypeMap([code], [0], 0, size, align, (NAMED, [], [], []))
+    return TypeMap(0, size, align, (NAMED, [], [], []), size=size, nelem=1, true_lb=0, true_ub=size,
+                   uniform=code, codes=[code], offsets=[0])
 
 
 def _ints(values, what: str) -> list[int]:
@@ -130,26 +168,47 @@ def _nonneg(value, what: str, call: str) -> int:
     return value
 
 
-def _blocks(olds: list[TypeMap], starts, lengths, contents) -> TypeMap:
-    """Block ``j``: ``lengths[j]`` copies of ``olds[j]`` from byte ``starts[j]``, at its extent."""
-    codes, offsets, lows, highs, align = [], [], [], [], 1
-    for old, start, length in zip(olds, starts, lengths):
-        align = max(align, old.align)
-        if length == 0:
-            continue
-        disp = start + np.arange(length, dtype=np.int64) * old.extent
-        codes.append(np.tile(old.codes, length))
-        offsets.append((disp[:, None] + old.offsets[None, :]).reshape(-1))
-        lows.append(int(disp.min()) + min(old.lb, old.ub))
-        highs.append(int(disp.max()) + max(old.lb, old.ub))
-    if not lows:
-        return TypeMap([], [], 0, 0, align, contents)
-    return TypeMap(np.concatenate(codes), np.concatenate(offsets), min(lows), max(highs), align, contents)
+def _blocks(olds, starts, lengths, contents) -> TypeMap:
+    """Block ``j``: ``lengths[j]`` copies of ``olds[j]`` (or of ``olds``,
+    one TypeMap for every block) from byte ``starts[j]``, at its extent."""
+    starts, lengths = np.asarray(starts, np.int64).reshape(-1), np.asarray(lengths, np.int64).reshape(-1)
+    kinds = [olds] * starts.size if isinstance(olds, TypeMap) else list(olds)
+    align = max([1] + [old.align for old in ({id(o): o for o in kinds}.values())])
+    keep = lengths > 0
+    if not keep.any():
+        return TypeMap(0, 0, align, contents, size=0, nelem=0, true_lb=0, true_ub=0, uniform=None,
+                       codes=[], offsets=[])
+    pick = np.flatnonzero(keep)
+    starts, lengths, kinds = starts[pick], lengths[pick], [kinds[j] for j in pick]
+    table = {id(o): o for o in kinds}.values()
+    per = {name: np.array([getattr(o, name) for o in kinds], np.int64)
+           for name in ("lb", "ub", "size", "nelem", "true_lb", "true_ub")}
+    extent = per["ub"] - per["lb"]
+    last = (lengths - 1) * extent
+    low, high = starts + np.minimum(0, last), starts + np.maximum(0, last)
+    filled = per["nelem"] > 0
+    uniforms = {o.uniform for o in table if o.nelem}
+    uniform = uniforms.pop() if len(uniforms) == 1 else None
+
+    def build():
+        codes, offsets = [], []
+        for old, start, length in zip(kinds, starts, lengths):
+            disp = start + np.arange(length, dtype=np.int64) * old.extent
+            codes.append(np.tile(old.codes, int(length)))
+            offsets.append((disp[:, None] + old.offsets[None, :]).reshape(-1))
+        return np.concatenate(codes), np.concatenate(offsets)
+
+    return TypeMap(
+        (low + np.minimum(per["lb"], per["ub"])).min(), (high + np.maximum(per["lb"], per["ub"])).max(), align,
+        contents, size=int((lengths * per["size"]).sum()), nelem=int((lengths * per["nelem"]).sum()),
+        true_lb=int((low + per["true_lb"])[filled].min()) if filled.any() else 0,
+        true_ub=int((high + per["true_ub"])[filled].max()) if filled.any() else 0,
+        uniform=uniform, build=build)
 
 
 def contiguous(old: TypeMap, oldtype, count) -> TypeMap:
     count = _nonneg(count, "count", "Create_contiguous")
-    return _blocks([old], [0], [count], (CONTIGUOUS, [count], [], [oldtype]))
+    return _blocks(old, [0], [count], (CONTIGUOUS, [count], [], [oldtype]))
 
 
 def vector(old: TypeMap, oldtype, count, blocklength, stride, in_bytes: bool) -> TypeMap:
@@ -161,7 +220,7 @@ def vector(old: TypeMap, oldtype, count, blocklength, stride, in_bytes: bool) ->
         contents = (HVECTOR, [count, blocklength], [stride], [oldtype])
     else:
         contents = (VECTOR, [count, blocklength, stride], [], [oldtype])
-    return _blocks([old] * count, [j * step for j in range(count)], [blocklength] * count, contents)
+    return _blocks(old, np.arange(count, dtype=np.int64) * step, np.full(count, blocklength), contents)
 
 
 def indexed(old: TypeMap, oldtype, blocklengths, displacements, in_bytes: bool, block: int | None) -> TypeMap:
@@ -183,7 +242,7 @@ def indexed(old: TypeMap, oldtype, blocklengths, displacements, in_bytes: bool, 
         contents = (HINDEXED_BLOCK, [n, block], displs, [oldtype])
     else:
         contents = (INDEXED_BLOCK, [n, block, *displs], [], [oldtype])
-    return _blocks([old] * n, starts, lengths, contents)
+    return _blocks(old, starts, lengths, contents)
 
 
 def struct(olds: list[TypeMap], oldtypes, blocklengths, displacements) -> TypeMap:
@@ -223,7 +282,7 @@ def subarray(old: TypeMap, oldtype, sizes, subsizes, starts, order) -> TypeMap:
     index = _grid_offsets(sizes, subsizes, starts, order)
     n = len(sizes)
     contents = (SUBARRAY, [n, *sizes, *subsizes, *starts, order], [], [oldtype])
-    tm = _blocks([old] * index.size, index * old.extent, [1] * index.size, contents)
+    tm = _blocks(old, index * old.extent, np.ones(index.size, np.int64), contents)
     tm.lb, tm.ub = old.lb, old.lb + math.prod(sizes) * old.extent
     return tm
 
@@ -263,22 +322,18 @@ def darray(old: TypeMap, oldtype, size, rank, gsizes, distribs, dargs, psizes, o
     for k, mine in enumerate(owned):
         index = (index[:, None] + mine * math.prod(full[k + 1:])).reshape(-1)
     contents = (DARRAY, [size, rank, n, *gsizes, *distribs, *dargs, *psizes, order], [], [oldtype])
-    tm = _blocks([old] * index.size, index * old.extent, [1] * index.size, contents)
+    tm = _blocks(old, index * old.extent, np.ones(index.size, np.int64), contents)
     tm.lb, tm.ub = old.lb, old.lb + math.prod(gsizes) * old.extent
     return tm
 
 
 def resized(old: TypeMap, oldtype, lb, extent) -> TypeMap:
     lb, extent = operator.index(lb), operator.index(extent)
-    tm = TypeMap(old.codes, old.offsets, lb, lb + extent, old.align, (RESIZED, [], [lb, extent], [oldtype]))
-    tm._index = old._index
-    return tm
+    return old.moved(lb, lb + extent, (RESIZED, [], [lb, extent], [oldtype]))
 
 
 def dup(old: TypeMap, oldtype) -> TypeMap:
-    tm = TypeMap(old.codes, old.offsets, old.lb, old.ub, old.align, (DUP, [], [], [oldtype]))
-    tm._index = old._index
-    return tm
+    return old.moved(old.lb, old.ub, (DUP, [], [], [oldtype]))
 
 
 def envelope(tm: TypeMap) -> tuple[int, int, int, int, int]:

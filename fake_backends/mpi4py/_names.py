@@ -197,7 +197,6 @@ _DYNAMIC = "dynamic processes and intercommunicators are not simulated; start ev
 _BUFFERED = "buffered mode is not simulated; use Send or Isend (small messages are buffered anyway)"
 _HANDLES = "the simulated MPI has no C or Fortran handles"
 _FT = "fault tolerance (ULFM) is not simulated: a failing rank fails the whole run"
-_DERIVED = "derived datatypes are not simulated; send the numpy array with its element type and a count"
 
 
 def _comm_hint(name: str) -> str | None:

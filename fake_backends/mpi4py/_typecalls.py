@@ -14,6 +14,7 @@ from . import _derived
 from ._derived import TypeMap, basic_map, check_type
 from ._errors import ERR_TYPE, Exception as MPIException
 
+_INT_MAX = 2**31 - 1
 _MAPS: dict = {}  # handle of a derived datatype -> its TypeMap
 _BASIC: dict = {}  # key of a predefined datatype -> its TypeMap
 
@@ -89,20 +90,27 @@ class DerivedCalls:
         return self._id in _MAPS
 
     def _new(self, tm: TypeMap):
+        """A new derived datatype of type map ``tm``; its contents keep their
+        own handles on the datatypes it was made of (freeing those leaves it whole)."""
+        combiner, ints, addrs, types = tm.contents
+        tm.contents = (combiner, ints, addrs, [t._alias() for t in types])
         datatype = type(self)()
         datatype._id, datatype._name, datatype._key = object(), "", "DERIVED"
         datatype._dtype = None
         _MAPS[datatype._id] = tm
         return datatype
 
-    def _derived_dtype(self):
-        """The numpy dtype of a derived datatype: its basic elements' if they
-        are all of one kind, else opaque bytes of its size."""
-        import numpy as np
+    def _alias(self):
+        """Another handle on this datatype, freed on its own (what Get_contents returns)."""
+        alias = type(self)(self)
+        if self._is_derived():
+            alias._id = object()
+            _MAPS[alias._id] = _MAPS[self._id]
+        return alias
 
-        tm = self._typemap("dtype")
-        basic = tm.basic_dtype()
-        return basic if basic is not None else np.dtype((np.void, max(tm.size, 1)))
+    def _derived_dtype(self):
+        """The numpy dtype of a derived datatype's packed element (``TypeMap.packed_dtype``)."""
+        return self._typemap("dtype").packed_dtype()
 
     # -- constructors ------------------------------------------------------------------------
     def Dup(self):
@@ -111,10 +119,8 @@ class DerivedCalls:
 
         old = self._typemap("Dup")
         dup = self._new(_derived.dup(old, self))
-        dup._name = self._name if self._predefined() else ""
-        dup._dtype = self._dtype
-        if self._predefined():
-            dup._key = self._key  # pickles as a Dup of the predefined one
+        # a Dup of a predefined datatype keeps its name and key: it pickles as a Dup of that one
+        dup._name, dup._dtype, dup._key = self._name, self._dtype, self._key
         _MAPS[dup._id].committed = True
         copy_attributes(self, dup, "Datatype.Dup")
         return dup
@@ -122,6 +128,14 @@ class DerivedCalls:
     Create_dup = Dup
 
     def Create_contiguous(self, count: int):
+        if count > _INT_MAX:  # MPI 3.1 has int counts: Open MPI 5 builds a struct of two parts, as here
+            part, rest = divmod(count, _INT_MAX)
+            whole = self.Create_vector(part, _INT_MAX, _INT_MAX)
+            tail = self.Create_contiguous(rest)
+            joined = type(self).Create_struct([1, 1], [0, part * _INT_MAX * self.Get_extent()[1]], [whole, tail])
+            whole.Free()
+            tail.Free()
+            return joined
         return self._new(_derived.contiguous(self._typemap("Create_contiguous"), self, count))
 
     def Create_vector(self, count: int, blocklength: int, stride: int):
@@ -173,7 +187,7 @@ class DerivedCalls:
                 tm = _derived.dup(base._typemap(call), base)
                 tm.contents, tm.committed = (combiner, list(ints), [], []), True
                 datatype = base._new(tm)
-                datatype._name, datatype._dtype = base._name, base._dtype
+                datatype._name, datatype._dtype, datatype._key = base._name, base._dtype, base._key
                 return datatype
         raise MPIException(ERR_TYPE, f"Datatype.{call}{tuple(ints)}: no predefined datatype has that range")
 
@@ -195,7 +209,10 @@ class DerivedCalls:
         return self
 
     def _free_map(self) -> None:
-        _MAPS.pop(self._id, None)
+        tm = _MAPS.pop(self._id, None)
+        if tm is not None and not any(other is tm for other in _MAPS.values()):
+            for part in tm.contents[3]:
+                part._free_map()
 
     # -- sizes and extents ----------------------------------------------------------------------
     def Get_size(self) -> int:
@@ -234,16 +251,15 @@ class DerivedCalls:
         combiner, ints, addrs, types = tm.contents
         if combiner == _derived.NAMED:
             raise MPIException(ERR_TYPE, f"Datatype.Get_contents of {self._name}, a named datatype")
-        return list(ints), list(addrs), [], [type(self)(t) for t in types]
+        return list(ints), list(addrs), [], [t._alias() for t in types]
 
     def decode(self):
         """``(basetype, combiner name, parameters)``, as mpi4py's."""
         combiner, ints, addrs, types = self._typemap("decode").contents
         if combiner == _derived.NAMED:
             return self, "NAMED", {}
-        base = type(self)(types[0]) if len(types) == 1 else type(self)()
-        return base, _COMBINER_NAMES[combiner], _decode_params(combiner, ints, addrs,
-                                                               [type(self)(t) for t in types])
+        base = types[0]._alias() if len(types) == 1 else type(self)()
+        return base, _COMBINER_NAMES[combiner], _decode_params(combiner, ints, addrs, [t._alias() for t in types])
 
     envelope = property(Get_envelope)
     contents = property(Get_contents)
