@@ -385,3 +385,55 @@ def typed_spec(o_buf, o_count, o_displ, raw, datatype, writable: bool, blocks: i
     if writable:
         register(spec)
     return spec
+
+
+def parse_w(spec, n: int, *, writable: bool, what: str) -> list[BufSpec]:
+    """The ``n`` blocks of an Alltoallw buffer, as mpi4py reads it: ``[buf,
+    datatypes]`` (one element of each, at 0), ``[buf, (counts, displs),
+    datatypes]`` or ``[buf, counts, displs, datatypes]``, displacements in
+    bytes; with ``MPI.BOTTOM`` the displacements are addresses: block ``j``
+    is ``counts[j]`` elements of ``datatypes[j]``."""
+    if not isinstance(spec, (list, tuple)) or len(spec) not in (2, 3, 4):
+        raise ValueError(f"message: expecting 2 to 4 items in {what}")
+    if len(spec) == 2:
+        (buf, types), counts, displs = spec, None, None
+    else:
+        buf, counts, displs, types = spec if len(spec) == 4 else (spec[0], *spec[1], spec[2])
+    bottom = buf is None or buf is BOTTOM
+    if bottom and (counts is None or displs is None):
+        raise ValueError(f"message: BOTTOM requires counts and displs ({what})")
+    raw = memory_bytes(buf, writable, what)[0]
+    if counts is None and displs is None:
+        counts, displs = [1] * n, [0] * n
+    counts, displs = _ints(counts, n, f"the counts of {what}"), _ints(displs, n, f"the displacements of {what}")
+    types = [types] * n if isinstance(types, Datatype) else list(types)
+    if len(types) != n:
+        raise ValueError(f"message: expecting {n} datatypes in {what}, got {len(types)}")
+    return [_w_block(raw, bottom, count, displ, lookup(datatype), writable, f"block {j} of {what}")
+            for j, (count, displ, datatype) in enumerate(zip(counts, displs, types))]
+
+
+def _w_block(raw, bottom: bool, count: int, displ: int, datatype, writable: bool, what: str) -> BufSpec:
+    if count < 0:
+        raise ValueError(f"message: {what} has the negative count {count}")
+    if not datatype._is_derived():
+        nbytes = count * datatype.Get_size()
+        if bottom:
+            raw, displ = absolute_memory(np.arange(displ, displ + nbytes, dtype=np.int64), writable)[0], 0
+        if displ < 0 or displ + nbytes > raw.size:
+            raise ValueError(f"message: {what} (count {count}, displacement {displ} bytes) does not fit in its "
+                             f"{raw.size} bytes")
+        return BufSpec(raw[displ:displ + nbytes], datatype, count)
+    tm = datatype._typemap(what)
+    if not tm.committed:
+        raise MPIException(ERR_TYPE, f"{what}: the datatype is not committed; call its Commit() first")
+    memory, index = raw, tm.byte_index(count) + displ
+    if bottom:
+        memory, index = absolute_memory(index, writable)
+    elif index.size and (index.min() < 0 or index.max() >= raw.size):
+        raise ValueError(f"message: {what} (count {count}, displacement {displ} bytes) does not fit in its "
+                         f"{raw.size} bytes")
+    block = BufSpec(memory[index], datatype, count, memory, index)
+    if writable:
+        register(block)
+    return block

@@ -191,7 +191,6 @@ CONSTANTS = {'UNDEFINED': -32766,
 _COLLECTIVES = ("Barrier", "Bcast", "Gather", "Gatherv", "Scatter", "Scatterv", "Allgather", "Allgatherv",
                 "Alltoall", "Alltoallv", "Alltoallw", "Reduce", "Allreduce", "Reduce_scatter_block",
                 "Reduce_scatter", "Scan", "Exscan")
-_VECTOR = {"Alltoallw": "Alltoallv"}
 _GROUPS = "MPI sessions and string tags are not simulated; call Comm.Create_group(group) on a communicator"
 _DYNAMIC = "dynamic processes and intercommunicators are not simulated; start every rank with `simdist run -n N`"
 _BUFFERED = "buffered mode is not simulated; use Send or Isend (small messages are buffered anyway)"
@@ -212,8 +211,6 @@ def _comm_hint(name: str) -> str | None:
         base = name[1:].capitalize()
         return (f"nonblocking collectives are not simulated; call the blocking Comm.{base} "
                 "(there is no overlap to gain on the simulator)")
-    if name in _VECTOR:
-        return "Alltoallw (a datatype per block) is not simulated; use Alltoallv with one datatype"
     if name == "Create_from_group":
         return _GROUPS
     if name in ("Create_intercomm", "Spawn", "Spawn_multiple", "Accept", "Connect", "Join", "Get_parent",
