@@ -117,7 +117,7 @@ def Unpack(self, inbuf, position: int, outbuf, comm) -> int:
 
 def Pack_size(self, count: int, comm) -> int:
     _check_comm(comm, "Pack_size")
-    return int(count) * _native(self, "Pack_size").itemsize
+    return int(count) * (self.Get_size() if self._is_derived() else _native(self, "Pack_size").itemsize)
 
 
 def Pack_external(self, datarep: str, inbuf, outbuf, position: int) -> int:
@@ -134,6 +134,8 @@ def Unpack_external(self, datarep: str, inbuf, position: int, outbuf) -> int:
 
 def Pack_external_size(self, datarep: str, count: int) -> int:
     _check_datarep(datarep, "Pack_external_size")
+    if self._is_derived():  # external32 sizes are the native ones here
+        return int(count) * self.Get_size()
     return int(count) * _external(_native(self, "Pack_external_size")).itemsize
 
 
