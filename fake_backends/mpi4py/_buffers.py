@@ -255,6 +255,14 @@ def parse(spec, *, writable: bool, blocks: int = 0, what: str = "buf") -> BufSpe
     return BufSpec(raw[offset:offset + need], datatype, count)
 
 
+def receive_into(spec):
+    """The sink of a receive into a parsed buffer (None: an object), and
+    what stores a derived datatype's packed bytes once they are in."""
+    if spec is None:
+        return None, None
+    return spec.raw, (spec.store if spec.target is not None else None)
+
+
 class VecSpec:
     """A parsed vector buffer (Gatherv, Scatterv, Allgatherv, Alltoallv):
     block ``j`` is ``counts[j]`` elements at ``displs[j]`` (in elements)."""

@@ -43,8 +43,7 @@ class Message(IntegerHandles):
         return self._engine.recv_matched(env, sink, "Mrecv", unpack)
 
     def _irecv(self, buf):
-        from ._buffers import parse
-        from ._pointtopoint import receive_into
+        from ._buffers import parse, receive_into
 
         sink, unpack = receive_into(None if buf is None else parse(buf, writable=True, what="buf"))
         engine = self._engine

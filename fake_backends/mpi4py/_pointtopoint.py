@@ -23,7 +23,7 @@ import warnings
 import numpy as np
 
 from ._buffered import check_space, need
-from ._buffers import parse
+from ._buffers import parse, receive_into
 from ._errors import ERR_RANK, ERR_TAG, Exception as MPIException
 from ._p2p import ANY_SOURCE, ANY_TAG, PICKLED, PROC_NULL, PairOp, SendOp
 from ._pickle import pickle
@@ -52,14 +52,6 @@ def _names(source: int, tag: int) -> str:
 def buffer_data(buf, what: str = "buf"):
     """The bytes of a send buffer (a view: read when the message goes)."""
     return parse(buf, writable=False, what=what).raw, 0
-
-
-def receive_into(spec):
-    """The sink of a receive into a parsed buffer (None: an object), and
-    what stores a derived datatype's packed bytes once they are in."""
-    if spec is None:
-        return None, None
-    return spec.raw, (spec.store if spec.target is not None else None)
 
 
 def pickled_data(obj):

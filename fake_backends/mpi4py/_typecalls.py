@@ -13,6 +13,7 @@ from __future__ import annotations
 from . import _derived
 from ._derived import TypeMap, basic_map, check_type
 from ._errors import ERR_TYPE, Exception as MPIException
+from ._handles import predefined
 
 _INT_MAX = 2**31 - 1
 _MAPS: dict = {}  # handle of a derived datatype -> its TypeMap
@@ -179,11 +180,9 @@ class DerivedCalls:
 
     @classmethod
     def _f90(cls, combiner: int, ints: list, table, call: str):
-        from ._datatypes import TYPES
-
         for *limits, key in table:
             if all(want <= limit for want, limit in zip(ints, limits)):
-                base = TYPES[key]
+                base = predefined(key)
                 tm = _derived.dup(base._typemap(call), base)
                 tm.contents, tm.committed = (combiner, list(ints), [], []), True
                 datatype = base._new(tm)
