@@ -210,3 +210,26 @@ def test_subarrays_structs_bottom_alltoallw_and_pack(tmp_path):
         for t in (c_sub, f_sub, where):
             t.Free()
     """, 2)
+
+
+@pytest.mark.slow
+def test_a_persistent_buffered_send_packs_the_buffer_at_each_start(tmp_path):
+    ok(tmp_path, """
+        every_other = MPI.DOUBLE.Create_vector(2, 1, 2).Commit()
+        if rank == 0:
+            MPI.Attach_buffer(bytearray(1 << 12))
+            out = np.zeros(4)
+            send = comm.Bsend_init([out, 1, every_other], 1)
+            for step in range(2):
+                out[:] = step + 1
+                send.Start()
+                send.Wait()
+            send.Free()
+            MPI.Detach_buffer()
+        else:
+            for step in range(2):
+                got = np.zeros(2)
+                comm.Recv(got, 0)
+                assert got.tolist() == [step + 1] * 2, (step, got)
+        every_other.Free()
+    """, 2)

@@ -236,7 +236,12 @@ class PointToPoint:
         return self._prepare_bsend(lambda: buffer_data(buf), dest, tag, "Ibsend")[0]()
 
     def Bsend_init(self, buf, dest: int, tag: int = 0) -> Prequest:
-        post, nbytes = self._prepare_bsend(lambda: buffer_data(buf), dest, tag, "Bsend_init")
+        def prepare():
+            return self._prepare_bsend(lambda: buffer_data(buf), dest, tag, "Bsend_init")
+
+        post, nbytes = prepare()
+        if dest != PROC_NULL and parse(buf, writable=False, what="buf").target is not None:
+            post = lambda: prepare()[0]()  # noqa: E731 - a derived datatype packs anew at each Start
         return Prequest(_start=post, _buffered=(self._st().engine, nbytes))
 
     def bsend(self, obj, dest: int, tag: int = 0) -> None:
