@@ -226,7 +226,7 @@ _PREDEFINED = {
     "DOUBLE_PRECISION": np.float64, "COMPLEX": np.complex64, "DOUBLE_COMPLEX": np.complex128,
     "LOGICAL1": np.int8, "LOGICAL2": np.int16, "LOGICAL4": np.int32, "LOGICAL8": np.int64, "LOGICAL16": None,
     "INTEGER1": np.int8, "INTEGER2": np.int16, "INTEGER4": np.int32, "INTEGER8": np.int64, "INTEGER16": None,
-    "REAL2": np.float16, "REAL4": np.float32, "REAL8": np.float64, "REAL16": "V16",  # quad precision: bytes only
+    "REAL4": np.float32, "REAL8": np.float64, "REAL16": "V16",  # quad precision: bytes only
     "COMPLEX4": None, "COMPLEX8": np.complex64, "COMPLEX16": np.complex128, "COMPLEX32": None,
 }
 #: Datatype.tocode(): the type code mpi4py gives each predefined datatype under Open MPI.
@@ -239,7 +239,7 @@ _TOCODE = {
     "INT16_T": "i2", "INT32_T": "i4", "INT64_T": "i8", "INT8_T": "i1", "INTEGER": "i", "INTEGER1": "i1",
     "INTEGER2": "i2", "INTEGER4": "i4", "INTEGER8": "i8", "LOGICAL": "i", "LOGICAL1": "b1", "LOGICAL2": "i2",
     "LOGICAL4": "i4", "LOGICAL8": "i8", "LONG": "l", "LONG_DOUBLE": "g", "LONG_LONG": "q", "OFFSET": "p",
-    "PACKED": "B", "REAL": "f", "REAL2": "f2", "REAL16": "f16", "REAL4": "f4", "REAL8": "f8", "SHORT": "h", "SIGNED_CHAR": "b",
+    "PACKED": "B", "REAL": "f", "REAL16": "f16", "REAL4": "f4", "REAL8": "f8", "SHORT": "h", "SIGNED_CHAR": "b",
     "UINT16_T": "u2", "UINT32_T": "u4", "UINT64_T": "u8", "UINT8_T": "u1", "UNSIGNED": "I", "UNSIGNED_CHAR": "B",
     "UNSIGNED_LONG": "L", "UNSIGNED_LONG_LONG": "Q", "UNSIGNED_SHORT": "H", "WCHAR": "U",
 }
@@ -253,6 +253,7 @@ _ALIASES = {
     "SINT16_T": "INT16_T", "SINT32_T": "INT32_T", "SINT64_T": "INT64_T", "F_BOOL": "LOGICAL", "F_INT": "INTEGER",
     "F_FLOAT": "REAL", "F_DOUBLE": "DOUBLE_PRECISION", "F_COMPLEX": "COMPLEX", "F_FLOAT_COMPLEX": "COMPLEX",
     "F_DOUBLE_COMPLEX": "DOUBLE_COMPLEX", "C_COMPLEX": "C_FLOAT_COMPLEX",
+    "REAL2": "DATATYPE_NULL",  # Open MPI 5 has no MPI_REAL2: mpi4py's MPI.REAL2 is null there
 }
 
 #: Every predefined datatype by its mpi4py name (``"DOUBLE"`` -> MPI.DOUBLE), aliases included.
