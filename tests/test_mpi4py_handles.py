@@ -274,20 +274,6 @@ def test_the_programs_pass_under_mpiexec(tmp_path):
     assert_programs_pass_under_mpiexec(tmp_path, PROGRAMS)
 
 
-def test_derived_datatype_constructors_of_the_class_are_not_implemented(tmp_path):
-    """mpi4py's tests skip on NotImplementedError; an AttributeError failed them."""
-    ok(tmp_path, """
-        for name in ("Create_struct", "Create_f90_real", "Get_value_index"):
-            try:
-                getattr(MPI.Datatype, name)
-            except NotImplementedError as exc:
-                assert f"Datatype.{name} is not supported" in str(exc)
-            else:
-                raise AssertionError(name)
-        assert not hasattr(MPI.Datatype, "no_such_name")
-    """, n=1)
-
-
 def test_a_user_op_gets_buffers_that_take_any_bytes_like_value(tmp_path):
     """mpi4py passes buffers whose slice assignment copies bytes: ``b[:] = array('i', ...)``."""
     ok(tmp_path, """

@@ -29,7 +29,9 @@ import numpy as np
 from simdist._arguments import DTYPE_CODE
 
 from ._datatypes import Datatype, lookup, of_array, of_format
+from ._errors import ERR_TYPE, Exception as MPIException
 from ._interfaces import memory
+from ._unpacking import absolute_memory, register
 
 
 class _Constant(int):
@@ -86,14 +88,25 @@ def Aint_diff(addr1: int, addr2: int) -> int:
 
 class BufSpec:
     """A parsed buffer: ``raw`` (uint8 view of the bytes the call reads or
-    writes), ``datatype`` and ``count`` (elements per block)."""
+    writes), ``datatype`` and ``count`` (elements per block).
 
-    __slots__ = ("raw", "datatype", "count")
+    For a derived datatype ``raw`` is the packed bytes (a copy, in type-map
+    order) of the ``index`` bytes of ``target``, the buffer's memory;
+    ``store()`` writes them back (see ``_unpacking``)."""
 
-    def __init__(self, raw: np.ndarray, datatype: Datatype, count: int):
+    __slots__ = ("raw", "datatype", "count", "target", "index")
+
+    def __init__(self, raw: np.ndarray, datatype: Datatype, count: int, target=None, index=None):
         self.raw = raw
         self.datatype = datatype
         self.count = count
+        self.target, self.index = target, index
+
+    def store(self, nbytes: int | None = None) -> None:
+        """Write the first ``nbytes`` packed bytes (all: None) back where the type map puts them."""
+        if self.target is not None:
+            n = self.raw.size if nbytes is None else nbytes
+            self.target[self.index[:n]] = self.raw[:n]
 
     @property
     def typed(self) -> np.ndarray:
@@ -188,6 +201,8 @@ def parse(spec, *, writable: bool, blocks: int = 0, what: str = "buf") -> BufSpe
             return BufSpec(raw, datatype, spec.nbytes // extent // max(blocks, 1))
     o_buf, o_count, o_displ, o_type = _items(spec, (list, tuple), what)
     raw, datatype = _memory_and_type(o_buf, o_type, writable, what)
+    if datatype._is_derived():
+        return typed_spec(o_buf, o_count, o_displ, raw, datatype, writable, max(blocks, 1), what)
     # MPI.DATATYPE_NULL: mpi4py's ValueError where it needs an extent, else MPI's ERR_TYPE (below)
     extent = datatype.Get_size() if datatype else 0
     length, offset = raw.size, 0
@@ -240,19 +255,48 @@ def parse(spec, *, writable: bool, blocks: int = 0, what: str = "buf") -> BufSpe
     return BufSpec(raw[offset:offset + need], datatype, count)
 
 
+def receive_into(spec):
+    """The sink of a receive into a parsed buffer (None: an object), and
+    what stores a derived datatype's packed bytes once they are in."""
+    if spec is None:
+        return None, None
+    return spec.raw, (spec.store if spec.target is not None else None)
+
+
 class VecSpec:
     """A parsed vector buffer (Gatherv, Scatterv, Allgatherv, Alltoallv):
     block ``j`` is ``counts[j]`` elements at ``displs[j]`` (in elements)."""
 
-    __slots__ = ("raw", "datatype", "counts", "displs")
+    __slots__ = ("raw", "datatype", "counts", "displs", "target", "index")
 
     def __init__(self, raw, datatype, counts, displs):
         self.raw, self.datatype, self.counts, self.displs = raw, datatype, counts, displs
+        self.target = self.index = None
 
     def block(self, j: int) -> np.ndarray:
-        """The bytes of block ``j``."""
+        """The bytes of block ``j`` (packed, for a derived datatype)."""
         size = self.datatype.Get_size()
+        if self.index is not None:
+            start = sum(self.counts[:j]) * size
+            return self.raw[start:start + self.counts[j] * size]
         return self.raw[self.displs[j] * size:(self.displs[j] + self.counts[j]) * size]
+
+    store = BufSpec.store
+
+    def _pack(self, writable: bool, what: str) -> None:
+        """For a derived datatype: keep the blocks packed, one after another (see BufSpec)."""
+        tm = self.datatype._typemap(what)
+        if not tm.committed:
+            raise MPIException(ERR_TYPE, f"{what}: the datatype is not committed; call its Commit() first")
+        index = np.concatenate([np.empty(0, np.int64)] + [tm.byte_index(c) + d * tm.extent
+                                                          for c, d in zip(self.counts, self.displs)])
+        if index.size and (index.min() < 0 or index.max() >= self.raw.size):
+            raise ValueError(f"message: the blocks of {what} (counts {self.counts}, displacements {self.displs}) "
+                             f"do not fit in its {self.raw.size} bytes")
+        memory = self.raw
+        self.raw, self.index, self.target = memory[index], index, memory
+        if writable:
+            register(self)
 
 
 def is_integral(value) -> bool:
@@ -283,7 +327,7 @@ def parse_vector(spec, *, writable: bool, blocks: int, what: str = "buf") -> Vec
     raw, datatype = _memory_and_type(o_buf, o_type, writable, what)
     if o_counts is None and raw.size and not datatype:
         raise ValueError("message: cannot infer count, datatype is null")
-    extent = datatype.Get_size()
+    extent = datatype.Get_extent()[1] if datatype._is_derived() else datatype.Get_size()
     if o_counts is None:
         if extent and raw.size % extent:
             raise ValueError(f"message: cannot infer count, buffer length {raw.size} is not a multiple of "
@@ -300,10 +344,104 @@ def parse_vector(spec, *, writable: bool, blocks: int, what: str = "buf") -> Vec
         displs = [operator.index(o_displs) * i for i in range(blocks)]
     else:
         displs = _ints(o_displs, blocks, f"the displacements of {what}")
+    vec = VecSpec(raw, datatype, counts, displs)
+    if datatype._is_derived():
+        vec._pack(writable, what)
+        return vec
     for j in range(blocks):
         if counts[j] < 0 or displs[j] < 0 or (displs[j] + counts[j]) * extent > raw.size:
             raise ValueError(f"message: block {j} of {what} (count {counts[j]}, displacement {displs[j]}) does not "
                              f"fit in its {raw.size} bytes")
     if any(counts):
         datatype.dtype  # noqa: B018 - raises for datatypes without a numpy equivalent
-    return VecSpec(raw, datatype, counts, displs)
+    return vec
+
+
+def typed_spec(o_buf, o_count, o_displ, raw, datatype, writable: bool, blocks: int, what: str) -> BufSpec:
+    """A buffer of a derived datatype: its packed bytes (see BufSpec). With
+    ``MPI.BOTTOM`` (or None) the displacements are addresses."""
+    tm = datatype._typemap(what)
+    if not tm.committed:
+        raise MPIException(ERR_TYPE, f"{what}: the datatype is not committed; call its Commit() first")
+    lb, extent = tm.lb, tm.extent
+    offset = 0
+    if o_displ is not None:
+        offset = operator.index(o_displ) * extent
+        if operator.index(o_displ) < 0:
+            raise ValueError(f"message: negative diplacement {o_displ}")
+    if o_count is not None:
+        count = operator.index(o_count)
+        if count < 0:
+            raise ValueError(f"message: negative count {count}")
+    elif raw.size - offset > 0:
+        length = raw.size - offset
+        if extent <= 0 or length % extent:
+            raise ValueError(f"message: cannot infer count, buffer length {length} is not a multiple of "
+                             f"datatype extent {extent} (lb:{lb}, ub:{lb + extent})")
+        count = length // extent // blocks
+    else:
+        count = 0
+    index = tm.byte_index(count * blocks) + offset
+    if o_buf is None or o_buf is BOTTOM:
+        raw, index = absolute_memory(index, writable)
+    elif index.size and (index.min() < 0 or index.max() >= raw.size):
+        raise ValueError(f"message: {what} has {raw.size} bytes but count={count}"
+                         + (f" x {blocks} blocks" if blocks >= 2 else "")
+                         + f" of a datatype spanning bytes {int(index.min())} to {int(index.max())}; MPI would "
+                           f"read or write past its end")
+    spec = BufSpec(raw[index], datatype, count, raw, index)
+    if writable:
+        register(spec)
+    return spec
+
+
+def parse_w(spec, n: int, *, writable: bool, what: str) -> list[BufSpec]:
+    """The ``n`` blocks of an Alltoallw buffer, as mpi4py reads it: ``[buf,
+    datatypes]`` (one element of each, at 0), ``[buf, (counts, displs),
+    datatypes]`` or ``[buf, counts, displs, datatypes]``, displacements in
+    bytes; with ``MPI.BOTTOM`` the displacements are addresses: block ``j``
+    is ``counts[j]`` elements of ``datatypes[j]``."""
+    if not isinstance(spec, (list, tuple)) or len(spec) not in (2, 3, 4):
+        raise ValueError(f"message: expecting 2 to 4 items in {what}")
+    if len(spec) == 2:
+        (buf, types), counts, displs = spec, None, None
+    else:
+        buf, counts, displs, types = spec if len(spec) == 4 else (spec[0], *spec[1], spec[2])
+    bottom = buf is None or buf is BOTTOM
+    if bottom and (counts is None or displs is None):
+        raise ValueError(f"message: BOTTOM requires counts and displs ({what})")
+    raw = memory_bytes(buf, writable, what)[0]
+    if counts is None and displs is None:
+        counts, displs = [1] * n, [0] * n
+    counts, displs = _ints(counts, n, f"the counts of {what}"), _ints(displs, n, f"the displacements of {what}")
+    types = [types] * n if isinstance(types, Datatype) else list(types)
+    if len(types) != n:
+        raise ValueError(f"message: expecting {n} datatypes in {what}, got {len(types)}")
+    return [_w_block(raw, bottom, count, displ, lookup(datatype), writable, f"block {j} of {what}")
+            for j, (count, displ, datatype) in enumerate(zip(counts, displs, types))]
+
+
+def _w_block(raw, bottom: bool, count: int, displ: int, datatype, writable: bool, what: str) -> BufSpec:
+    if count < 0:
+        raise ValueError(f"message: {what} has the negative count {count}")
+    if not datatype._is_derived():
+        nbytes = count * datatype.Get_size()
+        if bottom:
+            raw, displ = absolute_memory(np.arange(displ, displ + nbytes, dtype=np.int64), writable)[0], 0
+        if displ < 0 or displ + nbytes > raw.size:
+            raise ValueError(f"message: {what} (count {count}, displacement {displ} bytes) does not fit in its "
+                             f"{raw.size} bytes")
+        return BufSpec(raw[displ:displ + nbytes], datatype, count)
+    tm = datatype._typemap(what)
+    if not tm.committed:
+        raise MPIException(ERR_TYPE, f"{what}: the datatype is not committed; call its Commit() first")
+    memory, index = raw, tm.byte_index(count) + displ
+    if bottom:
+        memory, index = absolute_memory(index, writable)
+    elif index.size and (index.min() < 0 or index.max() >= raw.size):
+        raise ValueError(f"message: {what} (count {count}, displacement {displ} bytes) does not fit in its "
+                         f"{raw.size} bytes")
+    block = BufSpec(memory[index], datatype, count, memory, index)
+    if writable:
+        register(block)
+    return block

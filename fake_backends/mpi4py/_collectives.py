@@ -21,6 +21,7 @@ from simdist._arguments import DTYPE_CODE
 
 from ._buffers import BufSpec, is_in_place, parse
 from ._ops import PREDEFINED, check, fold_arrays, simdist_op, validate
+from ._unpacking import check_signatures, unpacking_class
 
 SUM = PREDEFINED["SUM"]
 
@@ -43,14 +44,22 @@ def _wire(raw: np.ndarray, datatype) -> np.ndarray:
     return raw.view(dtype) if dtype in DTYPE_CODE else raw
 
 
-def _same(send: BufSpec, recv: BufSpec, call: str, blocks: int = 1) -> None:
-    """mpi4py's checks of a send and a receive buffer that must agree."""
+def _same(send: BufSpec, recv: BufSpec, call: str, blocks: int = 1, moves: bool = False) -> None:
+    """mpi4py's checks of a send and a receive buffer that must agree. A
+    call that only ``moves`` data with a derived datatype on either side
+    needs the same type signature instead (MPI's rule: a vector of 4
+    doubles matches 4 MPI.DOUBLE)."""
+    if moves and (send.datatype._is_derived() or recv.datatype._is_derived()):
+        check_signatures(send.datatype, send.count, recv.datatype, recv.count, call)
+        return
     if send.datatype != recv.datatype:
         raise ValueError(f"{call}: mismatch in send and receive MPI datatypes")
     if send.count != recv.count:
         raise ValueError(f"{call}: mismatch in send count {send.count} and receive count {recv.count * blocks}")
 
 
+@unpacking_class(("Bcast", "Gather", "Scatter", "Allgather", "Alltoall", "Reduce", "Allreduce",
+                  "Reduce_scatter_block", "Reduce_scatter", "Scan", "Exscan"))
 class BufferCollectives:
     """Mixin of Comm: Barrier, Bcast, Gather, Scatter, Allgather, Alltoall,
     Reduce, Allreduce, Reduce_scatter_block, Reduce_scatter, Scan, Exscan."""
@@ -93,7 +102,7 @@ class BufferCollectives:
                 x = _wire(block, recv.datatype).copy()
             else:
                 send = parse(sendbuf, writable=False, what="sendbuf")
-                _same(send, recv, "Gather")
+                _same(send, recv, "Gather", moves=True)
                 x = _wire(send.raw, send.datatype)
             _put(recv.raw, sc.gather(x, root))
         else:
@@ -111,7 +120,7 @@ class BufferCollectives:
             recv = None
             if not is_in_place(recvbuf):
                 recv = parse(recvbuf, writable=True, what="recvbuf")
-                _same(send, recv, "Scatter")
+                _same(send, recv, "Scatter", moves=True)
             x = _wire(send.raw, send.datatype)
             out = sc.scatter(_blocks(x, st.size), root)
             if recv is not None:
@@ -132,7 +141,7 @@ class BufferCollectives:
             x = _wire(_blocks(recv.raw, st.size)[st.rank], recv.datatype).copy()
         else:
             send = parse(sendbuf, writable=False, what="sendbuf")
-            _same(send, recv, "Allgather")
+            _same(send, recv, "Allgather", moves=True)
             x = _wire(send.raw, send.datatype)
         _put(recv.raw, sc.allgather(x))
 
@@ -145,7 +154,7 @@ class BufferCollectives:
             x = _wire(recv.raw, recv.datatype).copy()
         else:
             send = parse(sendbuf, writable=False, blocks=st.size, what="sendbuf")
-            _same(send, recv, "Alltoall")
+            _same(send, recv, "Alltoall", moves=True)
             x = _wire(send.raw, send.datatype)
         _put(recv.raw, sc.alltoall(_blocks(x, st.size)))
 

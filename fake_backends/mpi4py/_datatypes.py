@@ -9,7 +9,7 @@ characters to datatypes, as mpi4py's does, so a plain numpy array finds
 its datatype by its dtype.
 
 Derived datatypes (Create_contiguous, Create_vector, Create_struct, ...)
-are not supported: send the numpy array with its element type and a count.
+are built by ``_typecalls`` (the calls) and ``_derived`` (the type maps).
 """
 
 from __future__ import annotations
@@ -22,16 +22,9 @@ from ._attributes import AttributeCalls, copy_attributes, delete_attributes
 from ._errors import ERR_ARG, ERR_TYPE, unsupported
 from ._errors import Exception as MPIException
 from ._handles import IntegerHandles
-
-_DERIVED = "derived datatypes are not supported; send the numpy array with its element type and a count instead"
-
+from ._typecalls import DerivedCalls
 
 def _missing(name: str) -> Exception:
-    """NotImplementedError for the calls of derived datatypes, else AttributeError."""
-    if name.startswith(("Create_", "Pack", "Unpack", "Get_envelope", "Get_contents", "decode")) or name in (
-        "Resized", "Get_value_index", "envelope", "contents", "combiner",
-    ):
-        return unsupported(f"Datatype.{name}", _DERIVED)
     return AttributeError(f"'Datatype' object has no attribute {name!r}")
 
 
@@ -46,7 +39,7 @@ class _DatatypeClass(type):
 _ATTRIBUTES: dict = {}  # a datatype's handle (``_id``) -> its user attributes
 
 
-class Datatype(IntegerHandles, AttributeCalls, metaclass=_DatatypeClass):
+class Datatype(DerivedCalls, IntegerHandles, AttributeCalls, metaclass=_DatatypeClass):
     """An MPI datatype: ``name`` (``MPI_INT``), ``dtype`` (numpy; None for a
     type without one, which only fails when used), ``size`` in bytes."""
 
@@ -89,6 +82,8 @@ class Datatype(IntegerHandles, AttributeCalls, metaclass=_DatatypeClass):
     @property
     def dtype(self) -> np.dtype:
         """The numpy dtype of one element; raises for types that have none."""
+        if self._dtype is None and not self._predefined():
+            return self._derived_dtype()
         if self._dtype is None:
             if not self:
                 raise TypeError("MPI.DATATYPE_NULL cannot describe a buffer; pass a datatype such as MPI.DOUBLE")
@@ -97,15 +92,9 @@ class Datatype(IntegerHandles, AttributeCalls, metaclass=_DatatypeClass):
             raise unsupported(f"the datatype {self._name}", "it has no numpy equivalent here; use another datatype")
         return self._dtype
 
-    def Get_size(self) -> int:
-        self._valid("Get_size")
-        return 0 if self._dtype is None else self._dtype.itemsize
-
-    def Get_extent(self) -> tuple[int, int]:
-        return 0, self.Get_size()
-
-    def Get_true_extent(self) -> tuple[int, int]:
-        return 0, self.Get_size()
+    def _predefined(self) -> bool:
+        """A predefined datatype (or DATATYPE_NULL), not a derived one."""
+        return self._id == self._key
 
     def Get_name(self) -> str:
         return self._name
@@ -113,29 +102,21 @@ class Datatype(IntegerHandles, AttributeCalls, metaclass=_DatatypeClass):
     def Set_name(self, name: str) -> None:
         self._valid("Set_name")._name = str(name)
 
-    def Commit(self) -> "Datatype":
-        return self._valid("Commit")
-
     def Free(self) -> None:
         """Free a Dup; the handle becomes MPI.DATATYPE_NULL. A predefined
         datatype cannot be freed (MPI_ERR_TYPE, as under Open MPI)."""
-        if self._valid("Free")._id == self._key:
+        if self._valid("Free")._predefined():
             raise MPIException(ERR_TYPE, f"Datatype.Free of {self._name}, a predefined datatype")
+        self._typemap("Free")
         delete_attributes(self, "Datatype.Free")
         _ATTRIBUTES.pop(self._id, None)
+        self._free_map()
         self.__init__()
 
     def free(self) -> None:
         """Free unless null or predefined (mpi4py's ``free``)."""
-        if self and self._id != self._key:
+        if self and not self._predefined():
             self.Free()
-
-    def Dup(self) -> "Datatype":
-        """A new datatype of the same layout (not equal to this one, as in MPI)."""
-        dup = Datatype(self._valid("Dup"), _name=self._name)
-        dup._id = object()
-        copy_attributes(self, dup, "Datatype.Dup")
-        return dup
 
     # -- user attributes (``_attributes``) -----------------------------------------------
     _attr_kind = "Datatype"
@@ -161,8 +142,6 @@ class Datatype(IntegerHandles, AttributeCalls, metaclass=_DatatypeClass):
         except KeyError:
             raise MPIException(ERR_ARG, f"Datatype.Match_size({typeclass}, {size}): no such datatype") from None
 
-    Create_dup = Dup
-
     def tocode(self) -> str:
         """The type code of the datatype, as mpi4py's (``"d"`` for MPI.DOUBLE)."""
         try:
@@ -170,22 +149,52 @@ class Datatype(IntegerHandles, AttributeCalls, metaclass=_DatatypeClass):
         except KeyError:
             raise ValueError("cannot map to character code or type string") from None
 
-    size = property(Get_size)
-    extent = property(lambda self: self.Get_size())
-    lb = property(lambda self: 0)
-    ub = property(lambda self: self.Get_size())
-    true_extent = property(lambda self: self.Get_size())
-    true_lb = property(lambda self: 0)
-    true_ub = property(lambda self: self.Get_size())
     name = property(Get_name, Set_name)
-    is_named = property(lambda self: True)
-    is_predefined = property(lambda self: True)
-    typechar = property(lambda self: self.tocode())
-    typestr = property(lambda self: self.dtype.str)
+    @property
+    def typechar(self) -> str:
+        """mpi4py's one-character code ("V" for a type without one)."""
+        if not self:
+            return ""
+        try:
+            code = self.tocode()
+        except ValueError:
+            return "V"
+        return code if len(code) == 1 else np.dtype(code).char
+
+    @property
+    def typestr(self) -> str:
+        """mpi4py's numpy type string (``V<extent>`` for a type without one)."""
+        if not self:
+            return ""
+        try:
+            self.tocode()
+        except ValueError:
+            return f"V{self.Get_extent()[1]}"
+        try:  # the code's own numpy type where it has the size (LOGICAL1: "b1"), else the element's
+            coded = np.dtype(self.tocode())
+        except TypeError:
+            coded = None
+        return coded.str if coded is not None and coded.itemsize == self.Get_size() else self.dtype.str
+
+    @classmethod
+    def Get_value_index(cls, value: "Datatype", index: "Datatype") -> "Datatype":
+        """The predefined pair type ``{value; index}`` of MAXLOC/MINLOC
+        (MPI.DATATYPE_NULL where MPI has none, as Open MPI answers)."""
+        for datatype in (value, index):
+            if not isinstance(datatype, Datatype) or not datatype:
+                raise MPIException(ERR_TYPE, f"Datatype.Get_value_index({value!r}, {index!r}): a null datatype")
+        if index == TYPES["INT"]:
+            key = f"{value._key}_INT" if value._predefined() else ""
+            if key in TYPES and TYPES[key]._dtype is not None and TYPES[key]._dtype.names:
+                return TYPES[key]
+        return TYPES["DATATYPE_NULL"]
 
     @classmethod
     def fromcode(cls, code: str) -> "Datatype":
-        return lookup(code)
+        try:
+            return lookup(code)
+        except KeyError as exc:
+            raise ValueError(str(exc)) from None
 
     def __getattr__(self, name):
         raise _missing(name)
@@ -217,7 +226,7 @@ _PREDEFINED = {
     "DOUBLE_PRECISION": np.float64, "COMPLEX": np.complex64, "DOUBLE_COMPLEX": np.complex128,
     "LOGICAL1": np.int8, "LOGICAL2": np.int16, "LOGICAL4": np.int32, "LOGICAL8": np.int64, "LOGICAL16": None,
     "INTEGER1": np.int8, "INTEGER2": np.int16, "INTEGER4": np.int32, "INTEGER8": np.int64, "INTEGER16": None,
-    "REAL2": np.float16, "REAL4": np.float32, "REAL8": np.float64, "REAL16": "V16",  # quad precision: bytes only
+    "REAL4": np.float32, "REAL8": np.float64, "REAL16": "V16",  # quad precision: bytes only
     "COMPLEX4": None, "COMPLEX8": np.complex64, "COMPLEX16": np.complex128, "COMPLEX32": None,
 }
 #: Datatype.tocode(): the type code mpi4py gives each predefined datatype under Open MPI.
@@ -244,6 +253,7 @@ _ALIASES = {
     "SINT16_T": "INT16_T", "SINT32_T": "INT32_T", "SINT64_T": "INT64_T", "F_BOOL": "LOGICAL", "F_INT": "INTEGER",
     "F_FLOAT": "REAL", "F_DOUBLE": "DOUBLE_PRECISION", "F_COMPLEX": "COMPLEX", "F_FLOAT_COMPLEX": "COMPLEX",
     "F_DOUBLE_COMPLEX": "DOUBLE_COMPLEX", "C_COMPLEX": "C_FLOAT_COMPLEX",
+    "REAL2": "DATATYPE_NULL",  # Open MPI 5 has no MPI_REAL2: mpi4py's MPI.REAL2 is null there
 }
 
 #: Every predefined datatype by its mpi4py name (``"DOUBLE"`` -> MPI.DOUBLE), aliases included.

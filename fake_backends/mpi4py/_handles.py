@@ -106,6 +106,8 @@ def _reduce_same_handle(obj):
         return type(obj).Create, (obj._function, obj._commute)  # a user op
     if isinstance(getattr(obj, "_id", ""), str):  # a handle on a predefined one
         return type(obj), (_constant_where(type(obj), lambda value: value == obj),)
+    if getattr(obj, "_key", None) == "DERIVED":
+        return obj._reduce_derived()
     return _dup_of, (_constant_where(type(obj), lambda value: value._id == obj._key),)  # a Dup'ed datatype
 
 

@@ -32,7 +32,7 @@ class Message(IntegerHandles):
     def __hash__(self):
         return id(self._env)
 
-    def _take(self, sink):
+    def _take(self, sink, unpack=None):
         if self._noproc:
             if self is not MESSAGE_NO_PROC:  # a received copy becomes MESSAGE_NULL; the constant stays
                 self._noproc = False
@@ -40,14 +40,14 @@ class Message(IntegerHandles):
         if self._env is None:
             raise MPIException(ERR_REQUEST, "receive of MPI.MESSAGE_NULL (a matched message is received once)")
         env, self._env = self._env, None
-        return self._engine.recv_matched(env, sink, "Mrecv")
+        return self._engine.recv_matched(env, sink, "Mrecv", unpack)
 
     def _irecv(self, buf):
-        from ._buffers import parse
+        from ._buffers import parse, receive_into
 
-        sink = None if buf is None else parse(buf, writable=True, what="buf").raw
+        sink, unpack = receive_into(None if buf is None else parse(buf, writable=True, what="buf"))
         engine = self._engine
-        return Request._of(engine, self._take(sink), self._comm)
+        return Request._of(engine, self._take(sink, unpack), self._comm)
 
     def Recv(self, buf, status: Status | None = None) -> None:
         self._irecv(buf).Wait(status)

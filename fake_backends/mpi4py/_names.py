@@ -191,13 +191,11 @@ CONSTANTS = {'UNDEFINED': -32766,
 _COLLECTIVES = ("Barrier", "Bcast", "Gather", "Gatherv", "Scatter", "Scatterv", "Allgather", "Allgatherv",
                 "Alltoall", "Alltoallv", "Alltoallw", "Reduce", "Allreduce", "Reduce_scatter_block",
                 "Reduce_scatter", "Scan", "Exscan")
-_VECTOR = {"Alltoallw": "Alltoallv"}
 _DYNAMIC = ("dynamic processes (Spawn, Connect/Accept, Join) are not simulated; start every rank with `simdist run -n N` "
             "and make intercommunicators with Intracomm.Create_intercomm")
 _BUFFERED = "buffered mode is not simulated; use Send or Isend (small messages are buffered anyway)"
 _HANDLES = "the simulated MPI has no C or Fortran handles"
 _FT = "fault tolerance (ULFM) is not simulated: a failing rank fails the whole run"
-_DERIVED = "derived datatypes are not simulated; send the numpy array with its element type and a count"
 
 
 def _comm_hint(name: str) -> str | None:
@@ -213,8 +211,6 @@ def _comm_hint(name: str) -> str | None:
         base = name[1:].capitalize()
         return (f"nonblocking collectives are not simulated; call the blocking Comm.{base} "
                 "(there is no overlap to gain on the simulator)")
-    if name in _VECTOR:
-        return "Alltoallw (a datatype per block) is not simulated; use Alltoallv with one datatype"
     if name in ("Spawn", "Spawn_multiple", "Accept", "Connect", "Join", "Get_parent",
                 "Disconnect"):
         return _DYNAMIC

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._buffers import parse, parse_vector
+from ._buffers import parse, parse_vector, parse_w
+from ._unpacking import Completion
 from ._errors import ERR_ARG, Exception as MPIException
 from ._p2p import PICKLED, PROC_NULL, SendOp
 from ._pickle import pickle
@@ -53,31 +54,18 @@ def _blocks(raw: np.ndarray, n: int) -> list[np.ndarray]:
     return [raw[j * size:(j + 1) * size] for j in range(n)]
 
 
-def _vector_blocks(spec, n: int, writable: bool, what: str) -> list[np.ndarray]:
+def _vector_blocks(spec, n: int, writable: bool, what: str) -> tuple[list[np.ndarray], list]:
+    """The blocks of a vector buffer, and the parsed buffer (to store, for a derived datatype)."""
     if n == 0:
-        return []
+        return [], []
     vec = parse_vector(spec, writable=writable, blocks=n, what=what)
-    return [vec.block(j) for j in range(n)]
+    return [vec.block(j) for j in range(n)], [vec]
 
 
-def _w_blocks(spec, n: int, writable: bool, what: str) -> list[np.ndarray]:
-    """The blocks of an Alltoallw buffer: ``[buf, (counts, displs), types]``
-    or ``[buf, counts, displs, types]``, displacements in bytes."""
-    if not isinstance(spec, (list, tuple)) or len(spec) not in (3, 4):
-        raise ValueError(f"message: expecting [buf, (counts, displs), datatypes] for {what}")
-    buf, counts, displs, types = spec if len(spec) == 4 else (spec[0], *spec[1], spec[2])
-    raw = parse(buf, writable=writable, what=what).raw
-    counts, displs, types = list(counts), list(displs), list(types)
-    if not len(counts) == len(displs) == len(types) == n:
-        raise ValueError(f"message: expecting {n} counts, displacements and datatypes in {what}")
-    blocks = []
-    for j, (count, displ, datatype) in enumerate(zip(counts, displs, types)):
-        nbytes = int(count) * datatype.Get_size()
-        if int(count) < 0 or int(displ) < 0 or int(displ) + nbytes > raw.size:
-            raise ValueError(f"message: block {j} of {what} (count {count}, displacement {displ} bytes) does not "
-                             f"fit in its {raw.size} bytes")
-        blocks.append(raw[int(displ):int(displ) + nbytes])
-    return blocks
+def _even_blocks(spec, n: int, writable: bool, what: str) -> tuple[list[np.ndarray], list]:
+    """The same for a buffer of ``n`` equal blocks."""
+    parsed = parse(spec, writable=writable, blocks=n, what=what)
+    return _blocks(parsed.raw, n), [parsed]
 
 
 class NeighborCollectives:
@@ -89,10 +77,12 @@ class NeighborCollectives:
         return st, st.topo.neighbors(st.rank)
 
     @staticmethod
-    def _prepare(st, lists, sends, sinks, call: str, flags: int = 0):
+    def _prepare(st, lists, sends, sinks, call: str, flags: int = 0, stores=()):
         """Check one neighbour collective; return ``post()``, which posts its
         receives (into ``sinks``; None: a pickle) and sends, and returns its
-        request. As for point-to-point, the checks raise, posting does not."""
+        request. As for point-to-point, the checks raise, posting does not.
+        ``stores``: the parsed receive buffers of a derived datatype, stored
+        once every receive is in (``_unpacking``)."""
         sources, destinations, recv_tags, send_tags = lists
         if len(sends) != len(destinations):
             raise MPIException(ERR_ARG, f"{call}: {len(sends)} blocks to send for {len(destinations)} neighbours "
@@ -102,8 +92,9 @@ class NeighborCollectives:
         sends = [np.ascontiguousarray(data).view(np.uint8).reshape(-1) for data in sends]
 
         def post() -> Request:
+            done = Completion(stores, sum(source != PROC_NULL for source in sources)).done
             recvs = [None if source == PROC_NULL else
-                     engine.recv(ctx, source, tag, sink, f"{call} (from neighbour {source}) on {st.name}")
+                     engine.recv(ctx, source, tag, sink, f"{call} (from neighbour {source}) on {st.name}", done)
                      for source, tag, sink in zip(sources, recv_tags, sinks)]
             ops = [engine.send(st.members[dest], ctx, st.rank, tag, data, flags, False, desc)
                    for dest, tag, data in zip(destinations, send_tags, sends) if dest != PROC_NULL]
@@ -117,25 +108,21 @@ class NeighborCollectives:
         st, lists = self._neighbor_lists()
         n_in, n_out = len(lists[0]), len(lists[1])
         data = parse(sendbuf, writable=False, what="sendbuf").raw
-        if vector:
-            sinks = _vector_blocks(recvbuf, n_in, True, "recvbuf")
-        else:
-            sinks = _blocks(parse(recvbuf, writable=True, blocks=n_in, what="recvbuf").raw, n_in)
-        return self._prepare(st, lists, [data] * n_out, sinks, call)
+        sinks, stores = (_vector_blocks if vector else _even_blocks)(recvbuf, n_in, True, "recvbuf")
+        return self._prepare(st, lists, [data] * n_out, sinks, call, stores=stores)
 
     def _alltoall(self, sendbuf, recvbuf, call: str, form: str):
         st, lists = self._neighbor_lists()
         n_in, n_out = len(lists[0]), len(lists[1])
         if form == "w":
-            sends = _w_blocks(sendbuf, n_out, False, "sendbuf")
-            sinks = _w_blocks(recvbuf, n_in, True, "recvbuf")
-        elif form == "v":
-            sends = _vector_blocks(sendbuf, n_out, False, "sendbuf")
-            sinks = _vector_blocks(recvbuf, n_in, True, "recvbuf")
+            sends = [b.raw for b in parse_w(sendbuf, n_out, writable=False, what="sendbuf")]
+            stores = parse_w(recvbuf, n_in, writable=True, what="recvbuf")
+            sinks = [b.raw for b in stores]
         else:
-            sends = _blocks(parse(sendbuf, writable=False, blocks=n_out, what="sendbuf").raw, n_out)
-            sinks = _blocks(parse(recvbuf, writable=True, blocks=n_in, what="recvbuf").raw, n_in)
-        return self._prepare(st, lists, sends, sinks, call)
+            blocks = _vector_blocks if form == "v" else _even_blocks
+            sends = blocks(sendbuf, n_out, False, "sendbuf")[0]
+            sinks, stores = blocks(recvbuf, n_in, True, "recvbuf")
+        return self._prepare(st, lists, sends, sinks, call, stores=stores)
 
     def Ineighbor_allgather(self, sendbuf, recvbuf) -> Request:
         """Every incoming neighbour's ``sendbuf``, in neighbour order, into ``recvbuf``."""

@@ -153,12 +153,14 @@ class SendOp:
 class RecvOp:
     """A receive in progress. ``sink`` is the uint8 view of the receive
     buffer (None: a pickle, kept in ``data``); ``status`` is (source, tag,
-    nbytes) once matched."""
+    nbytes) once matched. ``unpack(nbytes)``, if given, runs once the bytes
+    are in the sink (a derived datatype's sink is packed)."""
 
     __slots__ = ("done", "ctx", "source", "tag", "sink", "pickled", "status", "data", "buf", "received",
-                 "error", "cancelled", "desc")
+                 "error", "cancelled", "desc", "unpack")
 
-    def __init__(self, ctx, source, tag, sink, desc):
+    def __init__(self, ctx, source, tag, sink, desc, unpack=None):
+        self.unpack = unpack
         self.done = False
         self.ctx, self.source, self.tag = ctx, source, tag
         self.sink = sink
@@ -179,14 +181,17 @@ class RecvOp:
         """Store a complete message (``in_place``: it is already in the sink)."""
         if self.sink is None:
             self.data = data
-        elif not in_place:
+        else:
             n = data.size
             if n > self.sink.size:
                 n = self.sink.size
                 self.error = MPIException(
                     ERR_TRUNCATE, f"a message of {data.size} bytes for a receive buffer of {self.sink.size} bytes"
                 )
-            self.sink[:n] = data[:n]
+            if not in_place:
+                self.sink[:n] = data[:n]
+            if self.unpack is not None:
+                self.unpack(n)
         self.done = True
 
 
@@ -283,9 +288,9 @@ class Engine:
         self._post(dest, _record(RTS, ctx, source, tag, n, flags, op.msg_id))
         return op
 
-    def recv(self, ctx: int, source: int, tag: int, sink: np.ndarray | None, desc=None) -> RecvOp:
+    def recv(self, ctx: int, source: int, tag: int, sink: np.ndarray | None, desc=None, unpack=None) -> RecvOp:
         """Post a receive; it matches the earliest arrived envelope that fits."""
-        op = RecvOp(ctx, source, tag, sink, desc)
+        op = RecvOp(ctx, source, tag, sink, desc, unpack)
         for i, env in enumerate(self._unexpected):
             if op.matches(env):
                 del self._unexpected[i]
@@ -294,9 +299,9 @@ class Engine:
         self._posted.append(op)
         return op
 
-    def recv_matched(self, env: Envelope, sink: np.ndarray | None, desc=None) -> RecvOp:
+    def recv_matched(self, env: Envelope, sink: np.ndarray | None, desc=None, unpack=None) -> RecvOp:
         """Receive the envelope a matched probe took (Mprobe)."""
-        op = RecvOp(env.ctx, env.source, env.tag, sink, desc)
+        op = RecvOp(env.ctx, env.source, env.tag, sink, desc, unpack)
         self._match(env, op)
         return op
 

@@ -1,6 +1,7 @@
 """Packing of the stand-in: ``Datatype.Pack``, ``Unpack``, ``Pack_size``
 and their portable forms ``Pack_external``, ``Unpack_external``,
-``Pack_external_size``, for the predefined datatypes.
+``Pack_external_size``, for predefined and derived datatypes (a derived
+datatype packs its basic elements in type-map order; see ``_derived``).
 
 As in mpi4py, the input of Pack and the output of Unpack are plain buffers
 (a numpy array, bytes, bytearray, ...) holding as many whole elements of
@@ -64,8 +65,19 @@ def _position(position, limit: int, nbytes: int, call: str) -> int:
     return position
 
 
-def _pack(dtype: np.dtype, wire: np.dtype, inbuf, outbuf, position, call: str) -> int:
-    raw = parse(inbuf, writable=False, what="inbuf").raw
+def _elements(datatype, buf, writable: bool, what: str):
+    """The packed bytes of the whole elements of a derived ``datatype`` that
+    ``buf`` holds (its length over the extent, as mpi4py counts them)."""
+    length = parse(buf, writable=writable, what=what).raw.size
+    extent = datatype.Get_extent()[1]
+    return parse([buf, length // extent if extent > 0 else 0, datatype], writable=writable, what=what)
+
+
+def _pack(datatype, dtype: np.dtype, wire: np.dtype, inbuf, outbuf, position, call: str) -> int:
+    if datatype._is_derived():
+        raw = _elements(datatype, inbuf, False, "inbuf").raw
+    else:
+        raw = parse(inbuf, writable=False, what="inbuf").raw
     out = parse(outbuf, writable=True, what="outbuf").raw
     count = raw.size // dtype.itemsize
     items = raw[:count * dtype.itemsize].view(dtype)
@@ -75,14 +87,17 @@ def _pack(dtype: np.dtype, wire: np.dtype, inbuf, outbuf, position, call: str) -
     return position + packed.size
 
 
-def _unpack(dtype: np.dtype, wire: np.dtype, inbuf, position, outbuf, call: str) -> int:
+def _unpack(datatype, dtype: np.dtype, wire: np.dtype, inbuf, position, outbuf, call: str) -> int:
     raw = parse(inbuf, writable=False, what="inbuf").raw
-    out = parse(outbuf, writable=True, what="outbuf").raw
+    spec = _elements(datatype, outbuf, True, "outbuf") if datatype._is_derived() else None
+    out = parse(outbuf, writable=True, what="outbuf").raw if spec is None else spec.raw
     count = out.size // dtype.itemsize
     nbytes = count * wire.itemsize
     position = _position(position, raw.size, nbytes, call)
     items = raw[position:position + nbytes].copy().view(wire)
     out[:count * dtype.itemsize] = items.astype(dtype).view(np.uint8)
+    if spec is not None:
+        spec.store()
     return position + nbytes
 
 
@@ -90,35 +105,37 @@ def Pack(self, inbuf, outbuf, position: int, comm) -> int:
     """Pack the elements of ``inbuf`` into ``outbuf`` at ``position``; the new position."""
     _check_comm(comm, "Pack")
     dtype = _native(self, "Pack")
-    return _pack(dtype, dtype, inbuf, outbuf, position, "Pack")
+    return _pack(self, dtype, dtype, inbuf, outbuf, position, "Pack")
 
 
 def Unpack(self, inbuf, position: int, outbuf, comm) -> int:
     """Unpack from ``inbuf`` at ``position`` as many elements as ``outbuf`` holds; the new position."""
     _check_comm(comm, "Unpack")
     dtype = _native(self, "Unpack")
-    return _unpack(dtype, dtype, inbuf, position, outbuf, "Unpack")
+    return _unpack(self, dtype, dtype, inbuf, position, outbuf, "Unpack")
 
 
 def Pack_size(self, count: int, comm) -> int:
     _check_comm(comm, "Pack_size")
-    return int(count) * _native(self, "Pack_size").itemsize
+    return int(count) * (self.Get_size() if self._is_derived() else _native(self, "Pack_size").itemsize)
 
 
 def Pack_external(self, datarep: str, inbuf, outbuf, position: int) -> int:
     _check_datarep(datarep, "Pack_external")
     dtype = _native(self, "Pack_external")
-    return _pack(dtype, _external(dtype), inbuf, outbuf, position, "Pack_external")
+    return _pack(self, dtype, _external(dtype), inbuf, outbuf, position, "Pack_external")
 
 
 def Unpack_external(self, datarep: str, inbuf, position: int, outbuf) -> int:
     _check_datarep(datarep, "Unpack_external")
     dtype = _native(self, "Unpack_external")
-    return _unpack(dtype, _external(dtype), inbuf, position, outbuf, "Unpack_external")
+    return _unpack(self, dtype, _external(dtype), inbuf, position, outbuf, "Unpack_external")
 
 
 def Pack_external_size(self, datarep: str, count: int) -> int:
     _check_datarep(datarep, "Pack_external_size")
+    if self._is_derived():  # external32 sizes are the native ones here
+        return int(count) * self.Get_size()
     return int(count) * _external(_native(self, "Pack_external_size")).itemsize
 
 

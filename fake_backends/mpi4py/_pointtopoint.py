@@ -23,7 +23,7 @@ import warnings
 import numpy as np
 
 from ._buffered import check_space, need
-from ._buffers import parse
+from ._buffers import parse, receive_into
 from ._errors import ERR_RANK, ERR_TAG, Exception as MPIException
 from ._p2p import ANY_SOURCE, ANY_TAG, PICKLED, PROC_NULL, PairOp, SendOp
 from ._pickle import pickle
@@ -134,13 +134,13 @@ class PointToPoint:
         if source == PROC_NULL:
             return lambda: Request._of(st.engine, DONE)
         source = self._peer(st, source, call, "source", True)
-        sink = sink_of()
+        sink, unpack = receive_into(sink_of())
         desc = f"{call}({_names(source, tag)}) on {st.name}"
-        return lambda: Request._of(st.engine, st.engine.recv(st.ctx, source, tag, sink, desc))
+        return lambda: Request._of(st.engine, st.engine.recv(st.ctx, source, tag, sink, desc, unpack))
 
     @staticmethod
     def _sink(buf, what: str = "buf"):
-        return lambda: parse(buf, writable=True, what=what).raw
+        return lambda: parse(buf, writable=True, what=what)
 
     # -- buffers ------------------------------------------------------------------------------
     def Isend(self, buf, dest: int, tag: int = 0) -> Request:
@@ -181,9 +181,9 @@ class PointToPoint:
 
     def _sendrecv_replace(self, buf, dest, sendtag, source, recvtag, call: str) -> Request:
         """The message sent is a copy of ``buf`` as it is now."""
-        raw = functools.cache(lambda: parse(buf, writable=True, what="buf").raw)  # not read for PROC_NULL
-        post_recv = self._prepare_recv(raw, source, recvtag, call)
-        post_send = self._prepare_send(lambda: (raw().copy(), 0), dest, sendtag, False, call)
+        spec = functools.cache(lambda: parse(buf, writable=True, what="buf"))  # not read for PROC_NULL
+        post_recv = self._prepare_recv(spec, source, recvtag, call)
+        post_send = self._prepare_send(lambda: (spec().raw.copy(), 0), dest, sendtag, False, call)
         return self._pair(post_send, post_recv)
 
     def Isendrecv(self, sendbuf, dest: int, sendtag: int = 0, recvbuf=None, source: int = ANY_SOURCE,
@@ -206,12 +206,24 @@ class PointToPoint:
     def Send_init(self, buf, dest: int, tag: int = 0) -> Prequest:
         """A persistent send: checked now, sent (the buffer's contents at
         that time) at each ``Start``."""
-        return Prequest(_start=self._prepare_send(lambda: buffer_data(buf), dest, tag, False, "Send_init"))
+        return Prequest(_start=self._persistent_send(buf, dest, tag, False, "Send_init"))
 
     Rsend_init = Send_init
 
     def Ssend_init(self, buf, dest: int, tag: int = 0) -> Prequest:
-        return Prequest(_start=self._prepare_send(lambda: buffer_data(buf), dest, tag, True, "Ssend_init"))
+        return Prequest(_start=self._persistent_send(buf, dest, tag, True, "Ssend_init"))
+
+    def _persistent_send(self, buf, dest, tag, sync: bool, call: str):
+        """The ``post()`` of a persistent send, checked now. A derived
+        datatype's bytes are packed anew at each Start (a copy, unlike a
+        view of a contiguous buffer, would send the contents at init)."""
+        def prepare():
+            return self._prepare_send(lambda: buffer_data(buf), dest, tag, sync, call)
+
+        post = prepare()
+        if dest == PROC_NULL or parse(buf, writable=False, what="buf").target is None:
+            return post
+        return lambda: prepare()()
 
     def Recv_init(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Prequest:
         return Prequest(_start=self._prepare_recv(self._sink(buf), source, tag, "Recv_init"))
@@ -225,7 +237,12 @@ class PointToPoint:
         return self._prepare_bsend(lambda: buffer_data(buf), dest, tag, "Ibsend")[0]()
 
     def Bsend_init(self, buf, dest: int, tag: int = 0) -> Prequest:
-        post, nbytes = self._prepare_bsend(lambda: buffer_data(buf), dest, tag, "Bsend_init")
+        def prepare():
+            return self._prepare_bsend(lambda: buffer_data(buf), dest, tag, "Bsend_init")
+
+        post, nbytes = prepare()
+        if dest != PROC_NULL and parse(buf, writable=False, what="buf").target is not None:
+            post = lambda: prepare()[0]()  # noqa: E731 - a derived datatype packs anew at each Start
         return Prequest(_start=post, _buffered=(self._st().engine, nbytes))
 
     def bsend(self, obj, dest: int, tag: int = 0) -> None:

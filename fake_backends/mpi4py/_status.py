@@ -88,10 +88,21 @@ class Status:
         return self._nbytes // size if self._nbytes % size == 0 else UNDEFINED
 
     def Get_elements(self, datatype) -> int:
-        return self.Get_count(datatype)
+        """Basic elements received (of a derived datatype: those of its type
+        map, as far as the bytes go; MPI.UNDEFINED if they end inside one)."""
+        if not datatype._is_derived():
+            return self.Get_count(datatype)
+        elements = datatype._typemap("Get_elements").elements(self._nbytes)
+        return UNDEFINED if elements is None else elements
 
     def Set_elements(self, datatype, count: int) -> None:
-        self._nbytes = int(count) * datatype.Get_size()
+        count = int(count)
+        if not datatype._is_derived():
+            self._nbytes = count * datatype.Get_size()
+            return
+        tm = datatype._typemap("Set_elements")
+        whole, rest = divmod(count, max(tm.codes.size, 1))
+        self._nbytes = whole * tm.size + int(tm.sizes[:rest].sum())
 
     def Is_cancelled(self) -> bool:
         return self.cancelled

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._buffers import is_in_place, parse, parse_vector
+from ._buffers import is_in_place, parse, parse_vector, parse_w
 from ._errors import ERR_TRUNCATE, Exception as MPIException
+from ._unpacking import unpacking_class
 
 
 def _padded(blocks: list[np.ndarray], width: int) -> np.ndarray:
@@ -31,8 +32,9 @@ def _place(dest: np.ndarray, data: np.ndarray, call: str, source: int) -> None:
     dest[...] = data
 
 
+@unpacking_class(("Gatherv", "Scatterv", "Allgatherv", "Alltoallv", "Alltoallw"))
 class VectorCollectives:
-    """Mixin of Comm: Gatherv, Scatterv, Allgatherv, Alltoallv."""
+    """Mixin of Comm: Gatherv, Scatterv, Allgatherv, Alltoallv, Alltoallw."""
 
     def Gatherv(self, sendbuf, recvbuf, root: int = 0) -> None:
         """Root's ``recvbuf`` gets rank ``j``'s ``sendbuf`` as its block ``j``."""
@@ -93,3 +95,16 @@ class VectorCollectives:
         out = sc.alltoall(_padded(blocks, int(lengths.max())))
         for j in range(st.size):
             _place(recv.block(j), out[j, :lengths[j, st.rank]], "Alltoallv", j)
+
+    def Alltoallw(self, sendbuf, recvbuf) -> None:
+        """As Alltoallv, with a datatype per block and displacements in bytes."""
+        st, sc = self._coll()
+        recv = parse_w(recvbuf, st.size, writable=True, what="recvbuf")
+        if is_in_place(sendbuf):
+            blocks = [b.raw.copy() for b in recv]
+        else:
+            blocks = [b.raw for b in parse_w(sendbuf, st.size, writable=False, what="sendbuf")]
+        lengths = sc.allgather(np.array([b.size for b in blocks], np.int64))  # [from, to]
+        out = sc.alltoall(_padded(blocks, int(lengths.max())))
+        for j in range(st.size):
+            _place(recv[j].raw, out[j, :lengths[j, st.rank]], "Alltoallw", j)

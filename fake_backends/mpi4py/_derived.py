@@ -1,0 +1,348 @@
+"""Derived datatypes: type maps, their constructors and their queries.
+
+A datatype's *type map* is the list of its basic elements (a predefined
+datatype each) with their byte displacements, plus its lower and upper
+bounds (``lb``, ``ub``: the extent is ``ub - lb``). ``TypeMap`` keeps it
+as numpy arrays: ``codes`` (which basic datatype) and ``offsets`` (bytes),
+in type-map order, which is the order of the packed bytes. Compiled once
+to ``byte_index`` (the displacement of every byte the type covers), it
+packs a buffer as ``raw[index]`` and unpacks as ``raw[index] = packed``:
+a receive writes only the bytes the type map covers, and ``count``
+elements repeat at the extent, as MPI defines.
+
+The constructors follow MPI 4.0 section 5.1 (vector, hvector, indexed,
+hindexed, indexed_block, hindexed_block, struct, subarray, darray,
+resized); a struct's extent is rounded up to the alignment of its most
+aligned basic element, as Open MPI does. ``contents`` keeps the
+constructor's arguments for ``Get_envelope`` and ``Get_contents``.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import numpy as np
+
+from ._errors import ERR_ARG, ERR_TYPE, Exception as MPIException
+
+# the combiners of MPI (MPI.COMBINER_*), as Open MPI numbers them
+NAMED, DUP, CONTIGUOUS, VECTOR, HVECTOR, INDEXED, HINDEXED = 0, 1, 2, 3, 5, 6, 8
+INDEXED_BLOCK, HINDEXED_BLOCK, STRUCT, SUBARRAY, DARRAY, RESIZED = 9, 18, 11, 12, 13, 17
+F90_INTEGER, F90_REAL, F90_COMPLEX = 16, 14, 15
+ORDER_C, ORDER_FORTRAN = 0, 1
+DISTRIBUTE_BLOCK, DISTRIBUTE_CYCLIC, DISTRIBUTE_NONE, DISTRIBUTE_DFLT_DARG = 0, 1, 2, -1
+
+#: basic datatypes by code: the predefined datatype objects, registered as they are used
+BASIC: list = []
+_CODES: dict = {}  # a predefined datatype's key -> its code
+_MAX_FIELDS = 4096  # a packed element of more mixed basic elements is opaque bytes to numpy
+
+
+class TypeMap:
+    """The type map of a datatype (see the module docstring). ``contents``
+    is ``(combiner, integers, addresses, datatypes)``. The sizes and bounds
+    are computed when the type is built; ``codes`` and ``offsets`` only
+    when first used (``build``), so that a type of 2**31 bytes costs
+    nothing until a call moves it."""
+
+    __slots__ = ("lb", "ub", "align", "contents", "committed", "size", "nelem", "true_lb", "true_ub", "uniform",
+                 "_build", "_codes", "_offsets", "_index", "_sizes")
+
+    def __init__(self, lb: int, ub: int, align: int, contents, *, size: int, nelem: int, true_lb: int,
+                 true_ub: int, uniform, build=None, codes=None, offsets=None):
+        self.lb, self.ub, self.align = int(lb), int(ub), int(align)
+        self.contents = contents
+        self.committed = False
+        self.size, self.nelem = int(size), int(nelem)
+        self.true_lb, self.true_ub = int(true_lb), int(true_ub)
+        self.uniform = uniform  # the code of every basic element if they are all one, else None
+        self._build = build
+        self._codes = None if codes is None else np.asarray(codes, np.int32)
+        self._offsets = None if offsets is None else np.asarray(offsets, np.int64)
+        self._index = None
+        self._sizes = None
+
+    def _materialize(self) -> None:
+        if self._codes is None:
+            codes, offsets = self._build()
+            self._codes, self._offsets = np.asarray(codes, np.int32), np.asarray(offsets, np.int64)
+
+    @property
+    def codes(self) -> np.ndarray:
+        self._materialize()
+        return self._codes
+
+    @property
+    def offsets(self) -> np.ndarray:
+        self._materialize()
+        return self._offsets
+
+    def moved(self, lb: int, ub: int, contents) -> "TypeMap":
+        """The same elements with other bounds (Create_resized, Dup)."""
+        tm = TypeMap(lb, ub, self.align, contents, size=self.size, nelem=self.nelem, true_lb=self.true_lb,
+                     true_ub=self.true_ub, uniform=self.uniform, build=lambda: (self.codes, self.offsets))
+        tm._index = self._index
+        return tm
+
+    @property
+    def extent(self) -> int:
+        return self.ub - self.lb
+
+    @property
+    def sizes(self) -> np.ndarray:
+        """The size in bytes of each basic element."""
+        if self._sizes is None:
+            table = np.array([b.Get_size() for b in BASIC] or [0], np.int64)
+            self._sizes = table[self.codes]
+        return self._sizes
+
+    def true_bounds(self) -> tuple[int, int]:
+        return self.true_lb, self.true_ub
+
+    def byte_index(self, count: int = 1) -> np.ndarray:
+        """The displacement of every byte of ``count`` elements, in packed order."""
+        if self._index is None:
+            sizes = self.sizes
+            starts = np.cumsum(sizes) - sizes
+            within = np.arange(int(sizes.sum()), dtype=np.int64) - np.repeat(starts, sizes)
+            self._index = np.repeat(self.offsets, sizes) + within
+        if count == 1:
+            return self._index
+        return (np.arange(count, dtype=np.int64)[:, None] * self.extent + self._index[None, :]).reshape(-1)
+
+    def basic_dtype(self):
+        """The numpy dtype of the basic elements if they are all of one datatype, else None."""
+        return BASIC[self.uniform].dtype if self.uniform is not None else None
+
+    def packed_dtype(self) -> np.dtype:
+        """The numpy dtype of one packed element: the basic elements' if they
+        are all of one kind, else a record of them (opaque bytes past
+        ``_MAX_FIELDS`` of them)."""
+        basic = self.basic_dtype()
+        if basic is not None:
+            return basic
+        if not 0 < self.nelem <= _MAX_FIELDS:
+            return np.dtype((np.void, max(self.size, 1)))
+        starts = np.cumsum(self.sizes) - self.sizes
+        return np.dtype({"names": [f"f{k}" for k in range(self.nelem)],
+                         "formats": [BASIC[int(c)].dtype for c in self.codes],
+                         "offsets": [int(x) for x in starts], "itemsize": self.size})
+
+    def elements(self, nbytes: int) -> int | None:
+        """How many basic elements ``nbytes`` packed bytes hold (None: not a whole number)."""
+        size = self.size
+        if size == 0:
+            return 0 if nbytes == 0 else None
+        whole, rest = divmod(nbytes, size)
+        if rest == 0:
+            return whole * self.nelem
+        hit = np.flatnonzero(np.cumsum(self.sizes) == rest)
+        return whole * self.nelem + int(hit[0]) + 1 if hit.size else None
+
+
+def basic_map(datatype) -> TypeMap:
+    """The type map of a predefined datatype: one element at displacement 0."""
+    key = datatype._key
+    code = _CODES.get(key)
+    if code is None:
+        code = _CODES[key] = len(BASIC)
+        BASIC.append(datatype)
+    size = datatype.Get_size()
+    align = datatype._dtype.alignment if datatype._dtype is not None else 1
+    return TypeMap(0, size, align, (NAMED, [], [], []), size=size, nelem=1, true_lb=0, true_ub=size,
+                   uniform=code, codes=[code], offsets=[0])
+
+
+def _ints(values, what: str) -> list[int]:
+    try:
+        return [operator.index(v) for v in values]
+    except TypeError:
+        raise TypeError(f"{what}: expecting a sequence of integers") from None
+
+
+def _nonneg(value, what: str, call: str) -> int:
+    value = operator.index(value)
+    if value < 0:
+        raise MPIException(ERR_ARG, f"Datatype.{call}: {what}={value} is negative")
+    return value
+
+
+def _blocks(olds, starts, lengths, contents) -> TypeMap:
+    """Block ``j``: ``lengths[j]`` copies of ``olds[j]`` (or of ``olds``,
+    one TypeMap for every block) from byte ``starts[j]``, at its extent."""
+    starts, lengths = np.asarray(starts, np.int64).reshape(-1), np.asarray(lengths, np.int64).reshape(-1)
+    kinds = [olds] * starts.size if isinstance(olds, TypeMap) else list(olds)
+    align = max([1] + [old.align for old in ({id(o): o for o in kinds}.values())])
+    keep = lengths > 0
+    if not keep.any():
+        return TypeMap(0, 0, align, contents, size=0, nelem=0, true_lb=0, true_ub=0, uniform=None,
+                       codes=[], offsets=[])
+    pick = np.flatnonzero(keep)
+    starts, lengths, kinds = starts[pick], lengths[pick], [kinds[j] for j in pick]
+    table = {id(o): o for o in kinds}.values()
+    per = {name: np.array([getattr(o, name) for o in kinds], np.int64)
+           for name in ("lb", "ub", "size", "nelem", "true_lb", "true_ub")}
+    extent = per["ub"] - per["lb"]
+    last = (lengths - 1) * extent
+    low, high = starts + np.minimum(0, last), starts + np.maximum(0, last)
+    filled = per["nelem"] > 0
+    uniforms = {o.uniform for o in table if o.nelem}
+    uniform = uniforms.pop() if len(uniforms) == 1 else None
+
+    def build():
+        codes, offsets = [], []
+        for old, start, length in zip(kinds, starts, lengths):
+            disp = start + np.arange(length, dtype=np.int64) * old.extent
+            codes.append(np.tile(old.codes, int(length)))
+            offsets.append((disp[:, None] + old.offsets[None, :]).reshape(-1))
+        return np.concatenate(codes), np.concatenate(offsets)
+
+    return TypeMap(
+        (low + np.minimum(per["lb"], per["ub"])).min(), (high + np.maximum(per["lb"], per["ub"])).max(), align,
+        contents, size=int((lengths * per["size"]).sum()), nelem=int((lengths * per["nelem"]).sum()),
+        true_lb=int((low + per["true_lb"])[filled].min()) if filled.any() else 0,
+        true_ub=int((high + per["true_ub"])[filled].max()) if filled.any() else 0,
+        uniform=uniform, build=build)
+
+
+def contiguous(old: TypeMap, oldtype, count) -> TypeMap:
+    count = _nonneg(count, "count", "Create_contiguous")
+    return _blocks(old, [0], [count], (CONTIGUOUS, [count], [], [oldtype]))
+
+
+def vector(old: TypeMap, oldtype, count, blocklength, stride, in_bytes: bool) -> TypeMap:
+    call = "Create_hvector" if in_bytes else "Create_vector"
+    count, blocklength = _nonneg(count, "count", call), _nonneg(blocklength, "blocklength", call)
+    stride = operator.index(stride)
+    step = stride if in_bytes else stride * old.extent
+    if in_bytes:
+        contents = (HVECTOR, [count, blocklength], [stride], [oldtype])
+    else:
+        contents = (VECTOR, [count, blocklength, stride], [], [oldtype])
+    return _blocks(old, np.arange(count, dtype=np.int64) * step, np.full(count, blocklength), contents)
+
+
+def indexed(old: TypeMap, oldtype, blocklengths, displacements, in_bytes: bool, block: int | None) -> TypeMap:
+    name = ("Create_hindexed" if in_bytes else "Create_indexed") + ("_block" if block is not None else "")
+    displs = _ints(displacements, f"Datatype.{name}: displacements")
+    if block is None:
+        lengths = [_nonneg(b, "blocklength", name) for b in _ints(blocklengths, f"Datatype.{name}: blocklengths")]
+        if len(lengths) != len(displs):
+            raise ValueError(f"Datatype.{name}: expecting {len(lengths)} displacements, got {len(displs)}")
+    else:
+        lengths = [_nonneg(block, "blocklength", name)] * len(displs)
+    starts = displs if in_bytes else [d * old.extent for d in displs]
+    n = len(displs)
+    if block is None and in_bytes:
+        contents = (HINDEXED, [n, *lengths], displs, [oldtype])
+    elif block is None:
+        contents = (INDEXED, [n, *lengths, *displs], [], [oldtype])
+    elif in_bytes:
+        contents = (HINDEXED_BLOCK, [n, block], displs, [oldtype])
+    else:
+        contents = (INDEXED_BLOCK, [n, block, *displs], [], [oldtype])
+    return _blocks(old, starts, lengths, contents)
+
+
+def struct(olds: list[TypeMap], oldtypes, blocklengths, displacements) -> TypeMap:
+    lengths = [_nonneg(b, "blocklength", "Create_struct") for b in _ints(blocklengths, "Datatype.Create_struct")]
+    displs = _ints(displacements, "Datatype.Create_struct: displacements")
+    if not len(lengths) == len(displs) == len(olds):
+        raise ValueError(f"Datatype.Create_struct: {len(lengths)} blocklengths, {len(displs)} displacements and "
+                         f"{len(olds)} datatypes; expecting as many of each")
+    tm = _blocks(olds, displs, lengths, (STRUCT, [len(lengths), *lengths], displs, list(oldtypes)))
+    tm.ub = tm.lb + -(-tm.extent // tm.align) * tm.align  # padded to the alignment, as Open MPI does
+    return tm
+
+
+def _grid_offsets(sizes: list[int], subsizes: list[int], starts: list[int], order: int) -> np.ndarray:
+    """The element index (in the full array) of every element of a sub-block, in memory order."""
+    if order == ORDER_FORTRAN:
+        sizes, subsizes, starts = sizes[::-1], subsizes[::-1], starts[::-1]
+    strides = [math.prod(sizes[k + 1:]) for k in range(len(sizes))]
+    index = np.zeros(1, np.int64)
+    for size, start, stride in zip(subsizes, starts, strides):
+        index = (index[:, None] + (start + np.arange(size, dtype=np.int64)) * stride).reshape(-1)
+    return index
+
+
+def subarray(old: TypeMap, oldtype, sizes, subsizes, starts, order) -> TypeMap:
+    call = "Create_subarray"
+    sizes, subsizes = _ints(sizes, f"Datatype.{call}: sizes"), _ints(subsizes, f"Datatype.{call}: subsizes")
+    starts = _ints(starts, f"Datatype.{call}: starts")
+    order = operator.index(order)
+    if not len(sizes) == len(subsizes) == len(starts) or not sizes:
+        raise ValueError(f"Datatype.{call}: sizes, subsizes and starts must have the same length (>= 1)")
+    if order not in (ORDER_C, ORDER_FORTRAN):
+        raise MPIException(ERR_ARG, f"Datatype.{call}: order={order}; expecting MPI.ORDER_C or MPI.ORDER_FORTRAN")
+    for size, sub, start in zip(sizes, subsizes, starts):
+        if size < 1 or sub < 1 or start < 0 or start + sub > size:
+            raise MPIException(ERR_ARG, f"Datatype.{call}: subsize {sub} at start {start} does not fit in size {size}")
+    index = _grid_offsets(sizes, subsizes, starts, order)
+    n = len(sizes)
+    contents = (SUBARRAY, [n, *sizes, *subsizes, *starts, order], [], [oldtype])
+    tm = _blocks(old, index * old.extent, np.ones(index.size, np.int64), contents)
+    tm.lb, tm.ub = old.lb, old.lb + math.prod(sizes) * old.extent
+    return tm
+
+
+def _darray_block(gsize: int, distrib: int, darg: int, psize: int, coord: int, call: str) -> np.ndarray:
+    """The global indices of one dimension that process ``coord`` owns."""
+    if distrib == DISTRIBUTE_NONE:
+        return np.arange(gsize, dtype=np.int64)
+    if distrib == DISTRIBUTE_BLOCK:
+        block = -(-gsize // psize) if darg == DISTRIBUTE_DFLT_DARG else darg
+        if block * psize < gsize:
+            raise MPIException(ERR_ARG, f"Datatype.{call}: block size {block} x {psize} processes < {gsize}")
+        return np.arange(coord * block, min(gsize, (coord + 1) * block), dtype=np.int64)
+    if distrib == DISTRIBUTE_CYCLIC:
+        block = 1 if darg == DISTRIBUTE_DFLT_DARG else darg
+        every = np.arange(gsize, dtype=np.int64)
+        return every[(every // block) % psize == coord]
+    raise MPIException(ERR_ARG, f"Datatype.{call}: distribution {distrib} is not MPI.DISTRIBUTE_*")
+
+
+def darray(old: TypeMap, oldtype, size, rank, gsizes, distribs, dargs, psizes, order) -> TypeMap:
+    call = "Create_darray"
+    size, rank, order = operator.index(size), operator.index(rank), operator.index(order)
+    gsizes, distribs = _ints(gsizes, call), _ints(distribs, call)
+    dargs, psizes = _ints(dargs, call), _ints(psizes, call)
+    n = len(gsizes)
+    if not len(distribs) == len(dargs) == len(psizes) == n or math.prod(psizes) != size or not 0 <= rank < size:
+        raise MPIException(ERR_ARG, f"Datatype.{call}: size={size}, rank={rank}, psizes={psizes} do not agree")
+    coords, rest = [], rank  # process grid in C order, as MPI defines it for darray
+    for k in range(n):
+        below = math.prod(psizes[k + 1:])
+        coords.append(rest // below)
+        rest %= below
+    dims = [_darray_block(gsizes[k], distribs[k], dargs[k], psizes[k], coords[k], call) for k in range(n)]
+    full, owned = (gsizes[::-1], dims[::-1]) if order == ORDER_FORTRAN else (gsizes, dims)
+    index = np.zeros(1, np.int64)
+    for k, mine in enumerate(owned):
+        index = (index[:, None] + mine * math.prod(full[k + 1:])).reshape(-1)
+    contents = (DARRAY, [size, rank, n, *gsizes, *distribs, *dargs, *psizes, order], [], [oldtype])
+    tm = _blocks(old, index * old.extent, np.ones(index.size, np.int64), contents)
+    tm.lb, tm.ub = old.lb, old.lb + math.prod(gsizes) * old.extent
+    return tm
+
+
+def resized(old: TypeMap, oldtype, lb, extent) -> TypeMap:
+    lb, extent = operator.index(lb), operator.index(extent)
+    return old.moved(lb, lb + extent, (RESIZED, [], [lb, extent], [oldtype]))
+
+
+def dup(old: TypeMap, oldtype) -> TypeMap:
+    return old.moved(old.lb, old.ub, (DUP, [], [], [oldtype]))
+
+
+def envelope(tm: TypeMap) -> tuple[int, int, int, int, int]:
+    """``(ni, na, nc, nd, combiner)`` as Open MPI gives them (no large counts)."""
+    combiner, ints, addrs, types = tm.contents
+    return len(ints), len(addrs), 0, len(types), combiner
+
+
+def check_type(tm: TypeMap | None, name: str, call: str) -> TypeMap:
+    if tm is None:
+        raise MPIException(ERR_TYPE, f"Datatype.{call} of {name}, which is freed or null")
+    return tm

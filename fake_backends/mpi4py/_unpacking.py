@@ -1,0 +1,105 @@
+"""Where the bytes of a derived datatype's receive buffer go back.
+
+A call parses a buffer of a derived datatype into its packed bytes (a
+copy, ``BufSpec.raw``); what the call receives lands there, and the
+buffer's own memory gets it only when the packed bytes are *stored*:
+``raw[index] = packed``, which writes exactly the bytes the type map
+covers and leaves its holes untouched. A blocking call runs inside
+``unpacking`` (a decorator): the receive buffers it parses register in its
+frame and are stored when it returns; a call that raises stores nothing,
+so it leaves the buffers as they were. A receive that completes later
+(Irecv, a nonblocking neighbour collective) stores from its completion
+instead (``on_complete``).
+
+``absolute_memory`` gives the memory of ``MPI.BOTTOM`` with a datatype
+whose displacements are addresses (``MPI.Get_address``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import numpy as np
+
+_FRAMES: list[list] = []  # one list of receive specs per blocking call in progress
+
+
+def register(spec) -> None:
+    """Store ``spec`` when the innermost blocking call returns (if any)."""
+    if _FRAMES:
+        _FRAMES[-1].append(spec)
+
+
+def unpacking(method):
+    """Run a blocking call; store its registered receive buffers when it returns."""
+
+    @functools.wraps(method)
+    def call(*args, **kwargs):
+        _FRAMES.append([])
+        try:
+            result = method(*args, **kwargs)
+            specs = _FRAMES[-1]
+        finally:
+            _FRAMES.pop()
+        for spec in specs:
+            spec.store()
+        return result
+
+    return call
+
+
+def unpacking_class(names):
+    """Class decorator: wrap the methods ``names`` with ``unpacking``."""
+
+    def decorate(cls):
+        for name in names:
+            setattr(cls, name, unpacking(cls.__dict__[name]))
+        return cls
+
+    return decorate
+
+
+class Completion:
+    """Store ``specs`` once ``n`` receives have completed (``done()`` each)."""
+
+    def __init__(self, specs, n: int):
+        self.specs, self.left = [s for s in specs if s.target is not None], n
+        if n == 0:
+            self._store()
+
+    def done(self, _nbytes: int = 0) -> None:
+        self.left -= 1
+        if self.left == 0:
+            self._store()
+
+    def _store(self) -> None:
+        for spec in self.specs:
+            spec.store()
+
+
+def check_signatures(sendtype, sendcount: int, recvtype, recvcount: int, call: str) -> None:
+    """MPI.Exception unless ``sendcount`` x ``sendtype`` has the type signature of ``recvcount`` x ``recvtype``:
+    ERR_TYPE where a basic type differs, ERR_TRUNCATE where the send is longer."""
+    from ._errors import ERR_TRUNCATE, ERR_TYPE, Exception as MPIException
+
+    sent = np.tile(sendtype._typemap(call).codes, sendcount)
+    wanted = np.tile(recvtype._typemap(call).codes, recvcount)
+    common = min(sent.size, wanted.size)
+    if not np.array_equal(sent[:common], wanted[:common]):
+        raise MPIException(ERR_TYPE, f"{call}: the send's type signature (basic types) differs from the receive's")
+    if sent.size != wanted.size:
+        raise MPIException(ERR_TRUNCATE, f"{call}: {sent.size} basic elements sent for {wanted.size} received")
+
+
+def absolute_memory(index: np.ndarray, writable: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The memory ``index`` (absolute addresses) spans, and ``index`` relative to it."""
+    if not index.size:
+        return np.empty(0, np.uint8), index
+    base, end = int(index.min()), int(index.max()) + 1
+    if base <= 0:
+        raise ValueError(f"message: MPI.BOTTOM with a datatype whose displacement {base} is not an address")
+    memory = np.ctypeslib.as_array((ctypes.c_ubyte * (end - base)).from_address(base))
+    if not writable:
+        memory.flags.writeable = False
+    return memory, index - base
