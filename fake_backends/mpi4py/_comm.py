@@ -26,7 +26,7 @@ from ._attributes import AttributeCalls, copy_attributes, delete_attributes
 from ._errors import earlier_run, last_used_code
 from ._datatypes import Datatype
 from ._groups import GroupCalls
-from ._handles import IntegerHandles
+from ._handles import FreeableHandles, IntegerHandles
 from ._hints import Errhandler, Info
 from ._ops import Op
 from ._objects import ObjectCollectives
@@ -130,7 +130,7 @@ def self_state(rt) -> _State:
     return _State(rt, _SelfComm(), rt.next_self_ctx(), [rt.world.rank], "MPI_COMM_SELF", True)
 
 
-class Comm(IntegerHandles, GroupCalls, PointToPoint, BufferCollectives, VectorCollectives, ObjectCollectives,
+class Comm(FreeableHandles, IntegerHandles, GroupCalls, PointToPoint, BufferCollectives, VectorCollectives, ObjectCollectives,
            AttributeCalls):
     """A communicator: see the module docstring; the calls are mpi4py's."""
 
@@ -157,28 +157,9 @@ class Comm(IntegerHandles, GroupCalls, PointToPoint, BufferCollectives, VectorCo
         self._state = None if comm is None else comm._state
 
     # -- identity ---------------------------------------------------------------------
-    def __eq__(self, other):
-        if not isinstance(other, Comm):
-            return NotImplemented
-        return self._live() is other._live()
-
-    def __ne__(self, other):
-        result = self.__eq__(other)
-        return result if result is NotImplemented else not result
-
-    def __hash__(self):
-        return id(self._live())
-
-    def __bool__(self):
-        return self._live() is not None
-
     def __repr__(self):
         st = self._live()
         return f"<mpi4py.MPI.{type(self).__name__} {st.name if st else 'MPI_COMM_NULL'} (simdist)>"
-
-    def _live(self):
-        st = self._state
-        return None if st is None or st.freed else st
 
     def _st(self) -> _State:
         """The state, or the error of a null, freed, finalized communicator
@@ -412,3 +393,4 @@ _errhandlers.guard_calls(Datatype, lambda datatype: COMM_WORLD)
 _errhandlers.guard_calls(Info, lambda info: COMM_WORLD)
 _errhandlers.guard_calls(Op, lambda op: COMM_WORLD)
 _errhandlers.guard_calls(Errhandler, lambda errhandler: COMM_WORLD)
+Comm._handle_base = Comm  # its handles compare with each other (``FreeableHandles``)

@@ -65,6 +65,14 @@ class _FileState:
         self.atomic, self.closed = False, False
         self.split = None  # the status of an active split collective (``*_begin``)
 
+    def release(self) -> None:
+        """Close the rank's descriptor and remove the shared pointer's file
+        (whichever rank comes first)."""
+        if not self.closed:
+            self.closed = True
+            os.close(self.fd)
+            _pointer.remove(self.shared)
+
 
 class _NullState:
     """What ``MPI.FILE_NULL`` holds: the error handler of ``Open`` errors."""
@@ -189,14 +197,15 @@ class File(IntegerHandles):
                 _pointer.write(detail, state.pointer)
         file = cls()
         file._state = state
-        _runtime.get().at_close.append(file._close_at_run_end)
+        _runtime.get().at_close.append(state.release)  # a file the program leaves open
         return file
 
     def Close(self) -> None:
         """Close the file (collective); MODE_DELETE_ON_CLOSE removes it."""
         st = self._st()
-        st.comm.Barrier()  # every rank's writes are done before the file goes
-        self._release(st)
+        st.comm.Barrier()  # every rank's writes (and uses of the shared pointer) are done
+        st.release()
+        _runtime.get().at_close.remove(st.release)
         if st.comm.Get_rank() == 0 and st.amode & MODE_DELETE_ON_CLOSE:
             try:
                 os.unlink(st.path)
@@ -204,19 +213,6 @@ class File(IntegerHandles):
                 pass
         st.comm.Barrier()
         st.comm.Free()
-
-    def _release(self, st) -> None:
-        st.closed = True
-        os.close(st.fd)
-        if st.comm.Get_rank() == 0:
-            _pointer.remove(st.shared)
-
-    def _close_at_run_end(self) -> None:
-        st = self._state
-        if st is not None and not st.closed:
-            st.closed = True
-            os.close(st.fd)
-            _pointer.remove(st.shared)
 
     @classmethod
     def Delete(cls, filename, info=None) -> None:

@@ -66,6 +66,35 @@ class IntegerHandles:
         return cls.fromint(handle)
 
 
+class FreeableHandles:
+    """The identity of handles on a state that can be freed (communicators,
+    windows): handles are equal when they refer to the same live state, and
+    a freed or null one is false. ``_handle_base`` is the class whose
+    handles compare with each other."""
+
+    _handle_base: type = object
+    _state = None
+
+    def _live(self):
+        st = self._state
+        return None if st is None or st.freed else st
+
+    def __eq__(self, other):
+        if not isinstance(other, self._handle_base):
+            return NotImplemented
+        return self._live() is other._live()
+
+    def __ne__(self, other):
+        result = self.__eq__(other)
+        return result if result is NotImplemented else not result
+
+    def __hash__(self):
+        return id(self._live())
+
+    def __bool__(self):
+        return self._live() is not None
+
+
 def predefined(name: str):
     """The predefined handle ``MPI.<name>`` (what a pickled one loads as)."""
     return _NAMESPACE[name]

@@ -44,8 +44,7 @@ class Runtime:
         self.finalized = False
         self._self_ctx = -1
         self.states: list = []  # every communicator state of the run (see close)
-        self.at_close: list = []  # what to release when the run ends (files the program left open)
-        self.windows: list = []  # the windows not yet freed (``_win``): their shared memory goes at close
+        self.at_close: list = []  # what to release when the run ends (open files, windows not freed)
 
     def close(self) -> None:
         """Drop every reference to the rank's SimComms. Comm objects the
@@ -57,9 +56,6 @@ class Runtime:
         for st in self.states:
             st.sc = st.engine = None
         self.states.clear()
-        for win in self.windows:
-            win.release()
-        self.windows.clear()
         self.engine.close()
         self.engine = self.world = None
 

@@ -23,7 +23,7 @@ from ._attributes import AttributeCalls, delete_attributes
 from ._buffers import BOTTOM, memory_bytes
 from ._errors import ERR_INFO, ERR_KEYVAL, ERR_OTHER, ERR_TYPE, Exception as MPIException
 from ._errors import earlier_run, unsupported
-from ._handles import IntegerHandles
+from ._handles import FreeableHandles, IntegerHandles
 from ._hints import Errhandler, Info
 from ._names import CONSTANTS
 from ._rma import ERR_RMA_FLAVOR, check_accumulate, check_rank, combine, origin_spec, plain, target_access
@@ -124,7 +124,7 @@ def _make(comm, nbytes: int, disp_unit: int, info, flavor: int, private, call: s
     state = _WinState(_runtime.get(), st, sc, segment, [int(d) for d in table[:, 1]], flavor, private)
     if flavor != FLAVOR_CREATE and info is not None and info and _info_items(info).get("alloc_shared_noncontig"):
         state.info["alloc_shared_noncontig"] = _info_items(info)["alloc_shared_noncontig"]
-    state.rt.windows.append(state)
+    state.rt.at_close.append(state.release)  # its shared memory goes at the run's end if not freed
     win = Win()
     win._state = state
     return win
@@ -134,7 +134,7 @@ def _info_items(info) -> dict:
     return {info.Get_nthkey(i): info.Get(info.Get_nthkey(i)) for i in range(info.Get_nkeys())}
 
 
-class Win(IntegerHandles, AttributeCalls, Synchronization):
+class Win(FreeableHandles, IntegerHandles, AttributeCalls, Synchronization):
     """A window for one-sided communication (see the module docstring); the calls are mpi4py's."""
 
     _attr_kind = "Win"
@@ -145,28 +145,9 @@ class Win(IntegerHandles, AttributeCalls, Synchronization):
         self._state = None if win is None else win._state
 
     # -- identity --------------------------------------------------------------------------
-    def __eq__(self, other):
-        if not isinstance(other, Win):
-            return NotImplemented
-        return self._live() is other._live()
-
-    def __ne__(self, other):
-        result = self.__eq__(other)
-        return result if result is NotImplemented else not result
-
-    def __hash__(self):
-        return id(self._live())
-
-    def __bool__(self):
-        return self._live() is not None
-
     def __repr__(self):
         st = self._live()
         return f"<mpi4py.MPI.Win {st.label if st else 'MPI_WIN_NULL'} (simdist)>"
-
-    def _live(self):
-        st = self._state
-        return None if st is None or st.freed else st
 
     def _st(self) -> _WinState:
         st = self._state
@@ -250,7 +231,7 @@ class Win(IntegerHandles, AttributeCalls, Synchronization):
         st.to_private()
         st.sc.free()
         st.release()
-        st.rt.windows.remove(st)
+        st.rt.at_close.remove(st.release)
 
     free = Free
 
@@ -514,3 +495,4 @@ def _single(buf, what: str, writable: bool, rank: int):
 
 _errhandlers.guard_calls(Win, lambda win: win)
 WIN_NULL = Win()
+Win._handle_base = Win  # its handles compare with each other (``FreeableHandles``)
