@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 import sysconfig
 import traceback
 from types import TracebackType
 
-__all__ = ["user_frame", "where_raised"]
+__all__ = ["caller_site", "user_frame", "where_raised"]
 
 
 def _package_dir(name: str) -> str | None:
@@ -62,3 +63,12 @@ def where_raised(exc: BaseException) -> str:
     """``file:line in function`` of the user's frame that raised ``exc``."""
     frame = user_frame(exc.__traceback__)
     return "" if frame is None else f"{frame.filename}:{frame.lineno} in {frame.name}"
+
+
+def caller_site() -> tuple[str, int] | None:
+    """``(absolute path, line)`` of the innermost frame of the current stack
+    in the user's code, or None when every frame is a library's."""
+    frame = sys._getframe(1)
+    while frame is not None and _is_library(frame.f_code.co_filename):
+        frame = frame.f_back
+    return None if frame is None else (os.path.abspath(frame.f_code.co_filename), frame.f_lineno)

@@ -23,7 +23,8 @@ import runpy
 import sys
 from dataclasses import dataclass, field
 
-from ._errors import CollectiveMismatch, CollectiveTimeout, RankDied, RankError, SimdistError
+from . import checks as _checks
+from ._errors import CollectiveMismatch, CollectiveTimeout, Deadlock, RankDied, RankError, SimdistError
 from ._world import World
 
 #: Exit status of a run that hung (as ``timeout(1)``).
@@ -37,6 +38,7 @@ class ScriptOutcome:
     status: int
     codes: list = field(default_factory=list)  # each rank's exit code, when all ranks ended
     error: str = ""  # the failure report, empty on success
+    findings: list = field(default_factory=list)  # what --check found (simdist.checks.Finding)
 
 
 def _mpi4py_stand_in(comm, enabled: bool):
@@ -48,9 +50,11 @@ def _mpi4py_stand_in(comm, enabled: bool):
     return installed(comm)
 
 
-def _rank_main(comm, target: str, argv: list[str], module: bool, mpi4py_stand_in: bool = False) -> int:
-    """Run the script as ``__main__`` on this rank; return its exit code."""
-    with _mpi4py_stand_in(comm, mpi4py_stand_in):
+def _rank_main(comm, target: str, argv: list[str], module: bool, mpi4py_stand_in: bool = False,
+               checks=frozenset(), findings_dir: str | None = None) -> int:
+    """Run the script as ``__main__`` on this rank; return its exit code.
+    ``checks`` are on while it runs, writing findings to ``findings_dir``."""
+    with _checks.active(checks, findings_dir, comm.rank), _mpi4py_stand_in(comm, mpi4py_stand_in):
         return _run_main(target, argv, module)
 
 
@@ -87,15 +91,33 @@ def _run_main(target: str, argv: list[str], module: bool) -> int:
 
 
 def run_script(target: str, argv: list[str], size: int, *, module: bool = False, backend: str = "sim",
-               timeout: float = 60.0, hosts: dict | None = None) -> ScriptOutcome:
+               timeout: float = 60.0, hosts: dict | None = None, checks=frozenset()) -> ScriptOutcome:
     """Run ``target`` (a path, or a module name with ``module=True``) on
     ``size`` ranks; return the outcome instead of raising. ``hosts``: World's
-    hosts, hostfile, launcher and listen arguments."""
+    hosts, hostfile, launcher and listen arguments. ``checks``: the kinds of
+    ``simdist.checks`` to look for; what they find is the outcome's
+    ``findings``, and a run that otherwise succeeded then has status
+    ``checks.FOUND``."""
     if not module and not os.path.isfile(target):
         return ScriptOutcome(2, error=f"simdist run: no such script: {target}")
+    checks = frozenset(checks)
+    with _checks.FindingsDir() as found:
+        outcome = _run_once(target, argv, size, module, backend, timeout, hosts, checks, found.path)
+        outcome.findings = found.collect(outcome.findings)
+    if outcome.findings and outcome.status == 0:
+        outcome.status = _checks.FOUND
+    return outcome
+
+
+def _run_once(target, argv, size, module, backend, timeout, hosts, checks, findings_dir) -> ScriptOutcome:
+    options = dict(sync_sends="buffering" in checks, check_calls="collective-order" in checks)
     try:
-        with World(size, backend=backend, timeout=timeout, **(hosts or {})) as world:
-            codes = world.run(_rank_main, target, list(argv), module, backend == "sim")
+        with World(size, backend=backend, timeout=timeout, **options, **(hosts or {})) as world:
+            codes = world.run(_rank_main, target, list(argv), module, backend == "sim", checks,
+                              findings_dir if checks else None)
+    except Deadlock as exc:
+        found = [_checks.deadlock_finding(exc, checks)] if checks & {"deadlock", "buffering"} else []
+        return ScriptOutcome(HUNG, error=f"simdist run: the ranks hung: {exc}", findings=found)
     except CollectiveTimeout as exc:
         return ScriptOutcome(HUNG, error=f"simdist run: the ranks hung: {exc}")
     except RankError as exc:
@@ -103,7 +125,10 @@ def run_script(target: str, argv: list[str], size: int, *, module: bool = False,
         if aborted is not None:
             return aborted
         return ScriptOutcome(1, error=f"simdist run: {type(exc).__name__}: {exc}")
-    except (CollectiveMismatch, RankDied) as exc:
+    except CollectiveMismatch as exc:
+        found = [_checks.mismatch_finding(exc)] if "collective-order" in checks else []
+        return ScriptOutcome(1, error=f"simdist run: {type(exc).__name__}: {exc}", findings=found)
+    except RankDied as exc:
         return ScriptOutcome(1, error=f"simdist run: {type(exc).__name__}: {exc}")
     except SimdistError as exc:  # the world could not start (e.g. no mpiexec)
         return ScriptOutcome(1, error=f"simdist run: {exc}")

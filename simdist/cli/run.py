@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .. import checks as _checks
 from .._script import run_script
+from ._json import write as write_json
 
 
-_VALUED = ("-n", "--size", "--backend", "--timeout", "--host", "--hostfile", "--launcher", "--listen")
+_VALUED = ("-n", "--size", "--backend", "--timeout", "--host", "--hostfile", "--launcher", "--listen", "--check-json")
 
 
 def add_parser(subparsers):
@@ -16,11 +18,16 @@ def add_parser(subparsers):
         "run",
         help="run an SPMD script on N ranks (like mpiexec); inside, simdist.comm() is the rank's communicator",
         usage="simdist run -n N [--backend sim|mpi] [--timeout S] [--host H1,H2 | --hostfile F] [--launcher CMD] "
-              "[--listen ADDR[:PORT]] (script.py | -m module) [args ...]",
+              "[--listen ADDR[:PORT]] [--check[=LIST]] [--check-json F] (script.py | -m module) [args ...]",
     )
     parser.add_argument("-n", "--size", type=int, required=True, help="number of ranks")
     parser.add_argument("--backend", choices=("sim", "mpi"), default="sim", help="simulator (default) or real MPI")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds without progress before a hang is reported (default 60)")
+    found = parser.add_argument_group("correctness checks (simulator; see docs/correctness.md)")
+    found.add_argument("--check", nargs="?", const="all", metavar="LIST",
+                       help="find MPI bugs real MPI hides; LIST (after '='): comma-separated kinds or groups, "
+                            "'-kind' drops one (default all): " + ", ".join([*_checks.GROUPS, *_checks.KINDS]))
+    found.add_argument("--check-json", metavar="F", help="also write the findings as JSON to F ('-': standard output)")
     hosts = parser.add_argument_group("MPI across hosts (--backend mpi; see docs/mpi.md, 'Running on a cluster')")
     hosts.add_argument("--host", dest="hosts", metavar="H1,H2", help="hosts for mpiexec, comma-separated (HOST:SLOTS for Open MPI)")
     hosts.add_argument("--hostfile", metavar="F", help="a hostfile for mpiexec")
@@ -74,8 +81,20 @@ def run(args) -> int:
     hosts = {name: getattr(args, name) for name in ("hosts", "hostfile", "launcher", "listen") if getattr(args, name)}
     if hosts and args.backend != "mpi":
         parser.error(f"--{'host' if 'hosts' in hosts else next(iter(hosts))} places MPI ranks: add --backend mpi")
+    checks = frozenset()
+    if args.check is not None or args.check_json:
+        try:
+            checks = _checks.parse(args.check)
+        except ValueError as exc:
+            parser.error(str(exc))
+        if args.backend != "sim":
+            parser.error("--check needs the simulator: it controls every message and schedule (drop --backend mpi)")
     outcome = run_script(target, rest, args.size, module=bool(args.target_module), backend=args.backend,
-                         timeout=args.timeout, hosts=hosts)
+                         timeout=args.timeout, hosts=hosts, checks=checks)
     if outcome.error:
         print(outcome.error, file=sys.stderr)
+    if checks:
+        print(_checks.render(outcome.findings, checks), file=sys.stderr)
+        if args.check_json:
+            write_json({**_checks.to_json(outcome.findings, checks), "status": outcome.status}, args.check_json)
     return outcome.status

@@ -1,0 +1,58 @@
+"""The run's side: a directory the ranks write findings to, and the report."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+
+from ._findings import Finding, allowed
+from ._kinds import KINDS
+
+#: Exit status of a run whose program succeeded and whose checks found something.
+FOUND = 3
+
+
+class FindingsDir:
+    """A private temporary directory for one run's findings; removed on exit."""
+
+    def __enter__(self) -> "FindingsDir":
+        self.path = tempfile.mkdtemp(prefix="simdist-findings-")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+    def collect(self, extra=()) -> list[Finding]:
+        """Every rank's findings and ``extra`` ones, each once, without those
+        a ``# simdist: allow[kind]`` silences, in the order of ``KINDS``."""
+        found = list(extra)
+        for name in sorted(os.listdir(self.path)):
+            with open(os.path.join(self.path, name), encoding="utf-8") as f:
+                found += [Finding.from_json(json.loads(line)) for line in f if line.strip()]
+        return unique(found)
+
+
+def unique(findings) -> list[Finding]:
+    order = list(KINDS)
+    seen, kept = set(), []
+    for f in findings:
+        if f.key() not in seen and not allowed(f):
+            seen.add(f.key())
+            kept.append(f)
+    return sorted(kept, key=lambda f: (order.index(f.kind), f.ranks, [c.line for c in f.calls]))
+
+
+def render(findings: list[Finding], checks) -> str:
+    """The terminal report: one block per finding, or the all-clear line."""
+    names = ",".join(k for k in KINDS if k in checks)
+    if not findings:
+        return f"simdist --check ({names}): no findings"
+    head = f"simdist --check ({names}): {len(findings)} finding{'s' if len(findings) != 1 else ''}"
+    return "\n".join([head, *(f.render() for f in findings)])
+
+
+def to_json(findings: list[Finding], checks) -> dict:
+    return {"checks": [k for k in KINDS if k in checks], "count": len(findings),
+            "findings": [f.to_json() for f in findings]}

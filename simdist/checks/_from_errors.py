@@ -1,0 +1,43 @@
+"""Findings made from the errors a run raises: a deadlock, a collective mismatch."""
+
+from __future__ import annotations
+
+import re
+
+from ._findings import Call, Finding
+
+_AT = re.compile(r"^(?P<call>.*?) at (?P<path>[^ ]+?):(?P<line>\d+)(?P<rest>.*)$")
+
+
+def _call(rank: int, text: str) -> Call:
+    match = _AT.match(text)
+    if not match:
+        return Call(rank, text)
+    return Call(rank, (match["call"] + match["rest"]).strip(), match["path"], int(match["line"]))
+
+
+def deadlock_finding(exc, checks) -> Finding:
+    """The finding of a ``simdist.Deadlock``: its wait-for cycle. With
+    ``buffering`` on (standard sends run synchronous), a cycle through a
+    send is a ``buffering`` finding: the program relies on MPI buffering."""
+    calls = tuple(_call(r, text) for r, text in exc.cycle)
+    sends = [c for c in calls if c.call.lower().startswith(("send", "isend", "sendrecv")) or "synchronous" in c.call]
+    if "buffering" in checks and sends:
+        return Finding("buffering", "these sends complete only if MPI buffers them; run synchronously, "
+                                    "they deadlock (each rank waits for the next)",
+                       "post the receives first (Irecv, then Send, then Wait), or use Sendrecv", calls,
+                       {"cycle": [c.rank for c in calls], "closed": exc.closed})
+    how = "each rank waits for the next, and the last for the first" if exc.closed else \
+        "each rank waits for the next, and the last for a message from any rank that no rank will send"
+    return Finding("deadlock", f"deadlock: {how}",
+                   "reorder the calls so one side sends (or posts a nonblocking receive) before it receives",
+                   calls, {"cycle": [c.rank for c in calls], "closed": exc.closed, "at_once": exc.at_once})
+
+
+def mismatch_finding(exc) -> Finding:
+    """The finding of a ``simdist.CollectiveMismatch``."""
+    calls = tuple(_call(r, text) for r, text in sorted(exc.calls.items()))
+    first = str(exc).splitlines()[0]
+    return Finding("collective-order", first,
+                   "call the collectives of each communicator in the same order, with the same arguments, on every rank",
+                   calls)
