@@ -224,6 +224,9 @@ class Request(IntegerHandles):
         be cancelled here: the cancel fails and the send completes normally,
         which MPI allows)."""
         self._not_null("Cancel")
+        if getattr(self._op, "collective", False):
+            raise MPIException(ERR_REQUEST, f"Request.Cancel of a collective request ({self._op.desc}): MPI "
+                                            "forbids it")
         if isinstance(self._op, RecvOp) and not self._op.done:
             self._engine.cancel(self._op)
 
