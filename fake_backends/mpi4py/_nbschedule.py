@@ -73,10 +73,9 @@ class CollectiveOp(SendOp):
     @property
     def desc(self) -> str:
         missing = [rank for rank, op in enumerate(self.recvs) if op is not None and not op.done]
-        text = f"{self.call} (collective #{self.seq}) on {self.where}"
+        text = f"{self.call} #{self.seq} on {self.where}"
         if missing:
-            names = ", ".join(map(str, missing))
-            text += f"; rank(s) {names} never called {self.call} (no message from them yet)"
+            text += f": rank {', '.join(map(str, missing))} never called {self.call}"
         return text
 
     @property

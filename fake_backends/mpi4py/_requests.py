@@ -33,8 +33,18 @@ class _Done:
 DONE = _Done()
 
 
-def _desc(op) -> str:
-    return f"Wait for {op.desc}" if getattr(op, "desc", None) else "Wait"
+class _Text:
+    """A text made when it is read (a collective's names the ranks not heard from at the time)."""
+
+    def __init__(self, make):
+        self._make = make
+
+    def __str__(self):
+        return self._make()
+
+
+def _desc(op) -> _Text:
+    return _Text(lambda: f"Wait for {op.desc}" if getattr(op, "desc", None) else "Wait")
 
 
 class Request(IntegerHandles):
