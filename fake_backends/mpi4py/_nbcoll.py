@@ -377,6 +377,10 @@ class NonblockingCollectives:
     def Iexscan(self, sendbuf, recvbuf, op=SUM):
         return self._scan("Iexscan", sendbuf, recvbuf, op, False)()
 
+    def Alltoallw(self, sendbuf, recvbuf) -> None:
+        """Alltoallv with a datatype (and byte displacement) per block."""
+        self._alltoall("Alltoallw", sendbuf, recvbuf, "w")().Wait()
+
     # -- persistent -----------------------------------------------------------------------------
     def Barrier_init(self, info=None):
         """A persistent Barrier: each ``Start`` runs it once more."""

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._buffers import parse, parse_vector
-from ._errors import ERR_ARG, Exception as MPIException
+from ._buffers import BOTTOM, parse, parse_vector
+from ._errors import ERR_ARG, ERR_BUFFER, Exception as MPIException
+from ._interfaces import _array, _host_memory
 from ._p2p import PICKLED, PROC_NULL, SendOp
 from ._pickle import pickle
 from ._requests import Prequest, Request
@@ -60,16 +61,29 @@ def _vector_blocks(spec, n: int, writable: bool, what: str) -> list[np.ndarray]:
     return [vec.block(j) for j in range(n)]
 
 
+def _at_address(address: int, nbytes: int, writable: bool, what: str) -> np.ndarray:
+    """The ``nbytes`` bytes at ``address`` (a displacement from MPI.BOTTOM),
+    which must be this process's mapped memory."""
+    if nbytes and not _host_memory(address, nbytes, writable):
+        raise MPIException(ERR_BUFFER, f"{what}: {nbytes} bytes at address {address:#x} (from MPI.BOTTOM) are not "
+                                       f"{'writable' if writable else 'readable'} memory of this process")
+    return _array(address, nbytes, not writable, None)
+
+
 def _w_blocks(spec, n: int, writable: bool, what: str) -> list[np.ndarray]:
     """The blocks of an Alltoallw buffer: ``[buf, (counts, displs), types]``
-    or ``[buf, counts, displs, types]``, displacements in bytes."""
+    or ``[buf, counts, displs, types]``, displacements in bytes (from
+    ``MPI.BOTTOM``, absolute addresses: ``MPI.Get_address``)."""
     if not isinstance(spec, (list, tuple)) or len(spec) not in (3, 4):
         raise ValueError(f"message: expecting [buf, (counts, displs), datatypes] for {what}")
     buf, counts, displs, types = spec if len(spec) == 4 else (spec[0], *spec[1], spec[2])
-    raw = parse(buf, writable=writable, what=what).raw
     counts, displs, types = list(counts), list(displs), list(types)
     if not len(counts) == len(displs) == len(types) == n:
         raise ValueError(f"message: expecting {n} counts, displacements and datatypes in {what}")
+    if buf is None or buf is BOTTOM:
+        return [_at_address(int(displ), int(count) * datatype.Get_size(), writable, what)
+                for count, displ, datatype in zip(counts, displs, types)]
+    raw = parse(buf, writable=writable, what=what).raw
     blocks = []
     for j, (count, displ, datatype) in enumerate(zip(counts, displs, types)):
         nbytes = int(count) * datatype.Get_size()
