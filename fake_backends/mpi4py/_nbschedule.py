@@ -48,6 +48,23 @@ def next_sequence(st) -> int:
     return st.coll_seq
 
 
+class Counted:
+    """The SimComm of a blocking collective, counting the call in the
+    communicator's sequence when the collective is entered (its checks
+    passed): a call that raises before has changed nothing."""
+
+    __slots__ = ("_st", "_sc")
+
+    def __init__(self, st):
+        self._st, self._sc = st, st.sc
+
+    def __getattr__(self, name):
+        if self._st is not None:
+            next_sequence(self._st)
+            self._st = None
+        return getattr(self._sc, name)
+
+
 def _message(seq: int, signature: bytes, payload: np.ndarray) -> np.ndarray:
     head = np.array([seq, len(signature)], np.int64).view(np.uint8)
     return np.concatenate([head, np.frombuffer(signature, np.uint8), payload.reshape(-1).view(np.uint8)])
