@@ -29,6 +29,20 @@ def ok(tmp_path, source: str, n: int):
 
 EVERY_CALL = """
     r = comm.Ibarrier(); r.Wait(); assert r == MPI.REQUEST_NULL
+    # a call that raises starts nothing: the next collective matches as if it had not been made
+    assert error_class(lambda: comm.Ibcast(np.zeros(2), root=size)) == MPI.ERR_ROOT
+    for bad in (lambda: comm.Iallreduce(np.zeros(3), np.zeros(2)), lambda: comm.Allreduce_init(np.zeros(3), None)):
+        try:
+            bad()
+        except (ValueError, TypeError):
+            pass
+        else:
+            raise AssertionError("no error")
+    r = comm.Iallreduce(np.array([rank], dtype="i"), got := np.zeros(1, dtype="i"))
+    while not r.Get_status():
+        pass
+    r.Wait(status := MPI.Status())
+    assert got[0] == size * (size - 1) // 2 and status.Get_error() == MPI.SUCCESS
     # bits: the rank-order fold of the blocking forms, for float32 and float64, in any Wait order
     for dtype in ("f", "d"):
         x = (np.linspace(0.1, 7.3, 33) * (rank + 1.7) ** 3).astype(dtype)
