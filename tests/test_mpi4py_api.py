@@ -722,8 +722,6 @@ def test_abort_through_the_command_line(tmp_path):
 
 @pytest.mark.parametrize("call, text", [
     ("comm.Join(3)", "Intracomm.Join is not supported"),
-    ("comm.Iallreduce(np.zeros(1), np.zeros(1))", "call the blocking Comm.Allreduce"),
-    ("comm.Ibarrier()", "call the blocking Comm.Barrier"),
     ("comm.Spawn('x')", "Intracomm.Spawn is not supported"),
     ("comm.Connect('port')", "Intracomm.Connect is not supported"),
     ("MPI.Open_port()", "MPI.Open_port is not supported"),

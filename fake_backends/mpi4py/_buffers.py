@@ -295,8 +295,7 @@ class VecSpec:
                              f"do not fit in its {self.raw.size} bytes")
         memory = self.raw
         self.raw, self.index, self.target = memory[index], index, memory
-        if writable:
-            register(self)
+        register(self, writable)
 
 
 def is_integral(value) -> bool:
@@ -390,8 +389,7 @@ def typed_spec(o_buf, o_count, o_displ, raw, datatype, writable: bool, blocks: i
                          + f" of a datatype spanning bytes {int(index.min())} to {int(index.max())}; MPI would "
                            f"read or write past its end")
     spec = BufSpec(raw[index], datatype, count, raw, index)
-    if writable:
-        register(spec)
+    register(spec, writable)
     return spec
 
 
@@ -442,6 +440,5 @@ def _w_block(raw, bottom: bool, count: int, displ: int, datatype, writable: bool
         raise ValueError(f"message: {what} (count {count}, displacement {displ} bytes) does not fit in its "
                          f"{raw.size} bytes")
     block = BufSpec(memory[index], datatype, count, memory, index)
-    if writable:
-        register(block)
+    register(block, writable)
     return block

@@ -20,6 +20,7 @@ import numpy as np
 from simdist._arguments import DTYPE_CODE
 
 from ._buffers import BufSpec, is_in_place, parse
+from ._nbschedule import Counted
 from ._ops import PREDEFINED, check, fold_arrays, simdist_op, validate
 from ._unpacking import check_signatures, unpacking_class
 
@@ -68,7 +69,7 @@ class BufferCollectives:
         """The rank's state and SimComm, after a step of p2p progress."""
         st = self._st()
         st.engine.progress()
-        return st, st.sc
+        return st, Counted(st)  # blocking and nonblocking collectives match in one order
 
     def _root(self, st, root, call) -> int:
         from ._errors import ERR_ROOT, Exception as MPIException

@@ -29,6 +29,7 @@ from ._groups import GroupCalls
 from ._handles import FreeableHandles, IntegerHandles
 from ._hints import Errhandler, Info
 from ._ops import Op
+from ._nbcoll import NonblockingCollectives
 from ._objects import ObjectCollectives
 from ._p2p import ANY_SOURCE, PROC_NULL
 from ._pointtopoint import TAG_UB, PointToPoint
@@ -94,7 +95,7 @@ class _State:
 
     inter = False  # True on an intercommunicator's (``_intercomm``)
     __slots__ = ("sc", "ctx", "members", "rank", "size", "name", "rt", "engine", "predefined", "freed", "_errhandler",
-                 "locks", "topo", "group", "attrs", "commctx")
+                 "locks", "topo", "group", "attrs", "commctx", "coll_seq")
 
     def __init__(self, rt, sc, ctx: int, members: list[int], name: str, predefined: bool = False, parent=None):
         self.rt, self.engine = rt, rt.engine
@@ -108,6 +109,7 @@ class _State:
         self.group = None  # what Get_group gives handles on (``_groups``)
         self.attrs: dict = {}  # the user attributes (``_attributes``)
         self.commctx = None  # MPI._commctx_intra's private duplicate (``_commctx``)
+        self.coll_seq = 0  # collectives called so far (``_nbschedule``)
         rt.states.append(self)
 
     @property
@@ -131,7 +133,7 @@ def self_state(rt) -> _State:
 
 
 class Comm(FreeableHandles, IntegerHandles, GroupCalls, PointToPoint, BufferCollectives, VectorCollectives, ObjectCollectives,
-           AttributeCalls):
+           NonblockingCollectives, AttributeCalls):
     """A communicator: see the module docstring; the calls are mpi4py's."""
 
     _fixed = None  # "COMM_WORLD"/"COMM_SELF" for the predefined handles

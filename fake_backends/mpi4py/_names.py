@@ -188,37 +188,20 @@ CONSTANTS = {'UNDEFINED': -32766,
  'MAX_PSET_NAME_LEN': 512,
  'MAX_STRINGTAG_LEN': 1024}
 
-_COLLECTIVES = ("Barrier", "Bcast", "Gather", "Gatherv", "Scatter", "Scatterv", "Allgather", "Allgatherv",
-                "Alltoall", "Alltoallv", "Alltoallw", "Reduce", "Allreduce", "Reduce_scatter_block",
-                "Reduce_scatter", "Scan", "Exscan")
 _DYNAMIC = ("dynamic processes (Spawn, Connect/Accept, Join) are not simulated; start every rank with `simdist run -n N` "
             "and make intercommunicators with Intracomm.Create_intercomm")
-_BUFFERED = "buffered mode is not simulated; use Send or Isend (small messages are buffered anyway)"
 _HANDLES = "the simulated MPI has no C or Fortran handles"
 _FT = "fault tolerance (ULFM) is not simulated: a failing rank fails the whole run"
 
 
 def _comm_hint(name: str) -> str | None:
-    if name.endswith("_init"):
-        base = name[:-5]
-        if base in _COLLECTIVES:
-            return f"persistent collectives are not simulated; call the blocking Comm.{base} each time"
-        if base in ("Bsend", "Ssend", "Rsend"):
-            return "use Send_init (or Isend in a loop)"
-        if base in ("Psend", "Precv"):
-            return "partitioned communication is not simulated; use Isend and Irecv"
-    if name[:1] == "I" and name[1:].capitalize() in _COLLECTIVES:
-        base = name[1:].capitalize()
-        return (f"nonblocking collectives are not simulated; call the blocking Comm.{base} "
-                "(there is no overlap to gain on the simulator)")
+    if name in ("Psend_init", "Precv_init"):
+        return "partitioned communication is not simulated; use Isend and Irecv"
     if name in ("Spawn", "Spawn_multiple", "Accept", "Connect", "Join", "Get_parent",
                 "Disconnect"):
         return _DYNAMIC
-    if name in ("Bsend", "Ibsend", "bsend", "ibsend", "Attach_buffer", "Detach_buffer", "Flush_buffer",
-                "Iflush_buffer"):
-        return _BUFFERED
-    if name in ("Isendrecv", "Isendrecv_replace"):
-        return "use Irecv and Isend, then Request.Waitall"
+    if name in ("Attach_buffer", "Detach_buffer", "Flush_buffer", "Iflush_buffer"):
+        return "a communicator's own buffer (MPI 4.1) is not simulated; attach one for the process with MPI.Attach_buffer"
     if name in ("Revoke", "Is_revoked", "Get_failed", "Ack_failed", "Agree", "Iagree", "Shrink", "Ishrink"):
         return _FT
     if name in ("fromhandle", "handle"):
@@ -241,7 +224,7 @@ _MODULE_HINTS = {
     "Register_datarep": "user data representations of MPI-IO are not simulated ('native' and 'internal' are)",
     "Open_port": _DYNAMIC, "Close_port": _DYNAMIC, "Publish_name": _DYNAMIC,
     "Unpublish_name": _DYNAMIC, "Lookup_name": _DYNAMIC,
-    "Attach_buffer": _BUFFERED, "Detach_buffer": _BUFFERED, "Flush_buffer": _BUFFERED, "Iflush_buffer": _BUFFERED,
+    "Iflush_buffer": "the nonblocking flush of the attached buffer is not simulated; use MPI.Flush_buffer",
     "Alloc_mem": "use numpy.empty (or bytearray)", "Free_mem": "use numpy.empty (or bytearray)",
     "Remove_error_class": "user error classes are not simulated",
     "Remove_error_code": "user error codes are not simulated",

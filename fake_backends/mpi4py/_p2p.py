@@ -331,6 +331,7 @@ class Engine:
         ``what`` names the MPI call, for the message when every peer has
         returned without sending what it waits for."""
         transport = self._transport
+        _waiting_in = what  # noqa: F841 - named in the simulator's hang report (simdist.sim's user_call_site)
         self.progress()
         while True:
             value = condition()

@@ -33,8 +33,18 @@ class _Done:
 DONE = _Done()
 
 
-def _desc(op) -> str:
-    return f"Wait for {op.desc}" if getattr(op, "desc", None) else "Wait"
+class _Text:
+    """A text made when it is read (a collective's names the ranks not heard from at the time)."""
+
+    def __init__(self, make):
+        self._make = make
+
+    def __str__(self):
+        return self._make()
+
+
+def _desc(op) -> _Text:
+    return _Text(lambda: f"Wait for {op.desc}" if getattr(op, "desc", None) else "Wait")
 
 
 class Request(IntegerHandles):
@@ -224,6 +234,9 @@ class Request(IntegerHandles):
         be cancelled here: the cancel fails and the send completes normally,
         which MPI allows)."""
         self._not_null("Cancel")
+        if getattr(self._op, "collective", False):
+            raise MPIException(ERR_REQUEST, f"Request.Cancel of a collective request ({self._op.desc}): MPI "
+                                            "forbids it")
         if isinstance(self._op, RecvOp) and not self._op.done:
             self._engine.cancel(self._op)
 

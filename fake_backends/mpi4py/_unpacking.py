@@ -9,7 +9,11 @@ covers and leaves its holes untouched. A blocking call runs inside
 frame and are stored when it returns; a call that raises stores nothing,
 so it leaves the buffers as they were. A receive that completes later
 (Irecv, a nonblocking neighbour collective) stores from its completion
-instead (``on_complete``).
+instead (``on_complete``). A nonblocking or persistent collective is
+prepared inside ``deferred``: it gets the buffers its preparation parsed,
+stores the receive buffers when it completes and packs the send buffers
+again at each start (``repack``), so a persistent request sends what the
+buffer holds when it is started.
 
 ``absolute_memory`` gives the memory of ``MPI.BOTTOM`` with a datatype
 whose displacements are addresses (``MPI.Get_address``).
@@ -17,18 +21,36 @@ whose displacements are addresses (``MPI.Get_address``).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 
 import numpy as np
 
-_FRAMES: list[list] = []  # one list of receive specs per blocking call in progress
+_FRAMES: list[list] = []  # one list of (spec, writable) per call in progress
 
 
-def register(spec) -> None:
-    """Store ``spec`` when the innermost blocking call returns (if any)."""
+def register(spec, writable: bool = True) -> None:
+    """Store ``spec`` (a receive buffer: ``writable``) when the innermost
+    blocking call returns (if any); a deferred call gets send buffers too."""
     if _FRAMES:
-        _FRAMES[-1].append(spec)
+        _FRAMES[-1].append((spec, writable))
+
+
+@contextlib.contextmanager
+def deferred():
+    """Collect the derived-datatype buffers parsed in the block, as
+    ``(spec, writable)``, for a call that completes later."""
+    _FRAMES.append([])
+    try:
+        yield _FRAMES[-1]
+    finally:
+        _FRAMES.pop()
+
+
+def repack(spec) -> None:
+    """Refresh a send buffer's packed bytes from its memory, in place."""
+    spec.raw[...] = spec.target[spec.index]
 
 
 def unpacking(method):
@@ -42,8 +64,9 @@ def unpacking(method):
             specs = _FRAMES[-1]
         finally:
             _FRAMES.pop()
-        for spec in specs:
-            spec.store()
+        for spec, writable in specs:
+            if writable:
+                spec.store()
         return result
 
     return call

@@ -33,12 +33,15 @@ _LIBRARY_DIRS = (_PACKAGE + os.sep, os.path.join(os.path.dirname(_PACKAGE), "fak
 def user_call_site() -> str:
     """``file.py:line`` of the innermost frame of the caller's stack that is
     not simdist's or the mpi4py stand-in's ("" if there is none)."""
-    frame = sys._getframe(1)
+    frame, label = sys._getframe(1), None
     while frame is not None and frame.f_code.co_filename.startswith(_LIBRARY_DIRS):
+        if label is None:  # what the stand-in says it waits for (``_waiting_in``), read at the wait
+            label = frame.f_locals.get("_waiting_in")
         frame = frame.f_back
     if frame is None:
         return ""
-    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+    site = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+    return site if label is None else f"{site} ({label})"
 
 
 def call_site(arena, rank: int) -> str:
