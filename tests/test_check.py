@@ -274,7 +274,8 @@ FLOATS = ("float16", "float32", "float64", "complex64", "complex128")
 # no false alarms
 
 
-@pytest.mark.parametrize("size", [1, pytest.param(2, marks=pytest.mark.slow), pytest.param(3, marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("size", [1, 2, 3])
 def test_quick_sweep_passes_on_the_simulator(size):  # at 4 ranks: the full sweep below
     report = sweep(size, quick=True)
     assert_all_pass(report)

@@ -279,6 +279,7 @@ def _intel_mpi() -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_without_check_calls_different_collectives_hang_until_the_timeout():
     if _intel_mpi():
         pytest.skip("Intel MPI 2021 completes a barrier matched with an allreduce (docs/mpi.md, Mismatched calls)")

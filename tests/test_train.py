@@ -45,6 +45,7 @@ def explanation(report, check):
 # -- the default run ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_train_n4_digits_defaults_reach_95_percent_and_write_a_verified_json_report(tmp_path, capsys):
     status, report = train_cli(tmp_path, "-n", "4")
     out = capsys.readouterr().out
