@@ -294,6 +294,36 @@ def test_the_mpi_librarys_dev_shm_files_are_removed_once_every_rank_maps_them(wo
     assert world._driver._segments == set()
 
 
+def test_segments_of_a_job_killed_before_its_ranks_removed_them_are_noted_for_the_driver(tmp_path):
+    # A rank killed while its peers unlink the segments together leaves them
+    # mapped by nobody: each rank notes its files in the job's TMPDIR first.
+    from simdist.mpi._segments import noted_segments
+
+    script = tmp_path / "killed.py"
+    script.write_text(textwrap.dedent("""
+        import glob, os, time
+        from mpi4py import MPI
+        from simdist.mpi._segments import unlink_segments_once_mapped
+        if MPI.COMM_WORLD.Get_rank() == 1:
+            while not glob.glob(os.path.join(os.environ["TMPDIR"], "simdist-segments-*")):
+                time.sleep(0.01)
+            os._exit(3)
+        unlink_segments_once_mapped(MPI.COMM_WORLD)
+    """))
+    tmpdir = simdist.mpi._driver.session_tmpdir()
+    env = simdist.mpi._driver.launch_environment(MPIEXEC, tmpdir)
+    try:
+        subprocess.run(simdist.mpi._driver.launch_command(MPIEXEC, 2) + [sys.executable, str(script)], env=env,
+                       capture_output=True, timeout=120)
+        noted = noted_segments(tmpdir)
+        assert noted and all(path.startswith("/dev/shm/") for path in noted), noted
+    finally:
+        for path in noted_segments(tmpdir):
+            if os.path.exists(path):
+                os.unlink(path)
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("order, algorithm", [("ring", 4), ("recursive_doubling", 3)])
 def test_simulator_in_a_named_order_equals_open_mpi_pinned_to_that_algorithm(monkeypatch, order, algorithm):

@@ -42,6 +42,7 @@ from .._driver import Driver, ProcessEnd, interrupts_deferred
 from .._errors import SimdistError
 from .._janitor import end_session, janitor
 from .._whereabouts import CALL, FAILED, RETURNED, USER
+from ._segments import noted_segments
 from ._handshake import Handshakes, Refused, authenticate, refused
 from ._hosts import Placement, forwarded, host_options, listen_address
 from ._tracking import Whereabouts
@@ -326,7 +327,10 @@ class MpiDriver(Driver):
         for end in self._ends.values():
             end.close()
         self._ends.clear()
-        # A killed MPI job cannot clean up after itself: remove its segments.
+        # A killed MPI job cannot clean up after itself: remove its segments,
+        # those its ranks reported and those they noted before a peer could stop them.
+        if self._tmpdir is not None:
+            self._segments |= noted_segments(self._tmpdir)
         for path in self._segments:
             try:
                 os.unlink(path)

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["unlink_segments_once_mapped"]
+__all__ = ["noted_segments", "unlink_segments_once_mapped"]
+
+#: Where a rank of simdist's own job notes its segments, in the job's TMPDIR.
+_NOTE_PREFIX = "simdist-segments-"
 
 
 def _shared_memory_files() -> list[str]:
@@ -34,6 +37,7 @@ def unlink_segments_once_mapped(world) -> list[str]:
     from mpi4py import MPI
 
     files = _shared_memory_files()
+    _note(files)
     node = world.Split_type(MPI.COMM_TYPE_SHARED)
     try:
         every = node.allgather(files)
@@ -47,3 +51,30 @@ def unlink_segments_once_mapped(world) -> list[str]:
                 pass
         return []
     return sorted({path for theirs in every for path in theirs})
+
+
+def _note(files: list[str]) -> None:
+    """Note ``files`` in the job's TMPDIR before any call that waits for a
+    peer: a rank killed in the collective below (or all of them) leaves the
+    driver the list to remove (``noted_segments``)."""
+    directory = os.environ.get("TMPDIR", "")
+    if not files or not os.path.basename(directory).startswith("simdist-mpi-") or not os.path.isdir(directory):
+        return
+    with open(os.path.join(directory, f"{_NOTE_PREFIX}{os.getpid()}"), "w") as note:
+        note.write("\n".join(files))
+
+
+def noted_segments(tmpdir: str) -> set[str]:
+    """The /dev/shm files the job's ranks on this host noted in ``tmpdir``."""
+    found = set()
+    try:
+        names = [n for n in os.listdir(tmpdir) if n.startswith(_NOTE_PREFIX)]
+    except OSError:
+        return found
+    for name in names:
+        try:
+            with open(os.path.join(tmpdir, name)) as note:
+                found |= {line for line in note.read().splitlines() if line.startswith("/dev/shm/")}
+        except OSError:
+            continue
+    return found
