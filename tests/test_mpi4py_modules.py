@@ -292,3 +292,15 @@ def test_mpi4py_futures_pool_on_comm_world(tmp_path):
                          capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [str([i * i for i in range(8)])]
+
+
+def test_a_pool_that_spawns_fails_at_once_naming_spawn_instead_of_waiting_for_ever(tmp_path):
+    """MPIPoolExecutor without ``-m mpi4py.futures`` spawns its workers from
+    a thread: the refused Spawn there fails the main thread too."""
+    outcome = run(tmp_path, """
+        from mpi4py.futures import MPIPoolExecutor
+        with MPIPoolExecutor(max_workers=2) as pool:
+            print(list(pool.map(abs, [-1, -2])))
+    """, 1, timeout=60)
+    assert outcome.status == 1, outcome
+    assert "Intracomm.Spawn is not supported" in outcome.error and "called in thread" in outcome.error, outcome.error

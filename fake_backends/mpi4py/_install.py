@@ -30,7 +30,7 @@ import sys
 
 from simdist._errors import SimdistError
 
-from . import MPI, _comm, _runtime
+from . import MPI, _comm, _runtime, _thread_refusals
 
 
 def _mpi4py_names() -> list:
@@ -53,6 +53,7 @@ class _Installation:
         _comm.COMM_WORLD._state = _comm.world_state(self.rt)
         _comm.COMM_SELF._state = _comm.self_state(self.rt)
         rc.__init__()
+        _thread_refusals.arm()
         sys.modules["mpi4py"] = package
         sys.modules["mpi4py.MPI"] = MPI
         sys.modules["mpi4py.rc"] = rc
@@ -65,6 +66,7 @@ class _Installation:
             if ended_normally and not rt.finalized:
                 rt.engine.flush()
         finally:
+            _thread_refusals.disarm()
             _runtime.current = None
             rt.close()
             _comm.COMM_WORLD._state = None

@@ -11,6 +11,7 @@ usual AttributeError for names mpi4py does not have either.
 from __future__ import annotations
 
 from ._errors import unsupported
+from ._thread_refusals import refused_in_a_thread
 
 #: mpi4py's integer constants, as Open MPI defines them.
 CONSTANTS = {'UNDEFINED': -32766,
@@ -248,13 +249,19 @@ def unsupported_attribute(cls: str, name: str) -> Exception:
             hint = _CLASS_HINTS.get(cls, {}).get(name)
     if hint is None:
         return AttributeError(f"'{cls}' object has no attribute {name!r}")
-    return unsupported(f"{cls}.{name}", hint)
+    error = unsupported(f"{cls}.{name}", hint)
+    if hint is _DYNAMIC:
+        refused_in_a_thread(error)
+    return error
 
 
 def unsupported_module_attribute(name: str) -> Exception:
     """The same for the module ``mpi4py.MPI``."""
     if name in _MODULE_HINTS:
-        return unsupported(f"MPI.{name}", _MODULE_HINTS[name])
+        error = unsupported(f"MPI.{name}", _MODULE_HINTS[name])
+        if _MODULE_HINTS[name] is _DYNAMIC:
+            refused_in_a_thread(error)
+        return error
     if name.startswith("_") and not name.startswith("__"):
         return unsupported(f"MPI.{name}", "mpi4py's internals are not simulated")
     return AttributeError(f"module 'mpi4py.MPI' has no attribute {name!r}")
