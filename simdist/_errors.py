@@ -132,13 +132,16 @@ class Deadlock(CollectiveTimeout):
     ``report`` maps every rank to where it is, as in CollectiveTimeout.
     ``at_once`` is True when the simulator found it as soon as every rank
     that had not returned waited in a wait no rank could end, False when it
-    was found at the world's ``timeout``.
+    was found at the world's ``timeout``. ``locations`` maps a rank of the
+    cycle to the file (absolute path) and line of the user's call it waits
+    in, where known.
     """
 
     __module__ = "simdist"
 
     def __init__(self, timeout: float, report: dict[int, str], cycle: list, closed: bool = True,
-                 at_once: bool = True):
+                 at_once: bool = True, locations: dict | None = None):
+        self.locations = {int(r): (str(path), int(line)) for r, (path, line) in (locations or {}).items()}
         self.timeout = timeout
         self.report = dict(sorted(report.items()))
         self.cycle = [(int(r), str(call)) for r, call in cycle]
@@ -154,7 +157,7 @@ class Deadlock(CollectiveTimeout):
         SimdistError.__init__(self, "\n".join(lines))
 
     def __reduce__(self):
-        return type(self), (self.timeout, self.report, self.cycle, self.closed, self.at_once)
+        return type(self), (self.timeout, self.report, self.cycle, self.closed, self.at_once, self.locations)
 
 
 class RankDied(SimdistError):

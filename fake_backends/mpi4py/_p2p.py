@@ -71,9 +71,13 @@ test their condition and, while it does not hold, wait in the transport's
 ``probe`` for the next record from any rank, take it and write what it gave
 credit for. Everything that can make a condition true
 arrives as a record (a message, a CTS, an ACK that lets a queued piece go),
-so that wait is never missed, and it is the wait the simulator's hang watch
-sees ("waiting in probe ... from any rank"): a deadlock ends at the timeout
-with the report, and a peer that failed unwinds it. Collectives run
+so that wait is never missed. While it waits, the engine states the MPI
+call it is in and the rank whose record would end the wait (the source of
+a Recv, the destination of a rendezvous send, a Wait's or Waitall's first
+pending request; any rank for ANY_SOURCE) through the transport's
+``waiting_in``: the simulator's deadlock and hang reports then show
+``rank 0 in Recv(source=1, tag=0) at prog.py:11 <- rank 1 in ...``, not
+its probe from any rank. A peer that failed unwinds the wait. Collectives run
 ``progress()`` before they start. Nonblocking calls (Isend, Irecv) post
 their operation and write what has credit, and take nothing.
 
@@ -157,10 +161,11 @@ class RecvOp:
     are in the sink (a derived datatype's sink is packed)."""
 
     __slots__ = ("done", "ctx", "source", "tag", "sink", "pickled", "status", "data", "buf", "received",
-                 "error", "cancelled", "desc", "unpack")
+                 "error", "cancelled", "desc", "unpack", "peer")
 
-    def __init__(self, ctx, source, tag, sink, desc, unpack=None):
+    def __init__(self, ctx, source, tag, sink, desc, unpack=None, peer=None):
         self.unpack = unpack
+        self.peer = peer  # the world rank of the source (None: any, until matched)
         self.done = False
         self.ctx, self.source, self.tag = ctx, source, tag
         self.sink = sink
@@ -216,6 +221,31 @@ class PairOp:
 
     def __getattr__(self, name):  # status, sink, data, desc: the receive's
         return getattr(self.recv, name)
+
+
+#: ``Engine.wait_until``'s ``peer`` when none is given.
+NO_PEER = object()
+#: Calls that block until their operation completes: waiting in one, the
+#: user is in that call, not in a Wait of its request.
+_BLOCKING = ("Send(", "Ssend(", "Recv(", "Sendrecv(", "Sendrecv_replace(", "send(", "ssend(", "recv(", "sendrecv(")
+
+
+def mpi_call_text(what: str) -> str:
+    """The MPI call of a wait's description, as the user wrote it: the
+    blocking call itself (``Recv(source=1, tag=0)``, not ``Wait for
+    Recv(...)``), without naming MPI_COMM_WORLD."""
+    text = what.replace(" on MPI_COMM_WORLD", "")
+    inner = text.removeprefix("Wait for ")
+    return inner if inner.startswith(_BLOCKING) else text
+
+
+def _peer_of(op):
+    """The world rank whose record ends ``op``'s wait (None: any)."""
+    if isinstance(op, PairOp):
+        return _peer_of(op.recv if not op.recv.done else op.send)
+    if isinstance(op, SendOp):
+        return op.dest
+    return getattr(op, "peer", None)
 
 
 def _matches(env: Envelope, ctx: int, source: int, tag: int) -> bool:
@@ -288,9 +318,11 @@ class Engine:
         self._post(dest, _record(RTS, ctx, source, tag, n, flags, op.msg_id))
         return op
 
-    def recv(self, ctx: int, source: int, tag: int, sink: np.ndarray | None, desc=None, unpack=None) -> RecvOp:
-        """Post a receive; it matches the earliest arrived envelope that fits."""
-        op = RecvOp(ctx, source, tag, sink, desc, unpack)
+    def recv(self, ctx: int, source: int, tag: int, sink: np.ndarray | None, desc=None, unpack=None,
+             peer: int | None = None) -> RecvOp:
+        """Post a receive; it matches the earliest arrived envelope that fits.
+        ``peer``: the world rank of ``source`` (None for ANY_SOURCE)."""
+        op = RecvOp(ctx, source, tag, sink, desc, unpack, peer)
         for i, env in enumerate(self._unexpected):
             if op.matches(env):
                 del self._unexpected[i]
@@ -325,23 +357,45 @@ class Engine:
         return None
 
     # -- waiting ----------------------------------------------------------------------
-    def wait_until(self, condition, what: str):
+    def wait_until(self, condition, what: str, ops=(), peer=NO_PEER):
         """Progress until ``condition()`` is truthy; return its value.
 
         ``what`` names the MPI call, for the message when every peer has
-        returned without sending what it waits for."""
+        returned without sending what it waits for, and for the reports
+        of a hang (``waiting_in``, see the module docstring): the rank it
+        waits for is ``peer`` (a world rank, None: any), or that of the
+        first of ``ops`` not done; with neither, the engine states nothing."""
         transport = self._transport
         self.progress()
-        while True:
-            value = condition()
-            if value:
-                return value
-            try:
-                source = transport.probe(None, TRANSPORT_TAG, block=True)[0]
-            except CollectiveMismatch as exc:
-                raise CollectiveMismatch(f"{what}: {exc}", exc.calls) from None
-            self._handle(source, transport.recv(source, TRANSPORT_TAG))
-            self._settle()
+        stated = None
+        try:
+            while True:
+                value = condition()
+                if value:
+                    return value
+                stated = self._state(what, ops, peer, stated)
+                try:
+                    source = transport.probe(None, TRANSPORT_TAG, block=True)[0]
+                except CollectiveMismatch as exc:
+                    raise CollectiveMismatch(f"{what}: {exc}", exc.calls) from None
+                self._handle(source, transport.recv(source, TRANSPORT_TAG))
+                self._settle()
+        finally:
+            if stated is not None:
+                transport.waiting_in(None)
+
+    def _state(self, what: str, ops, peer, stated):
+        """Tell the transport the MPI call and the peer the wait is for,
+        when they changed since ``stated``; return what is stated now."""
+        if peer is NO_PEER:
+            pending = next((op for op in ops if not op.done), None)
+            if pending is None:
+                return stated
+            peer = _peer_of(pending)
+        now = (mpi_call_text(what), peer)
+        if now != stated:
+            self._transport.waiting_in(*now)
+        return now
 
     def flush(self) -> None:
         """Before the rank ends (MPI_Finalize): hand over every queued record
@@ -486,6 +540,7 @@ class Engine:
 
     def _match(self, env: Envelope, op: RecvOp) -> None:
         op.status = (env.source, env.tag, env.nbytes)
+        op.peer = env.world
         op.pickled = bool(env.flags & 1)
         if env.payload is not None:
             op._finish(env.payload)

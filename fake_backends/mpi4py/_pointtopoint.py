@@ -136,7 +136,8 @@ class PointToPoint:
         source = self._peer(st, source, call, "source", True)
         sink, unpack = receive_into(sink_of())
         desc = f"{call}({_names(source, tag)}) on {st.name}"
-        return lambda: Request._of(st.engine, st.engine.recv(st.ctx, source, tag, sink, desc, unpack))
+        peer = None if source == ANY_SOURCE else st.members[source]
+        return lambda: Request._of(st.engine, st.engine.recv(st.ctx, source, tag, sink, desc, unpack, peer))
 
     @staticmethod
     def _sink(buf, what: str = "buf"):
@@ -294,7 +295,8 @@ class PointToPoint:
             engine.progress()
             return engine.find(st.ctx, source, tag, take)
         desc = f"{call}({_names(source, tag)}) on {st.name}"
-        return engine.wait_until(lambda: engine.find(st.ctx, source, tag, take), desc)
+        peer = None if source == ANY_SOURCE else st.members[source]
+        return engine.wait_until(lambda: engine.find(st.ctx, source, tag, take), desc, peer=peer)
 
     @staticmethod
     def _status(env, status) -> None:

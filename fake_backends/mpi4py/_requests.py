@@ -33,6 +33,11 @@ class _Done:
 DONE = _Done()
 
 
+def _ops(requests) -> list:
+    """The operations of the active ``requests`` (what a Waitall waits for)."""
+    return [req._op for req in requests if req._op is not None]
+
+
 def _desc(op) -> str:
     return f"Wait for {op.desc}" if getattr(op, "desc", None) else "Wait"
 
@@ -126,7 +131,7 @@ class Request(IntegerHandles):
 
     def _wait(self, status):
         if self._op is not None and not self._op.done:
-            self._engine.wait_until(lambda: self._op.done, _desc(self._op))
+            self._engine.wait_until(lambda: self._op.done, _desc(self._op), (self._op,))
         return self._complete(status)
 
     def _test(self, status):
@@ -254,7 +259,7 @@ class Request(IntegerHandles):
         requests = list(requests)
         engine = cls._engine_of(requests)
         if engine is not None and not all(req._done() for req in requests):
-            engine.wait_until(lambda: all(req._done() for req in requests), "Waitall")
+            engine.wait_until(lambda: all(req._done() for req in requests), "Waitall", _ops(requests))
         return cls._complete_all(requests, statuses)
 
     @staticmethod
@@ -283,7 +288,7 @@ class Request(IntegerHandles):
         def first_done():
             return next((i + 1 for i in active if requests[i]._op.done), 0)
 
-        index = first_done() or engine.wait_until(first_done, "Waitany")
+        index = first_done() or engine.wait_until(first_done, "Waitany", _ops(requests))
         index -= 1
         return index, requests[index]._complete(status)
 
@@ -309,7 +314,7 @@ class Request(IntegerHandles):
             return None, None
         engine = requests[active[0]]._engine
         if block:
-            engine.wait_until(lambda: any(requests[i]._op.done for i in active), "Waitsome")
+            engine.wait_until(lambda: any(requests[i]._op.done for i in active), "Waitsome", _ops(requests))
         else:
             engine.progress()
         indices = [i for i in active if requests[i]._op.done]

@@ -16,11 +16,19 @@ def _call(rank: int, text: str) -> Call:
     return Call(rank, (match["call"] + match["rest"]).strip(), match["path"], int(match["line"]))
 
 
+def _link(exc, rank: int, text: str) -> Call:
+    """A link of a deadlock's cycle as a Call: the MPI call's text, and the
+    file and line the simulator recorded (``Deadlock.locations``)."""
+    call = _call(rank, text)
+    where = getattr(exc, "locations", {}).get(rank)
+    return Call(rank, call.call, *where) if where else call
+
+
 def deadlock_finding(exc, checks) -> Finding:
     """The finding of a ``simdist.Deadlock``: its wait-for cycle. With
     ``buffering`` on (standard sends run synchronous), a cycle through a
     send is a ``buffering`` finding: the program relies on MPI buffering."""
-    calls = tuple(_call(r, text) for r, text in exc.cycle)
+    calls = tuple(_link(exc, r, text) for r, text in exc.cycle)
     sends = [c for c in calls if c.call.lower().startswith(("send", "isend", "sendrecv")) or "synchronous" in c.call]
     if "buffering" in checks and sends:
         return Finding("buffering", "these sends complete only if MPI buffers them; run synchronously, "

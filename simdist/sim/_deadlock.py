@@ -26,14 +26,19 @@ yields first) means no deadlock; such hangs end at the world's timeout.
 So does a communicator used from several threads of one rank at once,
 which the contract does not allow.
 
-The cycle follows each rank's ``S_WAITING_FOR`` (the one rank it waits
-for): from the lowest rank until a rank repeats, or the chain reaches a
-rank that waits for any rank (a probe from any source).
+The cycle follows the one rank each rank waits for: the MPI-level peer an
+engine over the transport stated (``Transport.waiting_in``: the mpi4py
+stand-in's Recv, Wait, Probe, ... waiting for that peer's record while the
+transport itself probes every rank), else ``S_WAITING_FOR``; from the
+lowest rank until a rank repeats, or the chain reaches a rank that waits
+for any rank (a probe or receive from any source). The stated peer names
+the links only; the decision above never reads it.
 """
 
 from __future__ import annotations
 
 from ._layout import ANY_RING, CALL, RETURNED, S_BLOCK_TARGET, S_BLOCK_WORD, S_BLOCKED, S_STATE, S_WAITING_FOR
+from ._report import waits_for
 
 
 def _states(arena) -> list[tuple[int, int]]:
@@ -77,12 +82,11 @@ def wait_cycle(arena) -> tuple[list[int], bool]:
     False (its last rank waits for any rank, or for none in a call).
     ``([], False)`` if no rank is in a call."""
     lay, q = arena.layout, arena.q
-    waiting = {r: q[lay.status_word(r, S_WAITING_FOR)] - 1
-               for r in range(arena.size) if q[lay.status_word(r, S_STATE)] == CALL}
+    waiting = {r: waits_for(arena, r) for r in range(arena.size) if q[lay.status_word(r, S_STATE)] == CALL}
     chains = []
     for start in sorted(waiting):
         chain = [start]
-        while chain[-1] in waiting and waiting[chain[-1]] >= 0:
+        while chain[-1] in waiting and waiting[chain[-1]] is not None:
             nxt = waiting[chain[-1]]
             if nxt in chain:
                 cycle = chain[chain.index(nxt):]

@@ -41,7 +41,7 @@ from ._layout import (
 from . import _worker
 from ._deadlock import deadlocked, wait_cycle
 from ._p2p import SEND, SSEND
-from ._report import short_call, whereabouts
+from ._report import call_location, short_call, whereabouts
 
 _log = logging.getLogger("simdist")
 START_METHODS = ("fork", "forkserver", "spawn")
@@ -209,7 +209,8 @@ class SimDriver(Driver):
         if not at_once and not closed:
             return report
         cycle = [(r, short_call(self.arena, r)) for r in chain]
-        return Deadlock(self.timeout, report, cycle, closed, at_once)
+        locations = {r: where for r in chain if (where := call_location(self.arena, r))}
+        return Deadlock(self.timeout, report, cycle, closed, at_once, locations)
 
     def abort(self, outcomes, dead) -> None:
         """Wake and unwind every rank still running; kill those that do not."""

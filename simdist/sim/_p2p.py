@@ -61,7 +61,7 @@ import numpy as np
 from .._arguments import DTYPE_CODE, DTYPES
 from ._layout import (
     CALL, H_SYNC_SENDS, R_HEAD, R_MATCHED, R_TAIL, S_CTX, S_P2P_KIND, S_P2P_NBYTES, S_P2P_PEER, S_P2P_SEQ, S_P2P_TAG,
-    S_PROGRESS, S_STATE, USER,
+    MPI_ANY_PEER, MPI_CALL_BYTES, S_MPI_PEER, S_PROGRESS, S_STATE, USER,
 )
 from ._report import P2P_ANY_SOURCE, P2P_CTX, SSEND
 
@@ -112,6 +112,21 @@ class Mailboxes:
         q, s = self._arena.q, self._status
         q[s + S_PROGRESS] += 1
         q[s + S_STATE] = USER
+
+    def state_mpi_call(self, call: str | None, peer: int | None) -> None:
+        """Show ``call`` (MPI call text) waiting for world rank ``peer`` (None:
+        any rank) in the status entry; ``call=None`` clears it. The text is
+        written before the peer word, which tells readers it is valid."""
+        q, lay = self._arena.q, self._arena.layout
+        word = self._status + S_MPI_PEER
+        if call is None:
+            q[word] = 0
+            return
+        q[word] = 0
+        at = lay.mpi_call_offset(self._me)
+        text = call.encode("utf-8", "replace")[: MPI_CALL_BYTES - 1]
+        self._arena.buf[at : at + MPI_CALL_BYTES] = text.ljust(MPI_CALL_BYTES, b"\0")
+        q[word] = MPI_ANY_PEER if peer is None else peer + 1
 
     # -- sending ------------------------------------------------------------
     def send(self, x: np.ndarray, dest: int, tag: int, ctx: int, sync: bool = False) -> None:
