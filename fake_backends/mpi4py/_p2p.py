@@ -239,10 +239,17 @@ def mpi_call_text(what: str) -> str:
     return inner if inner.startswith(_BLOCKING) else text
 
 
+def _pending(ops):
+    """The first operation of ``ops`` not done (of a Sendrecv: its half
+    not done), or None."""
+    op = next((op for op in ops if not op.done), None)
+    if isinstance(op, PairOp):
+        return op.recv if not op.recv.done else op.send
+    return op
+
+
 def _peer_of(op):
     """The world rank whose record ends ``op``'s wait (None: any)."""
-    if isinstance(op, PairOp):
-        return _peer_of(op.recv if not op.recv.done else op.send)
     if isinstance(op, SendOp):
         return op.dest
     return getattr(op, "peer", None)
@@ -388,10 +395,12 @@ class Engine:
         """Tell the transport the MPI call and the peer the wait is for,
         when they changed since ``stated``; return what is stated now."""
         if peer is NO_PEER:
-            pending = next((op for op in ops if not op.done), None)
+            pending = _pending(ops)
             if pending is None:
                 return stated
             peer = _peer_of(pending)
+            if getattr(pending, "desc", None):  # Wait, Waitall, ...: which request it waits for
+                what = f"{what.split(' for ')[0]} for {pending.desc}"
         now = (mpi_call_text(what), peer)
         if now != stated:
             self._transport.waiting_in(*now)

@@ -22,6 +22,8 @@ import warnings
 
 import numpy as np
 
+from simdist import checks as _checks
+
 from ._buffered import check_space, need
 from ._buffers import parse, receive_into
 from ._errors import ERR_RANK, ERR_TAG, Exception as MPIException
@@ -105,6 +107,7 @@ class PointToPoint:
             engine = self._st().engine
             return lambda: Request._of(engine, sent())
         st, world_dest, tag, data, flags, desc = checked
+        sync = sync or _checks.enabled("buffering")  # a standard send may not rely on MPI buffering it
         return lambda: Request._of(st.engine, st.engine.send(world_dest, st.ctx, st.rank, tag, data, flags, sync,
                                                              desc))
 

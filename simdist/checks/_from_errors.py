@@ -6,6 +6,9 @@ import re
 
 from ._findings import Call, Finding
 
+#: A link of a cycle that is a standard-mode send (not Ssend, Bsend), blocking
+#: or waited for: the stand-in's MPI calls, or the contract's ``send``.
+_STANDARD_SEND = re.compile(r"^(?:Wait\w* for )?(?:[Ii]?[Ss]end|Send_init|[Ii]?[Ss]endrecv(?:_replace)?)\(dest=")
 _AT = re.compile(r"^(?P<call>.*?) at (?P<path>[^ ]+?):(?P<line>\d+)(?P<rest>.*)$")
 
 
@@ -29,12 +32,12 @@ def deadlock_finding(exc, checks) -> Finding:
     ``buffering`` on (standard sends run synchronous), a cycle through a
     send is a ``buffering`` finding: the program relies on MPI buffering."""
     calls = tuple(_link(exc, r, text) for r, text in exc.cycle)
-    sends = [c for c in calls if c.call.lower().startswith(("send", "isend", "sendrecv")) or "synchronous" in c.call]
+    sends = tuple(c for c in calls if _STANDARD_SEND.match(c.call))
     if "buffering" in checks and sends:
-        return Finding("buffering", "these sends complete only if MPI buffers them; run synchronously, "
-                                    "they deadlock (each rank waits for the next)",
-                       "post the receives first (Irecv, then Send, then Wait), or use Sendrecv", calls,
-                       {"cycle": [c.rank for c in calls], "closed": exc.closed})
+        return Finding("buffering", "these standard-mode sends complete only if MPI buffers them (as it may below "
+                                    "its eager limit); run as Ssend, they deadlock",
+                       "post the receives first (Irecv, then Send, then Wait), or use Sendrecv", sends,
+                       {"cycle": [str(c) for c in calls], "closed": exc.closed})
     how = "each rank waits for the next, and the last for the first" if exc.closed else \
         "each rank waits for the next, and the last for a message from any rank that no rank will send"
     return Finding("deadlock", f"deadlock: {how}",
