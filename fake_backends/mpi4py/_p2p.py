@@ -98,6 +98,7 @@ import collections
 
 import numpy as np
 
+from simdist import checks as _checks
 from simdist._errors import CollectiveMismatch
 
 from ._errors import ERR_TRUNCATE, Exception as MPIException, earlier_run
@@ -139,9 +140,10 @@ class Envelope:
 class SendOp:
     """A send in progress. ``done`` once the data is handed over."""
 
-    __slots__ = ("done", "dest", "data", "offset", "msg_id", "pending", "error", "desc")
+    __slots__ = ("done", "dest", "data", "offset", "msg_id", "pending", "error", "desc", "checked")
 
-    def __init__(self, dest: int, desc):
+    def __init__(self, dest: int, desc, checked: bool = False):
+        self.checked = checked  # a standard send run synchronous for the buffering check
         self.done = False
         self.dest = dest
         self.data = None
@@ -248,6 +250,15 @@ def _pending(ops):
     return op
 
 
+def _sends(ops):
+    """The send operations of ``ops`` (and of their Sendrecvs)."""
+    for op in ops:
+        if isinstance(op, PairOp):
+            op = op.send
+        if isinstance(op, SendOp):
+            yield op
+
+
 def _peer_of(op):
     """The world rank whose record ends ``op``'s wait (None: any)."""
     if isinstance(op, SendOp):
@@ -294,6 +305,7 @@ class Engine:
         self._incoming: dict[tuple[int, int], RecvOp] = {}
         self._next_id = 0
         self.attached = None  # the buffer of MPI.Attach_buffer (see _buffered)
+        self._buffered_lines: set = set()  # the user's lines of sends reported by ``_release``
 
     def close(self) -> None:
         """Forget the transport and every message (the run is over): a
@@ -310,9 +322,11 @@ class Engine:
 
     # -- posting --------------------------------------------------------------------
     def send(self, dest: int, ctx: int, source: int, tag: int, data: np.ndarray, flags: int, sync: bool,
-             desc=None) -> SendOp:
-        """Start sending ``data`` (uint8) to world rank ``dest``; never waits."""
-        op = SendOp(dest, desc)
+             desc=None, checked: bool = False) -> SendOp:
+        """Start sending ``data`` (uint8) to world rank ``dest``; never waits.
+        ``checked``: a standard send that ``sync`` makes synchronous only for
+        the buffering check (``release``)."""
+        op = SendOp(dest, desc, checked and sync)
         n = data.size
         if n <= self.eager_limit and not sync:
             self._post(dest, _record(EAGER, ctx, source, tag, n, flags, payload=data))
@@ -382,14 +396,39 @@ class Engine:
                     return value
                 stated = self._state(what, ops, peer, stated)
                 try:
-                    source = transport.probe(None, TRANSPORT_TAG, block=True)[0]
+                    found = transport.probe(None, TRANSPORT_TAG, block=True)
                 except CollectiveMismatch as exc:
                     raise CollectiveMismatch(f"{what}: {exc}", exc.calls) from None
-                self._handle(source, transport.recv(source, TRANSPORT_TAG))
+                if found is None:  # the driver released a deadlock of synchronous standard sends
+                    self._release(what, ops)
+                    stated = None
+                    continue
+                self._handle(found[0], transport.recv(found[0], TRANSPORT_TAG))
                 self._settle()
         finally:
             if stated is not None:
                 transport.waiting_in(None)
+
+    def _release(self, what: str, ops) -> None:
+        """Complete the pending sends of ``ops`` that run synchronous only for
+        the buffering check as MPI would have buffered them (their data is
+        copied and goes when the receiver matches them), recording each as a
+        ``buffering`` finding: at a deadlock, it completes only because of
+        buffering."""
+        for op in _sends(ops):
+            if op.checked and not op.done:
+                op.data = op.data.copy()
+                op.done = True
+                call = _checks.here(self._me, mpi_call_text(f"{what.split(' for ')[0]} for {op.desc}"))
+                if (call.path, call.line) in self._buffered_lines:  # a loop's send: once
+                    continue
+                self._buffered_lines.add((call.path, call.line))
+                _checks.record(_checks.Finding(
+                    "buffering", "this standard-mode send completes only because MPI buffers it: run as Ssend, "
+                                 "every rank waits (a deadlock); it hangs where MPI does not buffer it (large "
+                                 "messages, another MPI)",
+                    "post the receive first (Irecv, then Send, then Wait), or use Sendrecv",
+                    (call,)))
 
     def _state(self, what: str, ops, peer, stated):
         """Tell the transport the MPI call and the peer the wait is for,
@@ -401,7 +440,8 @@ class Engine:
             peer = _peer_of(pending)
             if getattr(pending, "desc", None):  # Wait, Waitall, ...: which request it waits for
                 what = f"{what.split(' for ')[0]} for {pending.desc}"
-        now = (mpi_call_text(what), peer)
+        releasable = any(op.checked and not op.done for op in _sends(ops))
+        now = (mpi_call_text(what), peer, releasable)
         if now != stated:
             self._transport.waiting_in(*now)
         return now

@@ -107,9 +107,9 @@ class PointToPoint:
             engine = self._st().engine
             return lambda: Request._of(engine, sent())
         st, world_dest, tag, data, flags, desc = checked
-        sync = sync or _checks.enabled("buffering")  # a standard send may not rely on MPI buffering it
-        return lambda: Request._of(st.engine, st.engine.send(world_dest, st.ctx, st.rank, tag, data, flags, sync,
-                                                             desc))
+        checked = not sync and _checks.enabled("buffering")  # a standard send may not rely on MPI buffering it
+        return lambda: Request._of(st.engine, st.engine.send(world_dest, st.ctx, st.rank, tag, data, flags,
+                                                             sync or checked, desc, checked))
 
     def _prepare_bsend(self, data_of, dest, tag, call: str):
         """The same for a buffered send (``_buffered``), and the bytes of

@@ -33,11 +33,19 @@ transport itself probes every rank), else ``S_WAITING_FOR``; from the
 lowest rank until a rank repeats, or the chain reaches a rank that waits
 for any rank (a probe or receive from any source). The stated peer names
 the links only; the decision above never reads it.
+
+With the buffering check, a deadlock may be one only because standard sends
+run synchronous: a rank whose stated call is *releasable* (its engine can
+complete those sends as buffered) is released (``release_buffered``) and
+the run goes on; the rank records each such send as a finding.
 """
 
 from __future__ import annotations
 
-from ._layout import ANY_RING, CALL, RETURNED, S_BLOCK_TARGET, S_BLOCK_WORD, S_BLOCKED, S_STATE, S_WAITING_FOR
+from ._layout import (
+    ANY_RING, CALL, RETURNED, S_BLOCK_TARGET, S_BLOCK_WORD, S_BLOCKED, S_MPI_PEER, S_MPI_RELEASABLE, S_RELEASE, S_STATE,
+    S_WAITING_FOR,
+)
 from ._report import waits_for
 
 
@@ -95,3 +103,34 @@ def wait_cycle(arena) -> tuple[list[int], bool]:
             chain.append(nxt)
         chains.append(chain)
     return (chains[0] if chains else []), False
+
+
+def release_buffered(arena, released: dict) -> bool:
+    """At a deadlock (``deadlocked``), end the wait of every rank whose
+    stated MPI call is releasable (``Transport.waiting_in``): add 1 to its
+    ``S_RELEASE`` word, which its blocking probe waits on too, and wake it.
+    Every live rank is asleep, so each such send would wait forever unless
+    MPI buffered it. ``released`` (the driver's, for the run) maps a rank
+    to its ``S_BLOCKED`` word when it was released: a rank released in this
+    very sleep, which has not run yet, is not released again (that would
+    end its next wait too). True if a rank was released, now or in this
+    sleep (so the run is not deadlocked yet)."""
+    lay, q = arena.layout, arena.q
+    pending, ranks = False, []
+    for r in range(arena.size):
+        if q[lay.status_word(r, S_STATE)] != CALL:
+            continue
+        blocked = q[lay.status_word(r, S_BLOCKED)]
+        if released.get(r) == blocked:
+            pending = True
+        elif q[lay.status_word(r, S_MPI_PEER)] and q[lay.status_word(r, S_MPI_RELEASABLE)]:
+            released[r] = blocked
+            ranks.append(r)
+    # Every release before any wake: a woken rank's messages must not end
+    # another's wait before that one's release is written (it would then
+    # complete as if matched, and its send would go unreported).
+    for r in ranks:
+        q[lay.status_word(r, S_RELEASE)] += 1
+    for r in ranks:
+        arena.wake(r)
+    return pending or bool(ranks)

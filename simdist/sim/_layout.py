@@ -15,19 +15,25 @@ from __future__ import annotations
 MAGIC = 0x5349_4D44_4953_5431  # "SIMDIST1"
 LINE = 64
 HEADER = 4096
-STATUS = 640  # a rank's status words (128 bytes), the text of its call site (384), of its MPI call (128)
+# a rank's status words (128 bytes), the text of its call site (384), of its
+# MPI call (128), then a line whose first word only the driver writes (S_RELEASE)
+STATUS = 704
 SIG_BYTES = 576  # the call's first epoch, then kind, seq, op, root, dtype, ndim and up to 64 dimensions
 
 # header words (int64 index); SYNC_SENDS: 1 if every ``send`` waits for its ``recv``
 H_MAGIC, H_SIZE, H_ABORT, H_SYNC_SENDS = 0, 1, 2, 3
 
 # status words, relative to a rank's status entry (int64 index)
-S_STATE, S_PROGRESS, S_CTX, S_WAITING_FOR = 0, 1, 2, 4  # WAITING_FOR: rank + 1, 0 if none; 11 is unused
+S_STATE, S_PROGRESS, S_CTX, S_WAITING_FOR = 0, 1, 2, 4  # WAITING_FOR: rank + 1, 0 if none
 # MPI_PEER: while a progress engine over the transport (the mpi4py stand-in)
 # waits in it, the MPI-level peer its call waits for: world rank + 1, or
 # MPI_ANY_PEER; 0 when it states none. The text of that MPI call is at
 # ``Layout.mpi_call_offset`` (up to MPI_CALL_BYTES, NUL-padded), written first.
-S_MPI_PEER = 3
+# MPI_RELEASABLE is 1 when the engine can complete the stated call's sends
+# as buffered (they run synchronous only for the buffering check): the
+# driver, finding such a rank in a deadlock, adds 1 to its RELEASE word, which
+# ends the rank's blocking probe (``Transport.waiting_in``).
+S_MPI_PEER, S_MPI_RELEASABLE, S_RELEASE = 3, 11, 80
 MPI_ANY_PEER = -1
 MPI_CALL_BYTES = 128
 S_P2P_KIND, S_P2P_PEER, S_P2P_TAG, S_P2P_NBYTES, S_P2P_SEQ = 5, 6, 7, 9, 10

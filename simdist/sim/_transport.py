@@ -108,7 +108,9 @@ class Transport:
         so which source wins depends on timing, as with MPI_ANY_SOURCE.
         Messages of other communicators are never seen.
 
-        ``block=False`` returns None at once when nothing matches.
+        ``block=False`` returns None at once when nothing matches;
+        ``block=True`` returns None only when the driver released a
+        ``waiting_in(..., releasable=True)`` wait.
         ``block=True`` waits as ``recv`` does: the rank is "waiting in probe
         #n from rank r (tag=t)" (or "from any rank", "tag=any") for the hang
         watch and its reports, and a peer that fails, or an abort, unwinds
@@ -130,7 +132,7 @@ class Transport:
         world, found_tag = found
         return (source if source is not None else members.index(world)), found_tag
 
-    def waiting_in(self, call: str | None, peer: int | None = None) -> None:
+    def waiting_in(self, call: str | None, peer: int | None = None, releasable: bool = False) -> None:
         """State the MPI call this rank is in while an engine built over the
         transport waits in ``probe`` for its records: ``call`` is its text as
         the user wrote it (``"Recv(source=1, tag=0)"``), ``peer`` the world
@@ -140,7 +142,13 @@ class Transport:
         transport's probe from any rank. Whether the run is deadlocked is
         still decided from the transport's own waits, so a wrong ``peer``
         can only make a report name the wrong rank, never call a run that
-        can move deadlocked."""
+        can move deadlocked.
+
+        ``releasable=True`` says the engine can end this call's wait itself
+        (its sends run synchronous only for the buffering check): when the
+        driver finds the rank in a deadlock, it releases the wait instead of
+        failing the run, and the blocking ``probe`` returns None; the engine
+        then completes those sends as MPI would have buffered them."""
         if call is not None:
             call = str(call)
             if peer is not None:
@@ -149,7 +157,7 @@ class Transport:
                     raise InvalidValue(f"rank {self.rank}: waiting_in peer={peer} is not a world rank "
                                        f"(the world has {self.world_size})")
         self._check_open("waiting_in")
-        self._mail.state_mpi_call(call, peer)
+        self._mail.state_mpi_call(call, peer, bool(releasable))
 
     def try_send(self, x, dest: int, tag: int = 0) -> bool:
         """``send`` if it would not wait, else nothing.
