@@ -98,10 +98,10 @@ import collections
 
 import numpy as np
 
-from simdist import checks as _checks
 from simdist._errors import CollectiveMismatch
 
 from ._errors import ERR_TRUNCATE, Exception as MPIException, earlier_run
+from ._waits import NO_PEER, release_sends, state_wait
 
 #: The transport tag every record of the stand-in travels with.
 TRANSPORT_TAG = 0x4D5049
@@ -225,47 +225,6 @@ class PairOp:
         return getattr(self.recv, name)
 
 
-#: ``Engine.wait_until``'s ``peer`` when none is given.
-NO_PEER = object()
-#: Calls that block until their operation completes: waiting in one, the
-#: user is in that call, not in a Wait of its request.
-_BLOCKING = ("Send(", "Ssend(", "Recv(", "Sendrecv(", "Sendrecv_replace(", "send(", "ssend(", "recv(", "sendrecv(")
-
-
-def mpi_call_text(what: str) -> str:
-    """The MPI call of a wait's description, as the user wrote it: the
-    blocking call itself (``Recv(source=1, tag=0)``, not ``Wait for
-    Recv(...)``), without naming MPI_COMM_WORLD."""
-    text = what.replace(" on MPI_COMM_WORLD", "")
-    inner = text.removeprefix("Wait for ")
-    return inner if inner.startswith(_BLOCKING) else text
-
-
-def _pending(ops):
-    """The first operation of ``ops`` not done (of a Sendrecv: its half
-    not done), or None."""
-    op = next((op for op in ops if not op.done), None)
-    if isinstance(op, PairOp):
-        return op.recv if not op.recv.done else op.send
-    return op
-
-
-def _sends(ops):
-    """The send operations of ``ops`` (and of their Sendrecvs)."""
-    for op in ops:
-        if isinstance(op, PairOp):
-            op = op.send
-        if isinstance(op, SendOp):
-            yield op
-
-
-def _peer_of(op):
-    """The world rank whose record ends ``op``'s wait (None: any)."""
-    if isinstance(op, SendOp):
-        return op.dest
-    return getattr(op, "peer", None)
-
-
 def _matches(env: Envelope, ctx: int, source: int, tag: int) -> bool:
     return env.ctx == ctx and (source == ANY_SOURCE or source == env.source) and (tag == ANY_TAG or tag == env.tag)
 
@@ -305,7 +264,7 @@ class Engine:
         self._incoming: dict[tuple[int, int], RecvOp] = {}
         self._next_id = 0
         self.attached = None  # the buffer of MPI.Attach_buffer (see _buffered)
-        self._buffered_lines: set = set()  # the user's lines of sends reported by ``_release``
+        self._buffered_lines: set = set()  # the user's lines of sends reported by ``release_sends``
 
     def close(self) -> None:
         """Forget the transport and every message (the run is over): a
@@ -394,13 +353,13 @@ class Engine:
                 value = condition()
                 if value:
                     return value
-                stated = self._state(what, ops, peer, stated)
+                stated = state_wait(transport, what, ops, peer, stated)
                 try:
                     found = transport.probe(None, TRANSPORT_TAG, block=True)
                 except CollectiveMismatch as exc:
                     raise CollectiveMismatch(f"{what}: {exc}", exc.calls) from None
                 if found is None:  # the driver released a deadlock of synchronous standard sends
-                    self._release(what, ops)
+                    release_sends(self._me, what, ops, self._buffered_lines)
                     stated = None
                     continue
                 self._handle(found[0], transport.recv(found[0], TRANSPORT_TAG))
@@ -408,43 +367,6 @@ class Engine:
         finally:
             if stated is not None:
                 transport.waiting_in(None)
-
-    def _release(self, what: str, ops) -> None:
-        """Complete the pending sends of ``ops`` that run synchronous only for
-        the buffering check as MPI would have buffered them (their data is
-        copied and goes when the receiver matches them), recording each as a
-        ``buffering`` finding: at a deadlock, it completes only because of
-        buffering."""
-        for op in _sends(ops):
-            if op.checked and not op.done:
-                op.data = op.data.copy()
-                op.done = True
-                call = _checks.here(self._me, mpi_call_text(f"{what.split(' for ')[0]} for {op.desc}"))
-                if (call.path, call.line) in self._buffered_lines:  # a loop's send: once
-                    continue
-                self._buffered_lines.add((call.path, call.line))
-                _checks.record(_checks.Finding(
-                    "buffering", "this standard-mode send completes only because MPI buffers it: run as Ssend, "
-                                 "every rank waits (a deadlock); it hangs where MPI does not buffer it (large "
-                                 "messages, another MPI)",
-                    "post the receive first (Irecv, then Send, then Wait), or use Sendrecv",
-                    (call,)))
-
-    def _state(self, what: str, ops, peer, stated):
-        """Tell the transport the MPI call and the peer the wait is for,
-        when they changed since ``stated``; return what is stated now."""
-        if peer is NO_PEER:
-            pending = _pending(ops)
-            if pending is None:
-                return stated
-            peer = _peer_of(pending)
-            if getattr(pending, "desc", None):  # Wait, Waitall, ...: which request it waits for
-                what = f"{what.split(' for ')[0]} for {pending.desc}"
-        releasable = any(op.checked and not op.done for op in _sends(ops))
-        now = (mpi_call_text(what), peer, releasable)
-        if now != stated:
-            self._transport.waiting_in(*now)
-        return now
 
     def flush(self) -> None:
         """Before the rank ends (MPI_Finalize): hand over every queued record
