@@ -6,6 +6,7 @@
     ├── CollectiveTimeout         a rank waited in a call longer than the world's timeout
     │   └── Deadlock              ranks wait for each other in a cycle: the wait-for cycle
     ├── RankDied                  a worker process was killed or exited
+    ├── ChecksFailed              World(check=...) found something: its findings
     └── InvalidArgument           bad input to a collective (also a TypeError/ValueError)
         ├── InvalidType           ... of the wrong type or dtype (subclasses TypeError)
         └── InvalidValue          ... of a wrong value (subclasses ValueError)
@@ -28,6 +29,7 @@ __all__ = [
     "CollectiveTimeout",
     "Deadlock",
     "RankDied",
+    "ChecksFailed",
     "InvalidArgument",
     "InvalidType",
     "InvalidValue",
@@ -158,6 +160,26 @@ class Deadlock(CollectiveTimeout):
 
     def __reduce__(self):
         return type(self), (self.timeout, self.report, self.cycle, self.closed, self.at_once, self.locations)
+
+
+class ChecksFailed(SimdistError):
+    """The checks of ``World(check=...)`` found something in a run.
+
+    ``findings`` lists each ``simdist.checks.Finding`` (kind, the ranks'
+    calls with file and line, the fix); the message is their report.
+    ``results`` holds the run's return values by rank when the run itself
+    succeeded, else None (the error the run raised is the ``__cause__``).
+    """
+
+    __module__ = "simdist"
+
+    def __init__(self, message: str, findings: list, results: list | None = None):
+        self.findings = list(findings)
+        self.results = results
+        super().__init__(message)
+
+    def __reduce__(self):
+        return type(self), (str(self), self.findings, self.results)
 
 
 class RankDied(SimdistError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from .._errors import CollectiveMismatch, Deadlock
 from ._findings import Call, Finding
 
 #: A link of a cycle that is a standard-mode send (not Ssend, Bsend), blocking
@@ -52,3 +53,13 @@ def mismatch_finding(exc) -> Finding:
     return Finding("collective-order", first,
                    "call the collectives of each communicator in the same order, with the same arguments, on every rank",
                    calls)
+
+
+def findings_of(exc, checks) -> list[Finding]:
+    """The findings of the error a run raised, for the kinds in ``checks``:
+    a Deadlock's cycle, a CollectiveMismatch's calls; none for others."""
+    if isinstance(exc, Deadlock) and checks & {"deadlock", "buffering"}:
+        return [deadlock_finding(exc, checks)]
+    if isinstance(exc, CollectiveMismatch) and "collective-order" in checks:
+        return [mismatch_finding(exc)]
+    return []
