@@ -164,9 +164,15 @@ def test_a_state_a_wait_ends_with_clears_the_mpi_call(world):
     def program(comm):
         import numpy as np
 
+        import time
+
         with _mpi(comm) as MPI:
             peer = 1 - comm.rank
-            MPI.COMM_WORLD.Sendrecv(np.zeros(1), dest=peer, recvbuf=np.zeros(1), source=peer)
+            if comm.rank == 0:
+                MPI.COMM_WORLD.Recv(np.zeros(1), source=peer)  # waits: rank 1 sends late
+            else:
+                time.sleep(0.2)
+                MPI.COMM_WORLD.Send(np.zeros(1), dest=peer)
         comm.recv(source=peer)
 
     with pytest.raises(simdist.Deadlock) as info:
