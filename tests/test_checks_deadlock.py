@@ -325,3 +325,13 @@ def test_simdist_run_check_runs_pytest_on_every_rank_and_reports_its_findings(tm
     assert proc.returncode == checks.FOUND, proc.stderr + proc.stdout
     assert "1 passed" in proc.stdout
     assert [(f["kind"], f["calls"][0]["site"]) for f in found["findings"]] == [("buffering", "test_exchange.py:7")] * 2
+
+
+def test_a_rank_that_returns_while_a_peer_waits_in_a_collective_is_no_collective_order_finding():
+    """It ends the run with its own CollectiveMismatch; no collective was called out of order."""
+    def one_returns(comm):
+        if comm.rank == 0:
+            comm.barrier()
+
+    with pytest.raises(simdist.CollectiveMismatch, match="has returned"):
+        simdist.run(one_returns, 2, check="collective-order", timeout=30)

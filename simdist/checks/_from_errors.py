@@ -60,6 +60,13 @@ def findings_of(exc, checks) -> list[Finding]:
     a Deadlock's cycle, a CollectiveMismatch's calls; none for others."""
     if isinstance(exc, Deadlock) and checks & {"deadlock", "buffering"}:
         return [deadlock_finding(exc, checks)]
-    if isinstance(exc, CollectiveMismatch) and "collective-order" in checks:
+    if isinstance(exc, CollectiveMismatch) and "collective-order" in checks and _called(exc):
         return [mismatch_finding(exc)]
     return []
+
+
+def _called(exc) -> bool:
+    """Whether every rank of a mismatch made a call: a rank that returned
+    (or exited) while a peer waits ends the run with its own error, and
+    calls no collective in another order."""
+    return all(text != "returned" for text in exc.calls.values())
