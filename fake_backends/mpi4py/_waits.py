@@ -31,7 +31,7 @@ def mpi_call_text(what: str) -> str:
     """The MPI call of a wait's description, as the user wrote it: the
     blocking call itself (``Recv(source=1, tag=0)``, not ``Wait for
     Recv(...)``), without naming MPI_COMM_WORLD."""
-    text = what.replace(" on MPI_COMM_WORLD", "")
+    text = str(what).replace(" on MPI_COMM_WORLD", "")  # str(): a description may be made when read
     inner = text.removeprefix("Wait for ")
     return inner if inner.startswith(_BLOCKING) else text
 
@@ -66,7 +66,9 @@ def _peer_of(op):
 
 def _call_of(what: str, op) -> str:
     """The call a wait for ``op`` is in: ``Send(dest=1, tag=0)``, ``Wait for Irecv(...)``."""
-    return mpi_call_text(f"{what.split(' for ')[0]} for {op.desc}") if getattr(op, "desc", None) else mpi_call_text(what)
+    if not getattr(op, "desc", None):
+        return mpi_call_text(what)
+    return mpi_call_text(f"{str(what).split(' for ')[0]} for {op.desc}")
 
 
 def state_wait(transport, what: str, ops, peer, stated):
