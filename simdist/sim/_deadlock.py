@@ -43,9 +43,10 @@ the run goes on; the rank records each such send as a finding.
 from __future__ import annotations
 
 from ._layout import (
-    ANY_RING, CALL, RETURNED, S_BLOCK_TARGET, S_BLOCK_WORD, S_BLOCKED, S_MPI_PEER, S_MPI_RELEASABLE, S_RELEASE, S_STATE,
-    S_WAITING_FOR,
+    ANY_RING, CALL, RETURNED, S_BLOCK_TARGET, S_BLOCK_WORD, S_BLOCKED, S_MPI_PEER, S_MPI_RELEASABLE, S_P2P_KIND,
+    S_RELEASE, S_STATE, S_WAITING_FOR,
 )
+from ._p2p import PROBE
 from ._report import waits_for
 
 
@@ -123,7 +124,8 @@ def release_buffered(arena, released: dict) -> bool:
         blocked = q[lay.status_word(r, S_BLOCKED)]
         if released.get(r) == blocked:
             pending = True
-        elif q[lay.status_word(r, S_MPI_PEER)] and q[lay.status_word(r, S_MPI_RELEASABLE)]:
+        elif (q[lay.status_word(r, S_MPI_PEER)] and q[lay.status_word(r, S_MPI_RELEASABLE)]
+              and q[lay.status_word(r, S_P2P_KIND)] == PROBE):  # only a probe waits on S_RELEASE
             released[r] = blocked
             ranks.append(r)
     # Every release before any wake: a woken rank's messages must not end
