@@ -7,6 +7,7 @@ collectives whose results are deterministic to the bit.
 from ._communicator import OPS, Communicator
 from ._errors import (
     CollectiveMismatch,
+    ChecksFailed,
     CollectiveTimeout,
     Deadlock,
     InvalidArgument,
@@ -33,6 +34,7 @@ __all__ = [
     "SimdistError",
     "RankError",
     "CollectiveMismatch",
+    "ChecksFailed",
     "CollectiveTimeout",
     "Deadlock",
     "RankDied",

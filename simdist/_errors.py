@@ -6,6 +6,7 @@
     ├── CollectiveTimeout         a rank waited in a call longer than the world's timeout
     │   └── Deadlock              ranks wait for each other in a cycle: the wait-for cycle
     ├── RankDied                  a worker process was killed or exited
+    ├── ChecksFailed              World(check=...) found something: its findings
     └── InvalidArgument           bad input to a collective (also a TypeError/ValueError)
         ├── InvalidType           ... of the wrong type or dtype (subclasses TypeError)
         └── InvalidValue          ... of a wrong value (subclasses ValueError)
@@ -28,6 +29,7 @@ __all__ = [
     "CollectiveTimeout",
     "Deadlock",
     "RankDied",
+    "ChecksFailed",
     "InvalidArgument",
     "InvalidType",
     "InvalidValue",
@@ -132,13 +134,16 @@ class Deadlock(CollectiveTimeout):
     ``report`` maps every rank to where it is, as in CollectiveTimeout.
     ``at_once`` is True when the simulator found it as soon as every rank
     that had not returned waited in a wait no rank could end, False when it
-    was found at the world's ``timeout``.
+    was found at the world's ``timeout``. ``locations`` maps a rank of the
+    cycle to the file (absolute path) and line of the user's call it waits
+    in, where known.
     """
 
     __module__ = "simdist"
 
     def __init__(self, timeout: float, report: dict[int, str], cycle: list, closed: bool = True,
-                 at_once: bool = True):
+                 at_once: bool = True, locations: dict | None = None):
+        self.locations = {int(r): (str(path), int(line)) for r, (path, line) in (locations or {}).items()}
         self.timeout = timeout
         self.report = dict(sorted(report.items()))
         self.cycle = [(int(r), str(call)) for r, call in cycle]
@@ -154,7 +159,27 @@ class Deadlock(CollectiveTimeout):
         SimdistError.__init__(self, "\n".join(lines))
 
     def __reduce__(self):
-        return type(self), (self.timeout, self.report, self.cycle, self.closed, self.at_once)
+        return type(self), (self.timeout, self.report, self.cycle, self.closed, self.at_once, self.locations)
+
+
+class ChecksFailed(SimdistError):
+    """The checks of ``World(check=...)`` found something in a run.
+
+    ``findings`` lists each ``simdist.checks.Finding`` (kind, the ranks'
+    calls with file and line, the fix); the message is their report.
+    ``results`` holds the run's return values by rank when the run itself
+    succeeded, else None (the error the run raised is the ``__cause__``).
+    """
+
+    __module__ = "simdist"
+
+    def __init__(self, message: str, findings: list, results: list | None = None):
+        self.findings = list(findings)
+        self.results = results
+        super().__init__(message)
+
+    def __reduce__(self):
+        return type(self), (str(self), self.findings, self.results)
 
 
 class RankDied(SimdistError):

@@ -116,8 +116,7 @@ def _run_once(target, argv, size, module, backend, timeout, hosts, checks, findi
             codes = world.run(_rank_main, target, list(argv), module, backend == "sim", checks,
                               findings_dir if checks else None)
     except Deadlock as exc:
-        found = [_checks.deadlock_finding(exc, checks)] if checks & {"deadlock", "buffering"} else []
-        return ScriptOutcome(HUNG, error=f"simdist run: the ranks hung: {exc}", findings=found)
+        return ScriptOutcome(HUNG, error=f"simdist run: the ranks hung: {exc}", findings=_checks.findings_of(exc, checks))
     except CollectiveTimeout as exc:
         return ScriptOutcome(HUNG, error=f"simdist run: the ranks hung: {exc}")
     except RankError as exc:
@@ -126,8 +125,7 @@ def _run_once(target, argv, size, module, backend, timeout, hosts, checks, findi
             return aborted
         return ScriptOutcome(1, error=f"simdist run: {type(exc).__name__}: {exc}")
     except CollectiveMismatch as exc:
-        found = [_checks.mismatch_finding(exc)] if "collective-order" in checks else []
-        return ScriptOutcome(1, error=f"simdist run: {type(exc).__name__}: {exc}", findings=found)
+        return ScriptOutcome(1, error=f"simdist run: {type(exc).__name__}: {exc}", findings=_checks.findings_of(exc, checks))
     except RankDied as exc:
         return ScriptOutcome(1, error=f"simdist run: {type(exc).__name__}: {exc}")
     except SimdistError as exc:  # the world could not start (e.g. no mpiexec)

@@ -14,10 +14,10 @@ import sys
 import threading
 from typing import Any, Callable
 
-from . import _pickling
+from . import _pickling, checks as _checks
 from ._driver import log_levels
 from ._errors import (
-    CollectiveMismatch, CollectiveTimeout, Deadlock, InvalidType, InvalidValue, RankDied, RankError, SimdistError,
+    ChecksFailed, CollectiveMismatch, CollectiveTimeout, Deadlock, InvalidType, InvalidValue, RankDied, RankError, SimdistError,
 )
 from ._orders import ORDERS
 from .sim._driver import START_METHODS, SimDriver
@@ -86,6 +86,16 @@ class World:
     wait-for cycle: on the simulator as soon as no rank can move, on MPI
     at the timeout.
 
+    ``check`` turns on the correctness checks of ``simdist run --check``
+    (docs/correctness.md): True for all, or a LIST (``"deadlock,buffering"``,
+    ``"all,-race"``) or an iterable of kinds. ``buffering`` implies
+    ``sync_sends=True``, ``collective-order`` implies ``check_calls=True``.
+    A run in which they find anything raises :class:`ChecksFailed`, whose
+    ``findings`` list each ``simdist.checks.Finding`` (a deadlock's cycle,
+    sends that rely on buffering, what the simulated mpi4py's checks found
+    inside ``fn``), with the error the run raised as its ``__cause__`` or,
+    when the run succeeded, its return values in ``results``.
+
     One World runs one function at a time: ``run`` called from several
     threads runs their functions one after the other, in the order the
     threads get the world, and ``close`` from another thread waits for the
@@ -109,7 +119,12 @@ class World:
         launcher=None,
         listen=None,
         sync_sends: bool = False,
+        check=None,
     ):
+        self.checks = _check_kinds(check)
+        if "buffering" in self.checks and sync_sends is False:  # a send may not rely on buffering
+            sync_sends = True
+        check_calls = check_calls or "collective-order" in self.checks
         if isinstance(size, bool) or not isinstance(size, int):
             raise InvalidType(f"World(size={size!r}): size must be an int >= 1")
         if size < 1:
@@ -190,6 +205,29 @@ class World:
                 "World.run: called from inside a run of this world (from a logging handler?); "
                 "a world runs one function at a time"
             )
+        if self.checks:
+            return self._run_checked(fn, args, kwargs)
+        return self._run(fn, args, kwargs)
+
+    def _run_checked(self, fn, args, kwargs) -> list[Any]:
+        """``run`` with the checks on in every rank; raise ChecksFailed if they find anything."""
+        with _checks.FindingsDir() as found:
+            try:
+                results = self._run(_checked_call, (fn, self.checks, found.path, args, kwargs), {})
+            except SimdistError as exc:
+                findings = found.collect(_checks.findings_of(exc, self.checks))
+                if findings:
+                    raise ChecksFailed(self._report(findings), findings) from exc
+                raise
+            findings = found.collect()
+        if findings:
+            raise ChecksFailed(self._report(findings), findings, results)
+        return results
+
+    def _report(self, findings) -> str:
+        return "World.run: " + _checks.render(findings, self.checks)
+
+    def _run(self, fn, args, kwargs) -> list[Any]:
         try:
             payload = _pickling.dumps((fn, args, kwargs))
         except Exception as exc:
@@ -228,6 +266,35 @@ class World:
         if any(kind == "aborted" for kind, _ in outcomes.values()):
             raise SimdistError("the run was aborted")  # pragma: no cover - needs a failure above
         return [results[r] for r in range(self.size)]
+
+
+def _check_kinds(check) -> frozenset[str]:
+    """The kinds of ``World(check=...)``: True (all), a LIST string, an iterable of names."""
+    if check is None or check is False:
+        return frozenset()
+    if check is True:
+        return _checks.parse(None)
+    if isinstance(check, str):
+        text = check
+    else:
+        try:
+            names = list(check)
+        except TypeError:
+            raise InvalidType(f"World(check={check!r}): use True, a LIST string such as 'deadlock,buffering', "
+                              "or an iterable of kinds") from None
+        if not all(isinstance(n, str) for n in names) or not names:
+            raise InvalidType(f"World(check={check!r}): give the kinds as strings, e.g. ['deadlock', 'buffering']")
+        text = ",".join(names)
+    try:
+        return _checks.parse(text)
+    except ValueError as exc:
+        raise InvalidValue(f"World(check={check!r}): {exc}".replace("--check: ", "")) from None
+
+
+def _checked_call(comm, fn, kinds, directory, args, kwargs):
+    """A rank's part of a checked run: ``fn`` with the checks on."""
+    with _checks.active(kinds, directory, comm.rank):
+        return fn(comm, *args, **kwargs)
 
 
 class _Unreadable:
@@ -288,6 +355,7 @@ def run(
     launcher=None,
     listen=None,
     sync_sends: bool = False,
+    check=None,
     **kwargs,
 ) -> list[Any]:
     """Run ``fn(comm, *args, **kwargs)`` once on a new world of ``size`` ranks.
@@ -296,7 +364,7 @@ def run(
     all others are passed to ``fn``.
     """
     options = dict(start_method=start_method, slot_bytes=slot_bytes, mpiexec=mpiexec, check_calls=check_calls,
-                   order=order, sync_sends=sync_sends, hosts=hosts, hostfile=hostfile, launcher=launcher,
+                   order=order, sync_sends=sync_sends, check=check, hosts=hosts, hostfile=hostfile, launcher=launcher,
                    listen=listen)
     with World(size, backend=backend, timeout=timeout, **options) as world:
         return world.run(fn, *args, **kwargs)

@@ -16,9 +16,10 @@ What is different, on purpose:
   ANY_SOURCE receive matches, when several are ready, depends on timing.
 * Mismatched collectives raise ``simdist.CollectiveMismatch`` on every rank;
   a hang ends at ``simdist run``'s timeout with a report of where each rank
-  waits (a rank in a point-to-point call shows as "waiting in probe ...
-  from any rank", the engine's wait for the next message); a rank's
-  exception fails the run with its traceback.
+  waits (a rank in a point-to-point call shows as the MPI call it is in,
+  e.g. "waiting in Recv(source=1, tag=0) at prog.py:11, on rank 1"); a
+  deadlock is reported at once with its cycle; a rank's exception fails
+  the run with its traceback.
 * Messages above 64 KiB (less on worlds of more than 15 ranks) and every
   Ssend are sent by rendezvous, as Open MPI does: two ranks that both Send
   a large message before receiving hang, and are reported. Point-to-point

@@ -71,9 +71,13 @@ test their condition and, while it does not hold, wait in the transport's
 ``probe`` for the next record from any rank, take it and write what it gave
 credit for. Everything that can make a condition true
 arrives as a record (a message, a CTS, an ACK that lets a queued piece go),
-so that wait is never missed, and it is the wait the simulator's hang watch
-sees ("waiting in probe ... from any rank"): a deadlock ends at the timeout
-with the report, and a peer that failed unwinds it. Collectives run
+so that wait is never missed. While it waits, the engine states the MPI
+call it is in and the rank whose record would end the wait (the source of
+a Recv, the destination of a rendezvous send, a Wait's or Waitall's first
+pending request; any rank for ANY_SOURCE) through the transport's
+``waiting_in``: the simulator's deadlock and hang reports then show
+``rank 0 in Recv(source=1, tag=0) at prog.py:11 <- rank 1 in ...``, not
+its probe from any rank. A peer that failed unwinds the wait. Collectives run
 ``progress()`` before they start. Nonblocking calls (Isend, Irecv) post
 their operation and write what has credit, and take nothing.
 
@@ -97,6 +101,7 @@ import numpy as np
 from simdist._errors import CollectiveMismatch
 
 from ._errors import ERR_TRUNCATE, Exception as MPIException, earlier_run
+from ._waits import NO_PEER, release_sends, state_wait
 
 #: The transport tag every record of the stand-in travels with.
 TRANSPORT_TAG = 0x4D5049
@@ -135,9 +140,10 @@ class Envelope:
 class SendOp:
     """A send in progress. ``done`` once the data is handed over."""
 
-    __slots__ = ("done", "dest", "data", "offset", "msg_id", "pending", "error", "desc")
+    __slots__ = ("done", "dest", "data", "offset", "msg_id", "pending", "error", "desc", "checked")
 
-    def __init__(self, dest: int, desc):
+    def __init__(self, dest: int, desc, checked: bool = False):
+        self.checked = checked  # a standard send run synchronous for the buffering check
         self.done = False
         self.dest = dest
         self.data = None
@@ -157,10 +163,11 @@ class RecvOp:
     are in the sink (a derived datatype's sink is packed)."""
 
     __slots__ = ("done", "ctx", "source", "tag", "sink", "pickled", "status", "data", "buf", "received",
-                 "error", "cancelled", "desc", "unpack")
+                 "error", "cancelled", "desc", "unpack", "peer")
 
-    def __init__(self, ctx, source, tag, sink, desc, unpack=None):
+    def __init__(self, ctx, source, tag, sink, desc, unpack=None, peer=None):
         self.unpack = unpack
+        self.peer = peer  # the world rank of the source (None: any, until matched)
         self.done = False
         self.ctx, self.source, self.tag = ctx, source, tag
         self.sink = sink
@@ -257,6 +264,7 @@ class Engine:
         self._incoming: dict[tuple[int, int], RecvOp] = {}
         self._next_id = 0
         self.attached = None  # the buffer of MPI.Attach_buffer (see _buffered)
+        self._buffered_lines: set = set()  # the user's lines of sends reported by ``release_sends``
 
     def close(self) -> None:
         """Forget the transport and every message (the run is over): a
@@ -273,9 +281,11 @@ class Engine:
 
     # -- posting --------------------------------------------------------------------
     def send(self, dest: int, ctx: int, source: int, tag: int, data: np.ndarray, flags: int, sync: bool,
-             desc=None) -> SendOp:
-        """Start sending ``data`` (uint8) to world rank ``dest``; never waits."""
-        op = SendOp(dest, desc)
+             desc=None, checked: bool = False) -> SendOp:
+        """Start sending ``data`` (uint8) to world rank ``dest``; never waits.
+        ``checked``: a standard send that ``sync`` makes synchronous only for
+        the buffering check (``release``)."""
+        op = SendOp(dest, desc, checked and sync)
         n = data.size
         if n <= self.eager_limit and not sync:
             self._post(dest, _record(EAGER, ctx, source, tag, n, flags, payload=data))
@@ -288,9 +298,11 @@ class Engine:
         self._post(dest, _record(RTS, ctx, source, tag, n, flags, op.msg_id))
         return op
 
-    def recv(self, ctx: int, source: int, tag: int, sink: np.ndarray | None, desc=None, unpack=None) -> RecvOp:
-        """Post a receive; it matches the earliest arrived envelope that fits."""
-        op = RecvOp(ctx, source, tag, sink, desc, unpack)
+    def recv(self, ctx: int, source: int, tag: int, sink: np.ndarray | None, desc=None, unpack=None,
+             peer: int | None = None) -> RecvOp:
+        """Post a receive; it matches the earliest arrived envelope that fits.
+        ``peer``: the world rank of ``source`` (None for ANY_SOURCE)."""
+        op = RecvOp(ctx, source, tag, sink, desc, unpack, peer)
         for i, env in enumerate(self._unexpected):
             if op.matches(env):
                 del self._unexpected[i]
@@ -325,24 +337,36 @@ class Engine:
         return None
 
     # -- waiting ----------------------------------------------------------------------
-    def wait_until(self, condition, what: str):
+    def wait_until(self, condition, what: str, ops=(), peer=NO_PEER):
         """Progress until ``condition()`` is truthy; return its value.
 
         ``what`` names the MPI call, for the message when every peer has
-        returned without sending what it waits for."""
+        returned without sending what it waits for, and for the reports
+        of a hang (``waiting_in``, see the module docstring): the rank it
+        waits for is ``peer`` (a world rank, None: any), or that of the
+        first of ``ops`` not done; with neither, the engine states nothing."""
         transport = self._transport
-        _waiting_in = what  # noqa: F841 - named in the simulator's hang report (simdist.sim's user_call_site)
         self.progress()
-        while True:
-            value = condition()
-            if value:
-                return value
-            try:
-                source = transport.probe(None, TRANSPORT_TAG, block=True)[0]
-            except CollectiveMismatch as exc:
-                raise CollectiveMismatch(f"{what}: {exc}", exc.calls) from None
-            self._handle(source, transport.recv(source, TRANSPORT_TAG))
-            self._settle()
+        stated = None
+        try:
+            while True:
+                value = condition()
+                if value:
+                    return value
+                stated = state_wait(transport, what, ops, peer, stated)
+                try:
+                    found = transport.probe(None, TRANSPORT_TAG, block=True)
+                except CollectiveMismatch as exc:
+                    raise CollectiveMismatch(f"{what}: {exc}", exc.calls) from None
+                if found is None:  # the driver released a deadlock of synchronous standard sends
+                    release_sends(self._me, what, ops, self._buffered_lines)
+                    stated = None
+                    continue
+                self._handle(found[0], transport.recv(found[0], TRANSPORT_TAG))
+                self._settle()
+        finally:
+            if stated is not None:
+                transport.waiting_in(None)
 
     def flush(self) -> None:
         """Before the rank ends (MPI_Finalize): hand over every queued record
@@ -487,6 +511,7 @@ class Engine:
 
     def _match(self, env: Envelope, op: RecvOp) -> None:
         op.status = (env.source, env.tag, env.nbytes)
+        op.peer = env.world
         op.pickled = bool(env.flags & 1)
         if env.payload is not None:
             op._finish(env.payload)

@@ -22,6 +22,8 @@ import warnings
 
 import numpy as np
 
+from simdist import checks as _checks
+
 from ._buffered import check_space, need
 from ._buffers import parse, receive_into
 from ._errors import ERR_RANK, ERR_TAG, Exception as MPIException
@@ -105,8 +107,9 @@ class PointToPoint:
             engine = self._st().engine
             return lambda: Request._of(engine, sent())
         st, world_dest, tag, data, flags, desc = checked
-        return lambda: Request._of(st.engine, st.engine.send(world_dest, st.ctx, st.rank, tag, data, flags, sync,
-                                                             desc))
+        checked = not sync and _checks.enabled("buffering")  # a standard send may not rely on MPI buffering it
+        return lambda: Request._of(st.engine, st.engine.send(world_dest, st.ctx, st.rank, tag, data, flags,
+                                                             sync or checked, desc, checked))
 
     def _prepare_bsend(self, data_of, dest, tag, call: str):
         """The same for a buffered send (``_buffered``), and the bytes of
@@ -136,7 +139,8 @@ class PointToPoint:
         source = self._peer(st, source, call, "source", True)
         sink, unpack = receive_into(sink_of())
         desc = f"{call}({_names(source, tag)}) on {st.name}"
-        return lambda: Request._of(st.engine, st.engine.recv(st.ctx, source, tag, sink, desc, unpack))
+        peer = None if source == ANY_SOURCE else st.members[source]
+        return lambda: Request._of(st.engine, st.engine.recv(st.ctx, source, tag, sink, desc, unpack, peer))
 
     @staticmethod
     def _sink(buf, what: str = "buf"):
@@ -294,7 +298,8 @@ class PointToPoint:
             engine.progress()
             return engine.find(st.ctx, source, tag, take)
         desc = f"{call}({_names(source, tag)}) on {st.name}"
-        return engine.wait_until(lambda: engine.find(st.ctx, source, tag, take), desc)
+        peer = None if source == ANY_SOURCE else st.members[source]
+        return engine.wait_until(lambda: engine.find(st.ctx, source, tag, take), desc, peer=peer)
 
     @staticmethod
     def _status(env, status) -> None:

@@ -47,6 +47,11 @@ def _desc(op) -> _Text:
     return _Text(lambda: f"Wait for {op.desc}" if getattr(op, "desc", None) else "Wait")
 
 
+def _ops(requests) -> list:
+    """The operations of the active ``requests`` (what a Waitall waits for)."""
+    return [req._op for req in requests if req._op is not None]
+
+
 class Request(IntegerHandles):
     """A nonblocking operation (``Isend``, ``Irecv``, ``isend``, ``irecv``, ...)."""
 
@@ -136,7 +141,7 @@ class Request(IntegerHandles):
 
     def _wait(self, status):
         if self._op is not None and not self._op.done:
-            self._engine.wait_until(lambda: self._op.done, _desc(self._op))
+            self._engine.wait_until(lambda: self._op.done, _desc(self._op), (self._op,))
         return self._complete(status)
 
     def _test(self, status):
@@ -267,7 +272,7 @@ class Request(IntegerHandles):
         requests = list(requests)
         engine = cls._engine_of(requests)
         if engine is not None and not all(req._done() for req in requests):
-            engine.wait_until(lambda: all(req._done() for req in requests), "Waitall")
+            engine.wait_until(lambda: all(req._done() for req in requests), "Waitall", _ops(requests))
         return cls._complete_all(requests, statuses)
 
     @staticmethod
@@ -296,7 +301,7 @@ class Request(IntegerHandles):
         def first_done():
             return next((i + 1 for i in active if requests[i]._op.done), 0)
 
-        index = first_done() or engine.wait_until(first_done, "Waitany")
+        index = first_done() or engine.wait_until(first_done, "Waitany", _ops(requests))
         index -= 1
         return index, requests[index]._complete(status)
 
@@ -322,7 +327,7 @@ class Request(IntegerHandles):
             return None, None
         engine = requests[active[0]]._engine
         if block:
-            engine.wait_until(lambda: any(requests[i]._op.done for i in active), "Waitsome")
+            engine.wait_until(lambda: any(requests[i]._op.done for i in active), "Waitsome", _ops(requests))
         else:
             engine.progress()
         indices = [i for i in active if requests[i]._op.done]

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import re
 
+from .._errors import CollectiveMismatch, Deadlock
 from ._findings import Call, Finding
 
+#: A link of a cycle that is a standard-mode send (not Ssend, Bsend), blocking
+#: or waited for: the stand-in's MPI calls, or the contract's ``send``.
+_STANDARD_SEND = re.compile(r"^(?:Wait\w* for )?(?:[Ii]?[Ss]end|Send_init|[Ii]?[Ss]endrecv(?:_replace)?)\(dest=")
 _AT = re.compile(r"^(?P<call>.*?) at (?P<path>[^ ]+?):(?P<line>\d+)(?P<rest>.*)$")
 
 
@@ -16,17 +20,25 @@ def _call(rank: int, text: str) -> Call:
     return Call(rank, (match["call"] + match["rest"]).strip(), match["path"], int(match["line"]))
 
 
+def _link(exc, rank: int, text: str) -> Call:
+    """A link of a deadlock's cycle as a Call: the MPI call's text, and the
+    file and line the simulator recorded (``Deadlock.locations``)."""
+    call = _call(rank, text)
+    where = getattr(exc, "locations", {}).get(rank)
+    return Call(rank, call.call, *where) if where else call
+
+
 def deadlock_finding(exc, checks) -> Finding:
     """The finding of a ``simdist.Deadlock``: its wait-for cycle. With
     ``buffering`` on (standard sends run synchronous), a cycle through a
     send is a ``buffering`` finding: the program relies on MPI buffering."""
-    calls = tuple(_call(r, text) for r, text in exc.cycle)
-    sends = [c for c in calls if c.call.lower().startswith(("send", "isend", "sendrecv")) or "synchronous" in c.call]
+    calls = tuple(_link(exc, r, text) for r, text in exc.cycle)
+    sends = tuple(c for c in calls if _STANDARD_SEND.match(c.call))
     if "buffering" in checks and sends:
-        return Finding("buffering", "these sends complete only if MPI buffers them; run synchronously, "
-                                    "they deadlock (each rank waits for the next)",
-                       "post the receives first (Irecv, then Send, then Wait), or use Sendrecv", calls,
-                       {"cycle": [c.rank for c in calls], "closed": exc.closed})
+        return Finding("buffering", "these standard-mode sends complete only if MPI buffers them (as it may below "
+                                    "its eager limit); run as Ssend, they deadlock",
+                       "post the receives first (Irecv, then Send, then Wait), or use Sendrecv", sends,
+                       {"cycle": [str(c) for c in calls], "closed": exc.closed})
     how = "each rank waits for the next, and the last for the first" if exc.closed else \
         "each rank waits for the next, and the last for a message from any rank that no rank will send"
     return Finding("deadlock", f"deadlock: {how}",
@@ -41,3 +53,20 @@ def mismatch_finding(exc) -> Finding:
     return Finding("collective-order", first,
                    "call the collectives of each communicator in the same order, with the same arguments, on every rank",
                    calls)
+
+
+def findings_of(exc, checks) -> list[Finding]:
+    """The findings of the error a run raised, for the kinds in ``checks``:
+    a Deadlock's cycle, a CollectiveMismatch's calls; none for others."""
+    if isinstance(exc, Deadlock) and checks & {"deadlock", "buffering"}:
+        return [deadlock_finding(exc, checks)]
+    if isinstance(exc, CollectiveMismatch) and "collective-order" in checks and _called(exc):
+        return [mismatch_finding(exc)]
+    return []
+
+
+def _called(exc) -> bool:
+    """Whether every rank of a mismatch made a call: a rank that returned
+    (or exited) while a peer waits ends the run with its own error, and
+    calls no collective in another order."""
+    return all(text != "returned" for text in exc.calls.values())

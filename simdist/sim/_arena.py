@@ -16,9 +16,10 @@ them and names the words)::
     header    4096            magic, size, abort word
     sleeping  size x 8        per world rank: its sleeping flag, side by side
                               so that a publisher compares them all at once
-    status    size x 256      per world rank: state, progress, current call,
+    status    size x 640      per world rank: state, progress, current call,
                               futex word (bell), p2p call info, the wait it
-                              sleeps in, its call site
+                              sleeps in, its call site, the MPI call an
+                              engine over the transport states it is in
     contexts  size x C x E    per world rank and communicator context:
                               arrive epoch, done epoch (one line), then two
                               banks: the call's first epoch and signature
@@ -486,7 +487,9 @@ class Arena:
         calls = q[lay.status_word(me, S_PROGRESS)] + 1
         if q[lay.status_word(me, S_SITE_FOR)] == calls:
             return
-        text = user_call_site().encode("utf-8", "replace")[: SITE_BYTES - 1]
+        text = user_call_site(full=True).encode("utf-8", "replace")
+        if len(text) >= SITE_BYTES:
+            text = user_call_site().encode("utf-8", "replace")[: SITE_BYTES - 1]
         at = lay.site_offset(me)
         self.buf[at : at + SITE_BYTES] = text.ljust(SITE_BYTES, b"\0")
         q[lay.status_word(me, S_SITE_FOR)] = calls

@@ -26,14 +26,28 @@ yields first) means no deadlock; such hangs end at the world's timeout.
 So does a communicator used from several threads of one rank at once,
 which the contract does not allow.
 
-The cycle follows each rank's ``S_WAITING_FOR`` (the one rank it waits
-for): from the lowest rank until a rank repeats, or the chain reaches a
-rank that waits for any rank (a probe from any source).
+The cycle follows the one rank each rank waits for: the MPI-level peer an
+engine over the transport stated (``Transport.waiting_in``: the mpi4py
+stand-in's Recv, Wait, Probe, ... waiting for that peer's record while the
+transport itself probes every rank), else ``S_WAITING_FOR``; from the
+lowest rank until a rank repeats, or the chain reaches a rank that waits
+for any rank (a probe or receive from any source). The stated peer names
+the links only; the decision above never reads it.
+
+With the buffering check, a deadlock may be one only because standard sends
+run synchronous: a rank whose stated call is *releasable* (its engine can
+complete those sends as buffered) is released (``release_buffered``) and
+the run goes on; the rank records each such send as a finding.
 """
 
 from __future__ import annotations
 
-from ._layout import ANY_RING, CALL, RETURNED, S_BLOCK_TARGET, S_BLOCK_WORD, S_BLOCKED, S_STATE, S_WAITING_FOR
+from ._layout import (
+    ANY_RING, CALL, RETURNED, S_BLOCK_TARGET, S_BLOCK_WORD, S_BLOCKED, S_MPI_PEER, S_MPI_RELEASABLE, S_P2P_KIND,
+    S_RELEASE, S_STATE, S_WAITING_FOR,
+)
+from ._p2p import PROBE
+from ._report import waits_for
 
 
 def _states(arena) -> list[tuple[int, int]]:
@@ -77,12 +91,11 @@ def wait_cycle(arena) -> tuple[list[int], bool]:
     False (its last rank waits for any rank, or for none in a call).
     ``([], False)`` if no rank is in a call."""
     lay, q = arena.layout, arena.q
-    waiting = {r: q[lay.status_word(r, S_WAITING_FOR)] - 1
-               for r in range(arena.size) if q[lay.status_word(r, S_STATE)] == CALL}
+    waiting = {r: waits_for(arena, r) for r in range(arena.size) if q[lay.status_word(r, S_STATE)] == CALL}
     chains = []
     for start in sorted(waiting):
         chain = [start]
-        while chain[-1] in waiting and waiting[chain[-1]] >= 0:
+        while chain[-1] in waiting and waiting[chain[-1]] is not None:
             nxt = waiting[chain[-1]]
             if nxt in chain:
                 cycle = chain[chain.index(nxt):]
@@ -91,3 +104,35 @@ def wait_cycle(arena) -> tuple[list[int], bool]:
             chain.append(nxt)
         chains.append(chain)
     return (chains[0] if chains else []), False
+
+
+def release_buffered(arena, released: dict) -> bool:
+    """At a deadlock (``deadlocked``), end the wait of every rank whose
+    stated MPI call is releasable (``Transport.waiting_in``): add 1 to its
+    ``S_RELEASE`` word, which its blocking probe waits on too, and wake it.
+    Every live rank is asleep, so each such send would wait forever unless
+    MPI buffered it. ``released`` (the driver's, for the run) maps a rank
+    to its ``S_BLOCKED`` word when it was released: a rank released in this
+    very sleep, which has not run yet, is not released again (that would
+    end its next wait too). True if a rank was released, now or in this
+    sleep (so the run is not deadlocked yet)."""
+    lay, q = arena.layout, arena.q
+    pending, ranks = False, []
+    for r in range(arena.size):
+        if q[lay.status_word(r, S_STATE)] != CALL:
+            continue
+        blocked = q[lay.status_word(r, S_BLOCKED)]
+        if released.get(r) == blocked:
+            pending = True
+        elif (q[lay.status_word(r, S_MPI_PEER)] and q[lay.status_word(r, S_MPI_RELEASABLE)]
+              and q[lay.status_word(r, S_P2P_KIND)] == PROBE):  # only a probe waits on S_RELEASE
+            released[r] = blocked
+            ranks.append(r)
+    # Every release before any wake: a woken rank's messages must not end
+    # another's wait before that one's release is written (it would then
+    # complete as if matched, and its send would go unreported).
+    for r in ranks:
+        q[lay.status_word(r, S_RELEASE)] += 1
+    for r in ranks:
+        arena.wake(r)
+    return pending or bool(ranks)

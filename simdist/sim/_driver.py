@@ -39,9 +39,9 @@ from ._layout import (
     ABORT_DRIVER, CALL, H_ABORT, H_SYNC_SENDS, S_CTX, S_P2P_KIND, S_P2P_PEER, S_PROGRESS, S_STATE, Layout,
 )
 from . import _worker
-from ._deadlock import deadlocked, wait_cycle
+from ._deadlock import deadlocked, release_buffered, wait_cycle
 from ._p2p import SEND, SSEND
-from ._report import short_call, whereabouts
+from ._report import call_location, short_call, whereabouts
 
 _log = logging.getLogger("simdist")
 START_METHODS = ("fork", "forkserver", "spawn")
@@ -192,6 +192,7 @@ class SimDriver(Driver):
                 _log.warning("rank %d %s between runs; starting a new worker", rank, self._workers[rank].stop())
             self._start(gone)
         self.arena.reset_control()
+        self._released = {}  # ranks released from a deadlock of the buffering check (``release_buffered``)
 
     def hang_report(self, outcomes):
         """A Deadlock as soon as no rank can move (``_deadlock``), else at the
@@ -202,6 +203,8 @@ class SimDriver(Driver):
         waited = self.watch.hung(positions, [p[0] == CALL for p in positions])
         if not at_once and waited is None:
             return None
+        if at_once and release_buffered(self.arena, self._released):  # sends run synchronous for the buffering check
+            return None
         if at_once:  # found within a poll of the last move: how long is not news
             waited = dict.fromkeys(range(self.size))
         report = {r: whereabouts(self.arena, r, w) for r, w in waited.items()}
@@ -209,7 +212,8 @@ class SimDriver(Driver):
         if not at_once and not closed:
             return report
         cycle = [(r, short_call(self.arena, r)) for r in chain]
-        return Deadlock(self.timeout, report, cycle, closed, at_once)
+        locations = {r: where for r in chain if (where := call_location(self.arena, r))}
+        return Deadlock(self.timeout, report, cycle, closed, at_once, locations)
 
     def abort(self, outcomes, dead) -> None:
         """Wake and unwind every rank still running; kill those that do not."""

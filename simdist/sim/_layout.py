@@ -15,23 +15,37 @@ from __future__ import annotations
 MAGIC = 0x5349_4D44_4953_5431  # "SIMDIST1"
 LINE = 64
 HEADER = 4096
-STATUS = 256  # a rank's status words (128 bytes), then the text of its call site (128)
+# a rank's status words (128 bytes), the text of its call site (384), of its
+# MPI call (128), then a line whose first word only the driver writes (S_RELEASE)
+STATUS = 704
 SIG_BYTES = 576  # the call's first epoch, then kind, seq, op, root, dtype, ndim and up to 64 dimensions
 
 # header words (int64 index); SYNC_SENDS: 1 if every ``send`` waits for its ``recv``
 H_MAGIC, H_SIZE, H_ABORT, H_SYNC_SENDS = 0, 1, 2, 3
 
 # status words, relative to a rank's status entry (int64 index)
-S_STATE, S_PROGRESS, S_CTX, S_WAITING_FOR = 0, 1, 2, 4  # WAITING_FOR: rank + 1, 0 if none; 3 and 11 are unused
+S_STATE, S_PROGRESS, S_CTX, S_WAITING_FOR = 0, 1, 2, 4  # WAITING_FOR: rank + 1, 0 if none
+# MPI_PEER: while a progress engine over the transport (the mpi4py stand-in)
+# waits in it, the MPI-level peer its call waits for: world rank + 1, or
+# MPI_ANY_PEER; 0 when it states none. The text of that MPI call is at
+# ``Layout.mpi_call_offset`` (up to MPI_CALL_BYTES, NUL-padded), written first.
+# MPI_RELEASABLE is 1 when the engine can complete the stated call's sends
+# as buffered (they run synchronous only for the buffering check): the
+# driver, finding such a rank in a deadlock, adds 1 to its RELEASE word, which
+# ends the rank's blocking probe (``Transport.waiting_in``).
+S_MPI_PEER, S_MPI_RELEASABLE, S_RELEASE = 3, 11, 80
+MPI_ANY_PEER = -1
+MPI_CALL_BYTES = 128
 S_P2P_KIND, S_P2P_PEER, S_P2P_TAG, S_P2P_NBYTES, S_P2P_SEQ = 5, 6, 7, 9, 10
 S_BELL = 8  # int64 word whose low 32 bits are the futex word
 # A rank asleep in a wait (``Arena._sleep_until``): BLOCKED is odd while it
 # sleeps, with the condition it waits for, BLOCK_WORD >= BLOCK_TARGET (a
 # BLOCK_WORD of -1: the sum of the heads of every ring into the rank above
 # BLOCK_TARGET). SITE_FOR is the rank's S_PROGRESS + 1 when the text at
-# S_SITE (up to SITE_BYTES, NUL-padded) is the call site of its current call.
+# S_SITE (up to SITE_BYTES, NUL-padded) is the call site of its current call
+# (``/abs/path/file.py:line``, or ``file.py:line`` if the path is too long).
 S_BLOCKED, S_BLOCK_WORD, S_BLOCK_TARGET, S_SITE_FOR, S_SITE = 12, 13, 14, 15, 16
-SITE_BYTES = STATUS - 8 * S_SITE
+SITE_BYTES = 384
 ANY_RING = -1  # the S_BLOCK_WORD of a wait for a record in any ring into the rank
 
 # words of a context entry's first line, relative to the entry's first word
@@ -108,6 +122,10 @@ class Layout:
     def site_offset(self, rank: int) -> int:
         """The byte offset of ``rank``'s call-site text (see ``S_SITE``)."""
         return self.status + rank * STATUS + 8 * S_SITE
+
+    def mpi_call_offset(self, rank: int) -> int:
+        """The byte offset of ``rank``'s MPI call text (see ``S_MPI_PEER``)."""
+        return self.site_offset(rank) + SITE_BYTES
 
     def pair_word(self, src: int, dst: int) -> int:
         """The first word of the (src -> dst) ring's line in the p2p index."""

@@ -61,7 +61,7 @@ import numpy as np
 from .._arguments import DTYPE_CODE, DTYPES
 from ._layout import (
     CALL, H_SYNC_SENDS, R_HEAD, R_MATCHED, R_TAIL, S_CTX, S_P2P_KIND, S_P2P_NBYTES, S_P2P_PEER, S_P2P_SEQ, S_P2P_TAG,
-    S_PROGRESS, S_STATE, USER,
+    MPI_ANY_PEER, MPI_CALL_BYTES, S_MPI_PEER, S_MPI_RELEASABLE, S_PROGRESS, S_RELEASE, S_STATE, USER,
 )
 from ._report import P2P_ANY_SOURCE, P2P_CTX, SSEND
 
@@ -112,6 +112,22 @@ class Mailboxes:
         q, s = self._arena.q, self._status
         q[s + S_PROGRESS] += 1
         q[s + S_STATE] = USER
+
+    def state_mpi_call(self, call: str | None, peer: int | None, releasable: bool = False) -> None:
+        """Show ``call`` (MPI call text) waiting for world rank ``peer`` (None:
+        any rank) in the status entry; ``call=None`` clears it. The text is
+        written before the peer word, which tells readers it is valid."""
+        q, lay = self._arena.q, self._arena.layout
+        word = self._status + S_MPI_PEER
+        q[word] = 0
+        q[self._status + S_MPI_RELEASABLE] = 0
+        if call is None:
+            return
+        at = lay.mpi_call_offset(self._me)
+        text = call.encode("utf-8", "replace")[: MPI_CALL_BYTES - 1]
+        self._arena.buf[at : at + MPI_CALL_BYTES] = text.ljust(MPI_CALL_BYTES, b"\0")
+        q[self._status + S_MPI_RELEASABLE] = int(releasable)
+        q[word] = MPI_ANY_PEER if peer is None else peer + 1
 
     # -- sending ------------------------------------------------------------
     def send(self, x: np.ndarray, dest: int, tag: int, ctx: int, sync: bool = False) -> None:
@@ -203,10 +219,13 @@ class Mailboxes:
     ) -> tuple[int, int] | None:
         """The first message on ``ctx`` from one of ``sources`` (world ranks,
         scanned in this order) with ``tag`` (None: any), as ``(source, tag)``;
-        it stays for ``recv``. None at once if there is none and not ``block``.
+        it stays for ``recv``. None at once if there is none and not ``block``,
+        or when the driver releases the wait (``S_RELEASE``).
         See the module docstring."""
         me = self._me
         rings = [self._ring(src, me) for src in sources]
+        release = self._status + S_RELEASE
+        released = self._arena.q[release] + 1
         entered = False
         try:
             while True:
@@ -236,9 +255,10 @@ class Mailboxes:
                 if not entered:
                     self._enter_probe(sources, tag, any_source)
                     entered = True
-                self._arena.wait_any(
-                    [ring.head for ring in rings], [h + 1 for h in heads], sources, None if any_source else sources[0]
-                )
+                got = self._arena.wait_any([*(ring.head for ring in rings), release], [*(h + 1 for h in heads), released],
+                                           [*sources, me], None if any_source else sources[0])
+                if got == len(rings) or self._arena.q[release] >= released:  # released, if also woken by a record
+                    return None
         finally:
             if entered:
                 self._leave()

@@ -17,7 +17,7 @@ import sys
 from .. import _signature as sig
 from .. import _whereabouts
 from ._layout import (
-    CALL, FAILED, IDLE, RETURNED, S_CTX, S_P2P_KIND, S_P2P_NBYTES, S_P2P_PEER, S_P2P_SEQ, S_P2P_TAG,
+    CALL, FAILED, IDLE, MPI_ANY_PEER, MPI_CALL_BYTES, RETURNED, S_CTX, S_MPI_PEER, S_P2P_KIND, S_P2P_NBYTES, S_P2P_PEER, S_P2P_SEQ, S_P2P_TAG,
     S_PROGRESS, S_SITE_FOR, S_STATE, S_WAITING_FOR, SITE_BYTES, USER,
 )
 
@@ -30,30 +30,37 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _LIBRARY_DIRS = (_PACKAGE + os.sep, os.path.join(os.path.dirname(_PACKAGE), "fake_backends", "mpi4py") + os.sep)
 
 
-def user_call_site() -> str:
+def user_call_site(full: bool = False) -> str:
     """``file.py:line`` of the innermost frame of the caller's stack that is
-    not simdist's or the mpi4py stand-in's ("" if there is none)."""
-    frame, label = sys._getframe(1), None
+    not simdist's or the mpi4py stand-in's ("" if there is none); with
+    ``full``, the file's absolute path."""
+    frame = sys._getframe(1)
     while frame is not None and frame.f_code.co_filename.startswith(_LIBRARY_DIRS):
-        if label is None:  # what the stand-in says it waits for (``_waiting_in``), read at the wait
-            label = frame.f_locals.get("_waiting_in")
         frame = frame.f_back
     if frame is None:
         return ""
-    site = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
-    return site if label is None else f"{site} ({label})"
+    path = frame.f_code.co_filename
+    return f"{os.path.abspath(path) if full else os.path.basename(path)}:{frame.f_lineno}"
+
+
+def call_location(arena, rank: int) -> tuple[str, int] | None:
+    """The file (absolute path when it fitted) and line of ``rank``'s current
+    call, if it has slept in it; else None."""
+    lay, q = arena.layout, arena.q
+    if q[lay.status_word(rank, S_STATE)] != CALL:
+        return None
+    if q[lay.status_word(rank, S_SITE_FOR)] != q[lay.status_word(rank, S_PROGRESS)] + 1:
+        return None
+    at = lay.site_offset(rank)
+    path, _, line = bytes(arena.buf[at : at + SITE_BYTES]).rstrip(b"\0").decode("utf-8", "replace").rpartition(":")
+    return (path, int(line)) if path and line.isdigit() else None
 
 
 def call_site(arena, rank: int) -> str:
     """Where ``rank``'s current call was made (``ring.py:12``), if it has
     slept in it; else ""."""
-    lay, q = arena.layout, arena.q
-    if q[lay.status_word(rank, S_STATE)] != CALL:
-        return ""
-    if q[lay.status_word(rank, S_SITE_FOR)] != q[lay.status_word(rank, S_PROGRESS)] + 1:
-        return ""
-    at = lay.site_offset(rank)
-    return bytes(arena.buf[at : at + SITE_BYTES]).rstrip(b"\0").decode("utf-8", "replace")
+    location = call_location(arena, rank)
+    return f"{os.path.basename(location[0])}:{location[1]}" if location else ""
 #: In the S_P2P_NBYTES word of a probe: it is from any rank (the peer word
 #: then holds the probing rank itself; see ``_arena``).
 P2P_ANY_SOURCE = 1
@@ -63,8 +70,39 @@ def comm_name(ctx: int) -> str:
     return "the world" if ctx == 0 else f"a sub-communicator (context {ctx})"
 
 
+def mpi_call(arena, rank: int) -> tuple[str, int | None] | None:
+    """The MPI call ``rank`` stated it waits in (``Transport.waiting_in``)
+    and the world rank it waits for (None: any rank), while it is in a
+    transport call; else None."""
+    lay, q = arena.layout, arena.q
+    peer = q[lay.status_word(rank, S_MPI_PEER)]
+    if not peer or q[lay.status_word(rank, S_STATE)] != CALL or q[lay.status_word(rank, S_CTX)] != P2P_CTX:
+        return None
+    at = lay.mpi_call_offset(rank)
+    text = bytes(arena.buf[at : at + MPI_CALL_BYTES]).rstrip(b"\0").decode("utf-8", "replace")
+    return text, (None if peer == MPI_ANY_PEER else peer - 1)
+
+
+def waits_for(arena, rank: int) -> int | None:
+    """The world rank ``rank`` waits for: the MPI call's peer if it stated
+    one, else the transport's (None: any rank, or none)."""
+    stated = mpi_call(arena, rank)
+    if stated is not None:
+        return stated[1]
+    peer = arena.q[arena.layout.status_word(rank, S_WAITING_FOR)] - 1
+    return peer if peer >= 0 else None
+
+
 def current_call(arena, rank: int) -> str:
-    """The call ``rank`` is in, e.g. ``allreduce #3 (float32 (4,), op=sum) on the world``."""
+    """The call ``rank`` is in, e.g. ``allreduce #3 (float32 (4,), op=sum) on the world``,
+    or the MPI call it stated (``Recv(source=1, tag=0)``)."""
+    stated = mpi_call(arena, rank)
+    if stated is not None:
+        return stated[0]
+    return _simulator_call(arena, rank)
+
+
+def _simulator_call(arena, rank: int) -> str:
     lay = arena.layout
     q = arena.q
     ctx = q[lay.status_word(rank, S_CTX)]
@@ -100,19 +138,22 @@ def whereabouts(arena, rank: int, waited: float | None = None) -> str:
     calls = q[lay.status_word(rank, S_PROGRESS)]
     if state != CALL:
         return _whereabouts.describe(_STATES.get(state, state), calls)
-    peer = q[lay.status_word(rank, S_WAITING_FOR)] - 1
     call = current_call(arena, rank)
     site = call_site(arena, rank)
     if site:
         call += f" at {site}"
-    return _whereabouts.describe(_whereabouts.CALL, calls, call, waited, peer if peer >= 0 else None)
+    return _whereabouts.describe(_whereabouts.CALL, calls, call, waited, waits_for(arena, rank))
 
 
 def short_call(arena, rank: int) -> str:
     """``rank``'s current call as a link of a wait-for cycle, e.g.
-    ``send(dest=1, tag=0) at ring.py:12`` (peers are world ranks)."""
+    ``Recv(source=1, tag=0) at ring.py:12`` as an engine over the transport
+    stated it, or ``send(dest=1, tag=0) at ring.py:12`` (peers are world ranks)."""
     lay, q = arena.layout, arena.q
-    if q[lay.status_word(rank, S_CTX)] == P2P_CTX:
+    stated = mpi_call(arena, rank)
+    if stated is not None:
+        text = stated[0]
+    elif q[lay.status_word(rank, S_CTX)] == P2P_CTX:
         kind = P2P_KINDS.get(q[lay.status_word(rank, S_P2P_KIND)], "p2p")
         peer = q[lay.status_word(rank, S_P2P_PEER)]
         any_source = kind == "probe" and q[lay.status_word(rank, S_P2P_NBYTES)] & P2P_ANY_SOURCE

@@ -8,7 +8,7 @@ world ranks over the rank's ``Mailboxes`` (``_p2p``, the byte rings), and
 protocols and its progress engine over it, and uses nothing else of the
 simulator but the contract's collectives, ``split`` and ``free``: it needs
 to look at a message before taking it (``probe``), to send without ever
-waiting (``try_send``), the context id that keys a communicator's messages,
+waiting (``try_send``), to state the MPI call it waits in (``waiting_in``), the context id that keys a communicator's messages,
 the members' world ranks, and the ring size its flow control budgets.
 
 Every method checks its arguments as the contract's ``send``/``recv`` do
@@ -20,7 +20,7 @@ earlier run (``close``).
 from __future__ import annotations
 
 from .._arguments import as_input, check_int, check_rank_arg
-from .._errors import SimdistError
+from .._errors import InvalidValue, SimdistError
 from ._p2p import Mailboxes, record_bytes
 
 #: Why a communicator refuses every call (``closed_error``): ``free`` was
@@ -108,7 +108,9 @@ class Transport:
         so which source wins depends on timing, as with MPI_ANY_SOURCE.
         Messages of other communicators are never seen.
 
-        ``block=False`` returns None at once when nothing matches.
+        ``block=False`` returns None at once when nothing matches;
+        ``block=True`` returns None only when the driver released a
+        ``waiting_in(..., releasable=True)`` wait.
         ``block=True`` waits as ``recv`` does: the rank is "waiting in probe
         #n from rank r (tag=t)" (or "from any rank", "tag=any") for the hang
         watch and its reports, and a peer that fails, or an abort, unwinds
@@ -129,6 +131,33 @@ class Transport:
             return None
         world, found_tag = found
         return (source if source is not None else members.index(world)), found_tag
+
+    def waiting_in(self, call: str | None, peer: int | None = None, releasable: bool = False) -> None:
+        """State the MPI call this rank is in while an engine built over the
+        transport waits in ``probe`` for its records: ``call`` is its text as
+        the user wrote it (``"Recv(source=1, tag=0)"``), ``peer`` the world
+        rank whose record would end the wait (None: any rank). Until
+        ``waiting_in(None)`` clears it, deadlock and hang reports show this
+        call and follow ``peer`` in the wait-for cycle instead of the
+        transport's probe from any rank. Whether the run is deadlocked is
+        still decided from the transport's own waits, so a wrong ``peer``
+        can only make a report name the wrong rank, never call a run that
+        can move deadlocked.
+
+        ``releasable=True`` says the engine can end this call's wait itself
+        (its sends run synchronous only for the buffering check): when the
+        driver finds the rank in a deadlock, it releases the wait instead of
+        failing the run, and the blocking ``probe`` returns None; the engine
+        then completes those sends as MPI would have buffered them."""
+        if call is not None:
+            call = str(call)
+            if peer is not None:
+                peer = check_int(peer, self.rank, "waiting_in", "peer", minimum=0)
+                if peer >= self.world_size:
+                    raise InvalidValue(f"rank {self.rank}: waiting_in peer={peer} is not a world rank "
+                                       f"(the world has {self.world_size})")
+        self._check_open("waiting_in")
+        self._mail.state_mpi_call(call, peer, bool(releasable))
 
     def try_send(self, x, dest: int, tag: int = 0) -> bool:
         """``send`` if it would not wait, else nothing.

@@ -27,8 +27,8 @@ print(f"rank {rank}: Dup rank {dup.rank} size {dup.size}; Clone rank {clone.rank
 # a message on the duplicate does not match a receive on the world
 if size >= 2 and rank < 2:
     other = 1 - rank
-    world.send(f"world from {rank}", dest=other, tag=5)
-    dup.send(f"dup from {rank}", dest=other, tag=5)
+    world.send(f"world from {rank}", dest=other, tag=5)  # simdist: allow[buffering] (small: MPI buffers it)
+    dup.send(f"dup from {rank}", dest=other, tag=5)  # simdist: allow[buffering]
     got_dup = dup.recv(source=other, tag=5)
     got_world = world.recv(source=other, tag=5)
     print(f"rank {rank}: got on dup {got_dup!r}, on world {got_world!r}")

@@ -23,7 +23,7 @@ inter = local.Create_intercomm(0, world, 1 - color, tag=7)
 print(rank, "sizes", inter.Get_size(), inter.Get_rank(), inter.Get_remote_size(),
       inter.Get_remote_group().Translate_ranks(None, world.Get_group()))
 if inter.rank == 0:
-    inter.send(("hi", rank), dest=0, tag=3)
+    inter.send(("hi", rank), dest=0, tag=3)  # simdist: allow[buffering] (small: MPI buffers it)
     print(rank, "got", inter.recv(source=0, tag=3))
 root = (MPI.ROOT if inter.rank == 0 else MPI.PROC_NULL) if color == 0 else 0
 print(rank, "bcast", inter.bcast(("data", rank) if root == MPI.ROOT else None, root))
