@@ -30,7 +30,7 @@ import sys
 
 from simdist._errors import SimdistError
 
-from . import MPI, _comm, _runtime
+from . import MPI, _comm, _misuse, _runtime
 
 
 def _mpi4py_names() -> list:
@@ -64,6 +64,7 @@ class _Installation:
         try:
             if ended_normally and not rt.finalized:
                 rt.engine.flush()
+                _misuse.at_end(rt)
         finally:
             _runtime.current = None
             rt.close()

@@ -1,0 +1,385 @@
+"""Misuse checks of the stand-in (``simdist run --check``): requests and
+handles never completed or freed, messages never received, Finalize with
+work pending, send and receive datatypes that do not match, and buffers
+written while a nonblocking call owns them.
+
+Bookkeeping happens only when one of these checks is on (``watching``):
+the stand-in's modules call the hooks below where a request or handle is
+made, completed or freed, and ``at_end`` reports what is left when the
+rank's program ends (MPI.Finalize, or the end of its script).
+
+What counts as the user's
+-------------------------
+A request or handle counts only when the call that made it came straight
+from the user's code: the frame just outside the stand-in is a file of the
+program, not Python's library, numpy, simdist, mpi4py's own Python modules
+(``mpi4py.util``, ``mpi4py.futures``) or an installed package
+(site-packages). A communicator kept in a library's module globals is that
+library's business, as under MPI, where it is freed at Finalize.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+
+from simdist import checks
+import numpy as np
+
+from simdist._errors import SimdistError
+from simdist._frames import _is_library, caller_site
+
+#: The kinds of this module.
+KINDS = ("type-mismatch", "buffer-in-use", "request-leak", "handle-leak", "unreceived", "finalize-pending")
+_INSIDE = (os.path.dirname(os.path.abspath(__file__)) + os.sep,  # the stand-in and simdist
+           os.path.dirname(os.path.dirname(os.path.abspath(checks.__file__))) + os.sep)
+_NOT_USER = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
+
+_requests: dict[int, tuple] = {}  # id(request) -> (request, Call)
+_handles: dict[int, tuple] = {}  # id(key object) -> (key, what, Call)
+_buffers: dict[int, tuple] = {}  # id(op) -> (op, view, digest, Call): send buffers a request owns
+
+
+def watching(kind: str) -> bool:
+    """Whether ``kind`` is looked for on this rank (cheap: a set lookup)."""
+    return checks.enabled(kind)
+
+
+def _rank() -> int:
+    from . import _runtime
+
+    rt = _runtime.current
+    return rt.world.rank if rt is not None and rt.world is not None else -1
+
+
+def user_site() -> tuple[str, int] | None:
+    """``(path, line)`` of the user's call into the stand-in, or None when
+    the stand-in was called by a library (see the module docstring)."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_INSIDE):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    path = frame.f_code.co_filename
+    if _is_library(path) or any(part in path for part in _NOT_USER):
+        return None
+    return os.path.abspath(path), frame.f_lineno
+
+
+def _call(what: str, site) -> checks.Call:
+    return checks.Call(_rank(), what, *site)
+
+
+# -- requests -------------------------------------------------------------------------------
+def _nonblocking(call: str) -> bool:
+    return call[:1] in ("I", "i")
+
+
+def made(request, call: str, desc: str):
+    """``request``, which the stand-in's ``call`` made; tracked when the call
+    is a nonblocking one from the user's code (keyed by its operation: a
+    copy of the request completes it too)."""
+    if _nonblocking(call) and (watching("request-leak") or watching("finalize-pending")) and request._op is not None:
+        site = user_site()
+        if site is not None:
+            _requests[id(request._op)] = (request._op, None, _call(desc, site))
+    return request
+
+
+def paired(request, *parts):
+    """A Sendrecv's request, made of ``parts``: tracked as the receive was."""
+    entries = [_requests.pop(id(part._op), None) for part in parts] if _requests else ()
+    entry = next((e for e in entries if e is not None), None)
+    if entry is not None:
+        _requests[id(request._op)] = (request._op, None, entry[2])
+    return request
+
+
+def persistent_made(request, desc: str):
+    """A persistent request (Send_init, ...): it must be freed."""
+    if watching("request-leak") or watching("finalize-pending"):
+        site = user_site()
+        if site is not None:
+            _requests[id(request._persistent)] = (None, request, _call(desc, site))
+    return request
+
+
+def persistent_freed(request) -> None:
+    if _requests and request._persistent is not None:
+        _requests.pop(id(request._persistent), None)
+
+
+def completed(op) -> None:
+    """A request's operation completed (Wait, a true Test, Free)."""
+    if _requests:
+        _requests.pop(id(op), None)
+    if _buffers:
+        send_completed(op)
+    check = getattr(op, "check", None)
+    if check is not None and not op.cancelled and op.sink is not None:
+        check.completed(op.sink)
+
+
+# -- handles -------------------------------------------------------------------------------
+def handle_made(key, what: str) -> None:
+    """A communicator, group, datatype, window, op, info or file made by
+    the user's code; ``key`` is what its Free releases."""
+    if watching("handle-leak"):
+        site = user_site()
+        if site is not None:
+            _handles[id(key)] = (key, what, _call(what, site))
+
+
+def handle_freed(key) -> None:
+    if _handles:
+        _handles.pop(id(key), None)
+
+
+# -- buffers of nonblocking sends ------------------------------------------------------------
+def _digest(view) -> bytes:
+    return hashlib.blake2b(view, digest_size=16).digest()
+
+
+def send_posted(op, view, call: str, desc: str) -> None:
+    """A nonblocking send owns ``view`` (uint8, the user's memory) until its
+    request completes: remember its digest."""
+    if (_nonblocking(call) or call.endswith("_init")) and watching("buffer-in-use") and view.size:
+        site = user_site()
+        if site is not None:
+            _buffers[id(op)] = (op, view, _digest(view), _call(desc, site))
+
+
+def send_completed(op) -> None:
+    """The request of ``op`` completed: its buffer must be as it was posted."""
+    if not _buffers:
+        return
+    entry = _buffers.pop(id(op), None)
+    if entry is None:
+        return
+    _, view, digest, call = entry
+    if _digest(view) != digest:
+        checks.record(checks.Finding(
+            "buffer-in-use", f"the send buffer of {call.call} was written before the request completed; "
+                             "MPI may send the old bytes, the new ones or a mix",
+            "write the buffer only after Wait (or a true Test) completes the send", (call,)))
+
+
+class RecvCheck:
+    """What the checks keep of one receive: its datatype's signature, the
+    user's call, and (for buffer-in-use) the digest of what the stand-in
+    wrote into the user's buffer."""
+
+    __slots__ = ("datatype", "call", "in_user_memory", "written")
+
+    def __init__(self, datatype, call, in_user_memory: bool):
+        self.datatype, self.call, self.written = datatype, call, None
+        self.in_user_memory = in_user_memory  # False: a derived datatype's sink is a packed copy
+
+    def stored(self, sink, nbytes: int) -> None:
+        """The message's ``nbytes`` are in ``sink``."""
+        if self.in_user_memory and watching("buffer-in-use"):
+            self.written = (nbytes, _digest(sink[:nbytes]))
+
+    def completed(self, sink) -> None:
+        """The request completed: the bytes written must be unchanged."""
+        if self.written is not None and _digest(sink[:self.written[0]]) != self.written[1]:
+            checks.record(checks.Finding(
+                "buffer-in-use", f"the receive buffer of {self.call.call} was written before the request "
+                                 "completed; under MPI the message may overwrite the write, or the write the message",
+                "use the receive buffer only after Wait (or a true Test) completes the receive", (self.call,)))
+        self.written = None
+
+
+def recv_check(spec, what: str) -> RecvCheck | None:
+    """The checks' record of a receive into ``spec`` (None: no check on, a
+    pickle, or not the user's call)."""
+    if spec is None or not (watching("type-mismatch") or watching("buffer-in-use")):
+        return None
+    site = user_site()
+    if site is None:
+        return None
+    return RecvCheck(spec.datatype, _call(what, site), spec.target is None)
+
+
+# -- type signatures -------------------------------------------------------------------------
+def signature(datatype, nbytes: int) -> list | None:
+    """The type signature a buffer of ``nbytes`` packed bytes of ``datatype``
+    carries, as ``[basic..., count]`` (one element's basic types by their
+    numpy representation, and how many elements); None for bytes (MPI.BYTE,
+    MPI.PACKED), which match anything."""
+    if datatype is None or getattr(datatype, "_key", "") in ("BYTE", "PACKED"):
+        return None
+    try:
+        tm = datatype._typemap("Recv")
+        from ._derived import BASIC
+
+        basics = [_basic_name(BASIC[int(c)]) for c in tm.codes]
+    except Exception:  # noqa: BLE001 - a datatype without a type map: nothing to compare
+        return None
+    if not basics or tm.size == 0:
+        return None
+    return [*basics, nbytes // tm.size]
+
+
+def _basic_name(datatype) -> str:
+    dtype = getattr(datatype, "_dtype", None)
+    return dtype.str if dtype is not None else datatype._key
+
+
+def signatures_differ(sent: list, received: list, nbytes: int) -> bool:
+    """Whether the basic types of a message (``sent``) are not a prefix of
+    the receive's, element by element (periodic sequences: compare one
+    common period, at most the message's length)."""
+    a, b = sent[:-1], received[:-1]
+    if a == b:
+        return False
+    n = min(sent[-1] * len(a), _lcm(len(a), len(b)), 1 << 16)
+    return any(a[i % len(a)] != b[i % len(b)] for i in range(n))
+
+
+def _lcm(x: int, y: int) -> int:
+    from math import gcd
+
+    return x * y // gcd(x, y)
+
+
+# -- what travels with a message ----------------------------------------------------------------
+_send_spec = None  # the parsed buffer of the send being prepared (``note``)
+
+
+def sending(spec) -> None:
+    """The buffer of the send being prepared (its datatype goes in the note)."""
+    global _send_spec
+    if watching("type-mismatch"):
+        _send_spec = spec
+
+
+def note(what: str, nbytes: int) -> np.ndarray | None:
+    """What a message carries for the checks (None when they are off): the
+    sender's call and line, and its type signature."""
+    global _send_spec
+    spec, _send_spec = _send_spec, None
+    if not (watching("type-mismatch") or watching("unreceived")):
+        return None
+    site = user_site() or caller_site() or ("", 0)
+    sig = signature(spec.datatype, nbytes) if spec is not None else None
+    text = json.dumps({"call": what, "path": site[0], "line": site[1], "sig": sig})
+    return np.frombuffer(text.encode(), np.uint8)
+
+
+def _sender(env) -> checks.Call:
+    sent = json.loads(bytes(env.note))
+    return checks.Call(env.world, sent["call"], sent["path"], sent["line"])
+
+
+def matched(env, op) -> None:
+    """A receive matched a message: report truncation and reinterpretation."""
+    check = op.check
+    if not watching("type-mismatch") or env.note is None or op.sink is None:
+        return
+    sent = json.loads(bytes(env.note))
+    calls = (_sender(env), check.call)
+    if env.nbytes > op.sink.size:
+        checks.record(checks.Finding(
+            "type-mismatch", f"a message of {env.nbytes} bytes was received into a buffer of {op.sink.size} bytes "
+                             "(MPI.ERR_TRUNCATE)",
+            "receive with a count (and datatype) that holds the whole message, or send less", calls))
+        return
+    mine = signature(check.datatype, env.nbytes)
+    if sent["sig"] and mine and signatures_differ(sent["sig"], mine, env.nbytes):
+        checks.record(checks.Finding(
+            "type-mismatch", f"the message's datatype ({_types(sent['sig'])}) differs from the receive's "
+                             f"({_types(mine)}): its bytes are reinterpreted",
+            "receive with the datatype the message was sent with (or MPI.BYTE for raw bytes)", calls))
+
+
+def _types(sig: list) -> str:
+    names = {"<i4": "int32", "<i8": "int64", "<f4": "float32", "<f8": "float64", "<c16": "complex128",
+             "<c8": "complex64", "|i1": "int8", "|u1": "uint8", "<i2": "int16"}
+    return ", ".join(names.get(t, t) for t in sig[:-1][:4]) + (", ..." if len(sig) > 5 else "")
+
+
+# -- the end of the rank's program ---------------------------------------------------------------
+FIN_CTX = -(1 << 62)  # the context of the end marker each rank sends every other (``_drain``)
+
+
+def at_end(rt) -> None:
+    """The rank's program ends (MPI.Finalize, or the end of its script):
+    report what is left, then forget it."""
+    if not any(watching(kind) for kind in KINDS):
+        return
+    try:
+        if watching("unreceived"):
+            _report_unreceived(rt)
+        else:
+            rt.engine.progress()  # a receive whose message has arrived is not pending
+        _report_requests()
+        _report_handles()
+    finally:
+        _requests.clear()
+        _handles.clear()
+        _buffers.clear()
+
+
+def _drain(rt) -> bool:
+    """Take every message sent to this rank: each rank sends every other an
+    end marker after its last message and waits for everyone's. False when
+    a peer failed or ended without one (then nothing is reported)."""
+    engine, me, size = rt.engine, rt.world.rank, rt.world.size
+    empty = np.empty(0, np.uint8)
+    for dest in range(size):
+        if dest != me:
+            engine.send(dest, FIN_CTX, me, 0, empty, 0, False)
+
+    def everyone() -> bool:
+        return sum(1 for env in engine._unexpected if env.ctx == FIN_CTX) >= size - 1
+
+    try:
+        engine.wait_until(everyone, "MPI_Finalize (checking for unreceived messages)")
+    except SimdistError:
+        return False
+    finally:
+        engine._unexpected[:] = [env for env in engine._unexpected if env.ctx != FIN_CTX]
+    return True
+
+
+def _report_unreceived(rt) -> None:
+    if not _drain(rt):
+        return
+    me = rt.world.rank
+    for env in rt.engine._unexpected:
+        sender = _sender(env) if env.note is not None else checks.Call(env.world, f"a send (tag={env.tag})")
+        checks.record(checks.Finding(
+            "unreceived", f"a message of {env.nbytes} bytes from rank {env.world} to rank {me} "
+                          f"(tag={env.tag}) was never received",
+            "receive every message sent (or do not send it)", (sender,)))
+
+
+def _report_requests() -> None:
+    for op, request, call in list(_requests.values()):
+        persistent = request is not None
+        op = request._op if persistent else op
+        if op is not None and not op.done:
+            checks.record(checks.Finding(
+                "finalize-pending", f"MPI.Finalize with the request of {call.call} still pending",
+                "complete every request (Wait, Waitall) before MPI.Finalize", (call,)))
+        else:
+            what = "persistent request" if persistent else "request"
+            checks.record(checks.Finding(
+                "request-leak", f"the {what} of {call.call} was never "
+                                f"{'freed' if persistent else 'completed (Wait, a true Test) or freed'}",
+                "call Free on persistent requests when done" if persistent else
+                "complete every request: Wait, Waitall or a Test that returns True", (call,)))
+
+
+def _report_handles() -> None:
+    counts: dict = {}
+    for key, what, call in _handles.values():
+        if not getattr(key, "freed", False):
+            counts[call] = counts.get(call, 0) + 1
+    for call, n in counts.items():
+        made = f"{n} handles made by {call.call} were" if n > 1 else f"the handle made by {call.call} was"
+        checks.record(checks.Finding(
+            "handle-leak", f"{made} never freed", "call Free on it when done", (call,)))
