@@ -20,7 +20,7 @@ from simdist._arguments import check_op
 
 from . import _runtime
 from ._collectives import BufferCollectives
-from . import _commctx, _errhandlers
+from . import _commctx, _errhandlers, _misuse
 from ._errors import ERR_ARG, ERR_COMM, ERR_KEYVAL, ERR_OTHER, Exception as MPIException, MPIAbort
 from ._attributes import AttributeCalls, copy_attributes, delete_attributes
 from ._errors import earlier_run, last_used_code
@@ -109,6 +109,8 @@ class _State:
         self.attrs: dict = {}  # the user attributes (``_attributes``)
         self.commctx = None  # MPI._commctx_intra's private duplicate (``_commctx``)
         rt.states.append(self)
+        if not predefined:
+            _misuse.handle_made(self, "communicator")
 
     @property
     def errhandler(self):
@@ -360,6 +362,7 @@ class Comm(FreeableHandles, IntegerHandles, GroupCalls, PointToPoint, BufferColl
         _commctx.free(st)
         st.sc.free()
         st.freed = True
+        _misuse.handle_freed(st)
 
     free = Free
 

@@ -35,6 +35,7 @@ from simdist._frames import _is_library, caller_site
 KINDS = ("type-mismatch", "buffer-in-use", "request-leak", "handle-leak", "unreceived", "finalize-pending")
 _INSIDE = (os.path.dirname(os.path.abspath(__file__)) + os.sep,  # the stand-in and simdist
            os.path.dirname(os.path.dirname(os.path.abspath(checks.__file__))) + os.sep)
+_WRAPPERS = "_errhandlers.py"  # the error handlers' wrapper of every call (not the call's name)
 _NOT_USER = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
 
 _requests: dict[int, tuple] = {}  # id(request) -> (request, Call)
@@ -57,15 +58,23 @@ def _rank() -> int:
 def user_site() -> tuple[str, int] | None:
     """``(path, line)`` of the user's call into the stand-in, or None when
     the stand-in was called by a library (see the module docstring)."""
-    frame = sys._getframe(1)
+    found = _entry()
+    return None if found is None else found[:2]
+
+
+def _entry() -> tuple[str, int, str] | None:
+    """``(path, line, name)``: the user's line and the stand-in function it called."""
+    frame, name = sys._getframe(2), ""
     while frame is not None and frame.f_code.co_filename.startswith(_INSIDE):
+        if not frame.f_code.co_filename.endswith(_WRAPPERS):
+            name = frame.f_code.co_name
         frame = frame.f_back
     if frame is None:
         return None
     path = frame.f_code.co_filename
     if _is_library(path) or any(part in path for part in _NOT_USER):
         return None
-    return os.path.abspath(path), frame.f_lineno
+    return os.path.abspath(path), frame.f_lineno, name
 
 
 def _call(what: str, site) -> checks.Call:
@@ -123,13 +132,34 @@ def completed(op) -> None:
 
 
 # -- handles -------------------------------------------------------------------------------
-def handle_made(key, what: str) -> None:
-    """A communicator, group, datatype, window, op, info or file made by
-    the user's code; ``key`` is what its Free releases."""
+#: The calls that make each kind of handle: a handle counts only when the
+#: user called one of these (not when the stand-in made it for another call,
+#: as the private duplicate of a communicator that File.Open makes).
+MAKERS = {
+    "communicator": {"Dup", "Dup_with_info", "Idup", "Idup_with_info", "Split", "Split_type", "Create",
+                     "Create_group", "Create_intercomm", "Merge", "Create_cart", "Create_graph", "Create_dist_graph",
+                     "Create_dist_graph_adjacent", "Sub", "Clone", "Create_from_group", "Accept", "Connect",
+                     "Spawn", "Spawn_multiple", "Join"},
+    "group": {"Get_group", "Get_remote_group", "Incl", "Excl", "Range_incl", "Range_excl", "Union", "Intersection",
+              "Intersect", "Difference", "Dup", "Create_from_session_pset", "Get_group_of"},
+    "datatype": {"Dup", "Create_dup", "Create_contiguous", "Create_vector", "Create_hvector", "Create_indexed",
+                 "Create_hindexed", "Create_indexed_block", "Create_hindexed_block", "Create_struct",
+                 "Create_subarray", "Create_darray", "Create_resized", "Create_f90_integer", "Create_f90_real",
+                 "Create_f90_complex", "Get_contents", "Match_size", "Create_keyval"},
+    "window": {"Create", "Allocate", "Allocate_shared", "Create_dynamic"},
+    "op": {"Create"},
+    "file": {"Open"},
+}
+
+
+def handle_made(key, kind: str) -> None:
+    """A handle of ``kind`` (a key of ``MAKERS``) the user made; ``key`` is
+    what its Free releases."""
     if watching("handle-leak"):
-        site = user_site()
-        if site is not None:
-            _handles[id(key)] = (key, what, _call(what, site))
+        found = _entry()
+        if found is not None and found[2] in MAKERS[kind]:
+            path, line, name = found
+            _handles[id(key)] = (key, kind, _call(f"{name} ({'an' if kind[0] in 'aeiou' else 'a'} {kind})", (path, line)))
 
 
 def handle_freed(key) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _errhandlers, _runtime
+from . import _errhandlers, _misuse, _runtime
 from ._attributes import AttributeCalls, delete_attributes
 from ._buffers import BOTTOM, memory_bytes
 from ._errors import ERR_INFO, ERR_KEYVAL, ERR_OTHER, ERR_TYPE, Exception as MPIException
@@ -125,6 +125,7 @@ def _make(comm, nbytes: int, disp_unit: int, info, flavor: int, private, call: s
     if flavor != FLAVOR_CREATE and info is not None and info and _info_items(info).get("alloc_shared_noncontig"):
         state.info["alloc_shared_noncontig"] = _info_items(info)["alloc_shared_noncontig"]
     state.rt.at_close.append(state.release)  # its shared memory goes at the run's end if not freed
+    _misuse.handle_made(state, "window")
     win = Win()
     win._state = state
     return win
@@ -232,6 +233,7 @@ class Win(FreeableHandles, IntegerHandles, AttributeCalls, Synchronization):
         st.sc.free()
         st.release()
         st.rt.at_close.remove(st.release)
+        _misuse.handle_freed(st)
 
     free = Free
 
