@@ -183,6 +183,7 @@ class Comm(FreeableHandles, IntegerHandles, GroupCalls, PointToPoint, BufferColl
     def _new(self, st: _State, cls=None) -> "Intracomm":
         comm = (cls or Intracomm)()
         comm._state = st
+        _misuse.handle_given(comm, st)
         return comm
 
     # -- size and rank ------------------------------------------------------------------

@@ -198,7 +198,7 @@ class File(IntegerHandles):
         file = cls()
         file._state = state
         _runtime.get().at_close.append(state.release)  # a file the program leaves open
-        _misuse.handle_made(state, "file")
+        _misuse.handle_made(state, "file", file)
         return file
 
     def Close(self) -> None:

@@ -60,7 +60,7 @@ class Group(IntegerHandles):
     def _of(cls, members: _Members) -> "Group":
         group = cls()
         group._members = members
-        _misuse.handle_made(group, "group")
+        _misuse.handle_made(group, "group", group)
         return group
 
     @classmethod

@@ -20,10 +20,12 @@ library's business, as under MPI, where it is freed at Finalize.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import sys
+import weakref
 
 from simdist import checks
 import numpy as np
@@ -39,7 +41,7 @@ _WRAPPERS = "_errhandlers.py"  # the error handlers' wrapper of every call (not 
 _NOT_USER = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
 
 _requests: dict[int, tuple] = {}  # id(request) -> (request, Call)
-_handles: dict[int, tuple] = {}  # id(key object) -> (key, what, Call)
+_handles: dict[int, list] = {}  # id(what Free releases) -> [kind, Call, weak reference to the user's handle]
 _buffers: dict[int, tuple] = {}  # id(op) -> (op, view, digest, Call): send buffers a request owns
 
 
@@ -152,19 +154,54 @@ MAKERS = {
 }
 
 
-def handle_made(key, kind: str) -> None:
+def handle_made(key, kind: str, handle=None) -> None:
     """A handle of ``kind`` (a key of ``MAKERS``) the user made; ``key`` is
-    what its Free releases."""
+    what its Free releases, ``handle`` the object the user holds (or later
+    ``handle_given``)."""
     if watching("handle-leak"):
         found = _entry()
         if found is not None and found[2] in MAKERS[kind]:
             path, line, name = found
-            _handles[id(key)] = (key, kind, _call(f"{name} ({'an' if kind[0] in 'aeiou' else 'a'} {kind})", (path, line)))
+            article = "an" if kind[0] in "aeiou" else "a"
+            _handles[id(key)] = [kind, _call(f"{name} ({article} {kind})", (path, line)), None]
+            if handle is not None:
+                handle_given(handle, key)
+
+
+def handle_given(handle, key) -> None:
+    """``handle`` is the user's object for ``key``: losing it unfreed is a leak."""
+    entry = _handles.get(id(key)) if _handles else None
+    if entry is not None and entry[2] is None:
+        entry[2] = weakref.ref(handle, functools.partial(_lost, id(key)))
 
 
 def handle_freed(key) -> None:
     if _handles:
         _handles.pop(id(key), None)
+
+
+def _lost(key_id: int, _ref) -> None:
+    """The user's last reference to a handle not freed went away. While the
+    user's code runs (a user frame on the stack) it can never be freed: a
+    leak. At the program's end (its globals going) it is the handle MPI
+    frees at Finalize: not one."""
+    entry = _handles.pop(key_id, None)
+    if entry is None or not _user_running():
+        return
+    kind, call, _ = entry
+    checks.record(checks.Finding(
+        "handle-leak", f"the {kind} made by {call.call.split(' (')[0]} was dropped without being freed",
+        "call Free on it when done (or keep it, and free it, for the rest of the program)", (call,)))
+
+
+def _user_running() -> bool:
+    frame = sys._getframe(2)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if not path.startswith(_INSIDE) and not _is_library(path) and not any(p in path for p in _NOT_USER):
+            return True
+        frame = frame.f_back
+    return False
 
 
 # -- buffers of nonblocking sends ------------------------------------------------------------
@@ -346,7 +383,6 @@ def at_end(rt) -> None:
         else:
             rt.engine.progress()  # a receive whose message has arrived is not pending
         _report_requests()
-        _report_handles()
     finally:
         _requests.clear()
         _handles.clear()
@@ -404,12 +440,3 @@ def _report_requests() -> None:
                 "complete every request: Wait, Waitall or a Test that returns True", (call,)))
 
 
-def _report_handles() -> None:
-    counts: dict = {}
-    for key, what, call in _handles.values():
-        if not getattr(key, "freed", False):
-            counts[call] = counts.get(call, 0) + 1
-    for call, n in counts.items():
-        made = f"{n} handles made by {call.call} were" if n > 1 else f"the handle made by {call.call} was"
-        checks.record(checks.Finding(
-            "handle-leak", f"{made} never freed", "call Free on it when done", (call,)))

@@ -129,7 +129,7 @@ class Op(IntegerHandles):
             raise RuntimeError("cannot create too many user-defined reduction operations")
         op = cls(_key="USER", _function=function, _commute=commute)
         _USER_OPS.add(op._id)
-        _misuse.handle_made(op._id, "op")
+        _misuse.handle_made(op._id, "op", op)
         return op
 
     def Free(self) -> None:

@@ -99,7 +99,7 @@ class DerivedCalls:
         datatype._id, datatype._name, datatype._key = object(), "", "DERIVED"
         datatype._dtype = None
         _MAPS[datatype._id] = tm
-        _misuse.handle_made(datatype._id, "datatype")
+        _misuse.handle_made(datatype._id, "datatype", datatype)
         return datatype
 
     def _alias(self):

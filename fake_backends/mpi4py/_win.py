@@ -125,9 +125,9 @@ def _make(comm, nbytes: int, disp_unit: int, info, flavor: int, private, call: s
     if flavor != FLAVOR_CREATE and info is not None and info and _info_items(info).get("alloc_shared_noncontig"):
         state.info["alloc_shared_noncontig"] = _info_items(info)["alloc_shared_noncontig"]
     state.rt.at_close.append(state.release)  # its shared memory goes at the run's end if not freed
-    _misuse.handle_made(state, "window")
     win = Win()
     win._state = state
+    _misuse.handle_made(state, "window", win)
     return win
 
 

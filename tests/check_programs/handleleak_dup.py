@@ -1,8 +1,14 @@
 # ranks: 2
 # checks: misuse
 # expect: handle-leak
-"""Each rank duplicates the world communicator and never frees the copy."""
+"""A function duplicates the world communicator for each call and drops the copy unfreed."""
 from mpi4py import MPI
 
-comm = MPI.COMM_WORLD.Dup()
-total = comm.allreduce(comm.rank)
+
+def total(value):
+    comm = MPI.COMM_WORLD.Dup()
+    return comm.allreduce(value)
+
+
+for step in range(3):
+    total(step)
