@@ -64,19 +64,21 @@ def user_site() -> tuple[str, int] | None:
     return None if found is None else found[:2]
 
 
-def _entry() -> tuple[str, int, str] | None:
-    """``(path, line, name)``: the user's line and the stand-in function it called."""
-    frame, name = sys._getframe(2), ""
+def _entry() -> tuple[str, int, str, object] | None:
+    """``(path, line, name, receiver)``: the user's line, and the stand-in
+    function it called with its ``self`` (or ``cls``)."""
+    frame, called = sys._getframe(2), None
     while frame is not None and frame.f_code.co_filename.startswith(_INSIDE):
         if not frame.f_code.co_filename.endswith(_WRAPPERS):
-            name = frame.f_code.co_name
+            called = frame
         frame = frame.f_back
-    if frame is None:
+    if frame is None or called is None:
         return None
     path = frame.f_code.co_filename
     if _is_library(path) or any(part in path for part in _NOT_USER):
         return None
-    return os.path.abspath(path), frame.f_lineno, name
+    receiver = called.f_locals.get("self", called.f_locals.get("cls"))
+    return os.path.abspath(path), frame.f_lineno, called.f_code.co_name, receiver
 
 
 def _call(what: str, site) -> checks.Call:
@@ -160,12 +162,29 @@ def handle_made(key, kind: str, handle=None) -> None:
     ``handle_given``)."""
     if watching("handle-leak"):
         found = _entry()
-        if found is not None and found[2] in MAKERS[kind]:
-            path, line, name = found
+        if found is not None and _makes(found[2], found[3], kind):
+            path, line, name, _ = found
             article = "an" if kind[0] in "aeiou" else "a"
             _handles[id(key)] = [kind, _call(f"{name} ({article} {kind})", (path, line)), None]
             if handle is not None:
                 handle_given(handle, key)
+
+
+#: The classes (by name) whose calls make each kind, for a call name several kinds share (Dup, Create).
+_CLASSES = {"communicator": "Comm", "group": "Group", "datatype": "Datatype", "window": "Win", "op": "Op",
+            "file": "File"}
+_SHARED = {name for kind in MAKERS for name in MAKERS[kind]
+           if sum(name in names for names in MAKERS.values()) > 1}
+
+
+def _makes(name: str, receiver, kind: str) -> bool:
+    """Whether the user's call ``name`` on ``receiver`` makes a handle of ``kind``."""
+    if name not in MAKERS[kind]:
+        return False
+    if name not in _SHARED:
+        return True
+    cls = receiver if isinstance(receiver, type) else type(receiver)
+    return any(c.__name__ == _CLASSES[kind] for c in cls.__mro__)
 
 
 def handle_given(handle, key) -> None:
@@ -195,10 +214,15 @@ def _lost(key_id: int, _ref) -> None:
 
 
 def _user_running() -> bool:
+    """Whether the program's own code runs: a user frame inside the
+    stand-in's caller, before any frame of simdist (which runs the program:
+    frames further out, a driver script or a test, are not the program's)."""
     frame = sys._getframe(2)
     while frame is not None:
         path = frame.f_code.co_filename
-        if not path.startswith(_INSIDE) and not _is_library(path) and not any(p in path for p in _NOT_USER):
+        if path.startswith(_INSIDE[1]):
+            return False
+        if not path.startswith(_INSIDE[0]) and not _is_library(path) and not any(p in path for p in _NOT_USER):
             return True
         frame = frame.f_back
     return False
