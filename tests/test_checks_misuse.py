@@ -24,7 +24,7 @@ def _run(tmp_path, source: str, size: int = 2, kinds: str = "misuse"):
     return outcome, found
 
 
-def test_a_truncating_receive_is_a_type_mismatch_naming_both_sides(tmp_path):
+def test_a_truncation_that_ends_the_program_names_both_sides(tmp_path):
     outcome, found = _run(tmp_path, """\
         from mpi4py import MPI
         import numpy as np
@@ -32,13 +32,30 @@ def test_a_truncating_receive_is_a_type_mismatch_naming_both_sides(tmp_path):
         if comm.rank == 0:
             comm.Send(np.arange(8.0), dest=1, tag=0)
         else:
+            comm.Recv(np.zeros(4), source=0, tag=0)
+        """)
+    assert found == [("type-mismatch", [(0, 5), (1, 7)])], outcome.error
+    assert "64 bytes" in outcome.findings[0].message and outcome.status == 1
+
+
+def test_a_truncation_the_program_handles_is_its_business(tmp_path):
+    """Open MPI raises ERR_TRUNCATE; a program that catches it (as a test of
+    error handling does) made no mistake."""
+    outcome, found = _run(tmp_path, """\
+        from mpi4py import MPI
+        import numpy as np
+        comm = MPI.COMM_WORLD
+        if comm.rank == 0:
+            comm.Send(np.arange(8.0), dest=1, tag=0)
+            comm.Send(np.arange(8, dtype=np.int32), dest=1, tag=1)
+        else:
             try:
                 comm.Recv(np.zeros(4), source=0, tag=0)
             except MPI.Exception as exc:
                 assert exc.Get_error_class() == MPI.ERR_TRUNCATE
+            comm.Recv(np.zeros(4), source=0, tag=1)
         """)
-    assert found == [("type-mismatch", [(0, 5), (1, 8)])], outcome.error
-    assert "64 bytes" in outcome.findings[0].message
+    assert found == [("type-mismatch", [(0, 6), (1, 12)])], outcome.error
 
 
 def test_reinterpreted_bytes_are_found_and_matching_signatures_are_not(tmp_path):

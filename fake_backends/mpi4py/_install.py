@@ -65,6 +65,8 @@ class _Installation:
             if ended_normally and not rt.finalized:
                 rt.engine.flush()
                 _misuse.at_end(rt)
+            elif not ended_normally:
+                _misuse.at_failure()
         finally:
             _runtime.current = None
             rt.close()

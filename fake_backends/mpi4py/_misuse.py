@@ -42,6 +42,8 @@ _NOT_USER = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.se
 
 _requests: dict[int, tuple] = {}  # id(request) -> (request, Call)
 _handles: dict[int, list] = {}  # id(what Free releases) -> [kind, Call, weak reference to the user's handle]
+_dropped: dict = {}  # Call -> how many of its handles were dropped unfreed
+_truncated: list = []  # truncation findings, reported if the program then fails (``at_failure``)
 _buffers: dict[int, tuple] = {}  # id(op) -> (op, view, digest, Call): send buffers a request owns
 
 
@@ -202,14 +204,20 @@ def handle_freed(key) -> None:
 def _lost(key_id: int, _ref) -> None:
     """The user's last reference to a handle not freed went away. While the
     user's code runs (a user frame on the stack) it can never be freed: a
-    leak. At the program's end (its globals going) it is the handle MPI
-    frees at Finalize: not one."""
+    leak, reported when the same line has leaked twice (a leak that grows:
+    a handle made in a loop or in a function called again and again). At
+    the program's end (its globals going) it is a handle MPI frees at
+    Finalize: not one."""
     entry = _handles.pop(key_id, None)
     if entry is None or not _user_running():
         return
     kind, call, _ = entry
+    _dropped[call] = _dropped.get(call, 0) + 1
+    if _dropped[call] < 2:  # once: a bounded leak, which MPI.Finalize frees
+        return
     checks.record(checks.Finding(
-        "handle-leak", f"the {kind} made by {call.call.split(' (')[0]} was dropped without being freed",
+        "handle-leak", f"the {kind}s made by {call.call.split(' (')[0]} are dropped without being freed, one after "
+                       "another: the leak grows with the run",
         "call Free on it when done (or keep it, and free it, for the rest of the program)", (call,)))
 
 
@@ -372,8 +380,8 @@ def matched(env, op) -> None:
         return
     sent = json.loads(bytes(env.note))
     calls = (_sender(env), check.call)
-    if env.nbytes > op.sink.size:
-        checks.record(checks.Finding(
+    if env.nbytes > op.sink.size:  # MPI raises ERR_TRUNCATE: a finding only if that ends the program
+        _truncated.append(checks.Finding(
             "type-mismatch", f"a message of {env.nbytes} bytes was received into a buffer of {op.sink.size} bytes "
                              "(MPI.ERR_TRUNCATE)",
             "receive with a count (and datatype) that holds the whole message, or send less", calls))
@@ -408,9 +416,19 @@ def at_end(rt) -> None:
             rt.engine.progress()  # a receive whose message has arrived is not pending
         _report_requests()
     finally:
-        _requests.clear()
-        _handles.clear()
-        _buffers.clear()
+        _forget()
+
+
+def at_failure() -> None:
+    """The rank's program failed: a truncation it did not handle was its error."""
+    for finding in _truncated:
+        checks.record(finding)
+    _forget()
+
+
+def _forget() -> None:
+    for books in (_requests, _handles, _buffers, _dropped, _truncated):
+        books.clear()
 
 
 def _drain(rt) -> bool:
@@ -440,7 +458,9 @@ def _report_unreceived(rt) -> None:
         return
     me = rt.world.rank
     for env in rt.engine._unexpected:
-        sender = _sender(env) if env.note is not None else checks.Call(env.world, f"a send (tag={env.tag})")
+        if env.note is None:  # the stand-in's own messages (RMA, collectives), not the user's sends
+            continue
+        sender = _sender(env)
         checks.record(checks.Finding(
             "unreceived", f"a message of {env.nbytes} bytes from rank {env.world} to rank {me} "
                           f"(tag={env.tag}) was never received",
