@@ -21,7 +21,6 @@ library's business, as under MPI, where it is freed at Finalize.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import sys
@@ -53,9 +52,8 @@ def watching(kind: str) -> bool:
 
 
 def _rank() -> int:
-    from . import _runtime
-
-    rt = _runtime.current
+    runtime = sys.modules[__package__ + "._runtime"]  # imported by then (it imports this module's users)
+    rt = runtime.current
     return rt.world.rank if rt is not None and rt.world is not None else -1
 
 
@@ -77,10 +75,16 @@ def _entry() -> tuple[str, int, str, object] | None:
     if frame is None or called is None:
         return None
     path = frame.f_code.co_filename
-    if _is_library(path) or any(part in path for part in _NOT_USER):
+    if not _is_users(path):
         return None
     receiver = called.f_locals.get("self", called.f_locals.get("cls"))
     return os.path.abspath(path), frame.f_lineno, called.f_code.co_name, receiver
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_users(path: str) -> bool:
+    """Whether code in ``path`` is the user's (a file of the program, not a library's)."""
+    return not _is_library(path) and not any(part in path for part in _NOT_USER)
 
 
 def _call(what: str, site) -> checks.Call:
@@ -230,15 +234,27 @@ def _user_running() -> bool:
         path = frame.f_code.co_filename
         if path.startswith(_INSIDE[1]):
             return False
-        if not path.startswith(_INSIDE[0]) and not _is_library(path) and not any(p in path for p in _NOT_USER):
+        if not path.startswith(_INSIDE[0]) and _is_users(path):
             return True
         frame = frame.f_back
     return False
 
 
 # -- buffers of nonblocking sends ------------------------------------------------------------
-def _digest(view) -> bytes:
-    return hashlib.blake2b(view, digest_size=16).digest()
+class _Snapshot:
+    """The bytes of a buffer as they were (a copy: comparing is faster than hashing)."""
+
+    __slots__ = ("copy",)
+
+    def __init__(self, view):
+        self.copy = view.copy()
+
+    def __eq__(self, other) -> bool:
+        return np.array_equal(self.copy, other.copy)
+
+
+def _digest(view) -> _Snapshot:
+    return _Snapshot(view)
 
 
 def send_posted(op, view, call: str, desc: str) -> None:
@@ -310,16 +326,26 @@ def signature(datatype, nbytes: int) -> list | None:
     MPI.PACKED), which match anything."""
     if datatype is None or getattr(datatype, "_key", "") in ("BYTE", "PACKED"):
         return None
+    found = _signatures.get(datatype._id)
+    if found is None:
+        found = _signatures[datatype._id] = _basics(datatype)
+    basics, size = found
+    if not basics or size == 0:
+        return None
+    return [*basics, nbytes // size]
+
+
+_signatures: dict = {}  # a datatype's handle -> (its basic types, its size)
+
+
+def _basics(datatype) -> tuple[list, int]:
     try:
         tm = datatype._typemap("Recv")
         from ._derived import BASIC
 
-        basics = [_basic_name(BASIC[int(c)]) for c in tm.codes]
+        return [_basic_name(BASIC[int(c)]) for c in tm.codes], tm.size
     except Exception:  # noqa: BLE001 - a datatype without a type map: nothing to compare
-        return None
-    if not basics or tm.size == 0:
-        return None
-    return [*basics, nbytes // tm.size]
+        return [], 0
 
 
 def _basic_name(datatype) -> str:
@@ -427,7 +453,7 @@ def at_failure() -> None:
 
 
 def _forget() -> None:
-    for books in (_requests, _handles, _buffers, _dropped, _truncated):
+    for books in (_requests, _handles, _buffers, _dropped, _truncated, _signatures):
         books.clear()
 
 
