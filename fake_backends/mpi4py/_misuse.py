@@ -194,10 +194,16 @@ def _makes(name: str, receiver, kind: str) -> bool:
 
 
 def handle_given(handle, key) -> None:
-    """``handle`` is the user's object for ``key``: losing it unfreed is a leak."""
+    """``handle`` is the user's object for ``key``: losing it unfreed is a
+    leak. The stand-in may wrap a new communicator more than once in the
+    call that makes it (Sub: a Split, then a Cartcomm); the last object
+    made in that call is the user's."""
     entry = _handles.get(id(key)) if _handles else None
-    if entry is not None and entry[2] is None:
-        entry[2] = weakref.ref(handle, functools.partial(_lost, id(key)))
+    if entry is None:
+        return
+    if entry[2] is not None and user_site() != (entry[1].path, entry[1].line):
+        return
+    entry[2] = weakref.ref(handle, functools.partial(_lost, id(key)))
 
 
 def handle_freed(key) -> None:
@@ -205,15 +211,18 @@ def handle_freed(key) -> None:
         _handles.pop(id(key), None)
 
 
-def _lost(key_id: int, _ref) -> None:
+def _lost(key_id: int, ref) -> None:
     """The user's last reference to a handle not freed went away. While the
     user's code runs (a user frame on the stack) it can never be freed: a
     leak, reported when the same line has leaked twice (a leak that grows:
     a handle made in a loop or in a function called again and again). At
     the program's end (its globals going) it is a handle MPI frees at
     Finalize: not one."""
-    entry = _handles.pop(key_id, None)
-    if entry is None or not _user_running():
+    entry = _handles.get(key_id)
+    if entry is None or entry[2] is not ref:  # freed, or an object the stand-in replaced
+        return
+    del _handles[key_id]
+    if not _user_running():
         return
     kind, call, _ = entry
     _dropped[call] = _dropped.get(call, 0) + 1
