@@ -231,7 +231,7 @@ def _lost(key_id: int, ref) -> None:
     checks.record(checks.Finding(
         "handle-leak", f"the {kind}s made by {call.call.split(' (')[0]} are dropped without being freed, one after "
                        "another: the leak grows with the run",
-        "call Free on it when done (or keep it, and free it, for the rest of the program)", (call,)))
+        "Free each one when done (or make one, keep it and reuse it)", (call,)))
 
 
 def _user_running() -> bool:
