@@ -24,6 +24,7 @@ import functools
 import json
 import os
 import sys
+import time
 import weakref
 
 from simdist import checks
@@ -466,26 +467,47 @@ def _forget() -> None:
         books.clear()
 
 
+#: How long a rank's end waits for the other ranks' end markers (seconds).
+#: A peer that never ends (blocked for ever on this rank) must not hang the
+#: end: after this the rank ends as it would without the check, and what
+#: arrives later is not seen.
+DRAIN_SECONDS = 5.0
+
+
 def _drain(rt) -> bool:
     """Take every message sent to this rank: each rank sends every other an
-    end marker after its last message and waits for everyone's. False when
-    a peer failed or ended without one (then nothing is reported)."""
+    end marker after its last message and takes what arrives until it has
+    everyone's (polling, for at most ``DRAIN_SECONDS``). False when a peer
+    failed or the markers did not all come (then nothing is reported)."""
     engine, me, size = rt.engine, rt.world.rank, rt.world.size
     empty = np.empty(0, np.uint8)
     for dest in range(size):
         if dest != me:
             engine.send(dest, FIN_CTX, me, 0, empty, 0, False)
-
-    def everyone() -> bool:
-        return sum(1 for env in engine._unexpected if env.ctx == FIN_CTX) >= size - 1
-
+    deadline = time.monotonic() + DRAIN_SECONDS
     try:
-        engine.wait_until(everyone, "MPI_Finalize (checking for unreceived messages)")
-    except SimdistError:
+        while True:
+            engine.progress()
+            if sum(1 for env in engine._unexpected if env.ctx == FIN_CTX) >= size - 1:
+                return True
+            if time.monotonic() > deadline or _a_peer_failed(rt.world.transport, me):
+                return False
+            time.sleep(0.002)
+    except SimdistError:  # a peer failed: the run is ending anyway
         return False
     finally:
         engine._unexpected[:] = [env for env in engine._unexpected if env.ctx != FIN_CTX]
-    return True
+
+
+def _a_peer_failed(transport, me: int) -> bool:
+    """Whether another rank of the run has failed (its markers will never come)."""
+    arena = getattr(getattr(transport, "_mail", None), "_arena", None)
+    if arena is None:
+        return False
+    from simdist.sim._layout import FAILED, S_STATE
+
+    return any(arena.q[arena.layout.status_word(rank, S_STATE)] == FAILED
+               for rank in range(transport.world_size) if rank != me)
 
 
 def _report_unreceived(rt) -> None:
