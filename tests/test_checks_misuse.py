@@ -159,6 +159,7 @@ def test_handles_dropped_in_a_loop_leak_and_one_dropped_once_or_kept_to_the_end_
         kept = world.Dup()
         for step in range(3):
             group = world.Get_group()
+            MPI.Datatype.Create_f90_real(6, 30)  # a predefined datatype: never freed
         kept.Barrier()
         def once():
             return world.Split(0, world.rank).Get_size()  # dropped once: a bounded leak

@@ -155,8 +155,7 @@ MAKERS = {
               "Intersect", "Difference", "Dup", "Create_from_session_pset", "Get_group_of"},
     "datatype": {"Dup", "Create_dup", "Create_contiguous", "Create_vector", "Create_hvector", "Create_indexed",
                  "Create_hindexed", "Create_indexed_block", "Create_hindexed_block", "Create_struct",
-                 "Create_subarray", "Create_darray", "Create_resized", "Create_f90_integer", "Create_f90_real",
-                 "Create_f90_complex", "Get_contents", "Match_size", "Create_keyval"},
+                 "Create_subarray", "Create_darray", "Create_resized", "Get_contents"},  # not Create_f90_*: predefined
     "window": {"Create", "Allocate", "Allocate_shared", "Create_dynamic"},
     "op": {"Create"},
     "file": {"Open"},
