@@ -166,3 +166,26 @@ def test_handles_dropped_in_a_loop_leak_and_one_dropped_once_or_kept_to_the_end_
         once()
         """, kinds="handle-leak")
     assert found == [("handle-leak", [(0, 5)]), ("handle-leak", [(1, 5)])], outcome.error
+
+
+def test_a_handle_or_request_a_library_makes_is_not_the_programs(tmp_path):
+    """An installed package's handles and requests are its own business."""
+    library = tmp_path / "site-packages"
+    library.mkdir()
+    (library / "helperlib.py").write_text(textwrap.dedent("""\
+        from mpi4py import MPI
+        def total(value):
+            MPI.COMM_WORLD.Isend(b"x", dest=MPI.COMM_WORLD.rank, tag=9).Free()
+            MPI.COMM_WORLD.Recv(bytearray(1), source=MPI.COMM_WORLD.rank, tag=9)
+            return MPI.COMM_WORLD.Dup().allreduce(value)
+        """))
+    outcome, found = _run(tmp_path, f"""\
+        import sys
+        sys.path.insert(0, {str(library)!r})
+        import helperlib
+        from mpi4py import MPI
+        for step in range(3):
+            helperlib.total(step)
+            MPI.COMM_WORLD.Dup().Barrier()
+        """)
+    assert found == [("handle-leak", [(0, 7)]), ("handle-leak", [(1, 7)])], outcome.error
