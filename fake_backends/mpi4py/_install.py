@@ -50,6 +50,7 @@ class _Installation:
         package = sys.modules[__package__]
         self.saved = {name: sys.modules.pop(name) for name in _mpi4py_names()}
         self.rt = _runtime.current = _runtime.Runtime(comm)
+        _misuse.start()
         _comm.COMM_WORLD._state = _comm.world_state(self.rt)
         _comm.COMM_SELF._state = _comm.self_state(self.rt)
         rc.__init__()

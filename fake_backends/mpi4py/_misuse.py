@@ -40,11 +40,20 @@ _INSIDE = (os.path.dirname(os.path.abspath(__file__)) + os.sep,  # the stand-in 
 _WRAPPERS = "_errhandlers.py"  # the error handlers' wrapper of every call (not the call's name)
 _NOT_USER = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
 
+#: Whether any of these checks is on in this installation (``start``): every
+#: hook returns at once when not, so a run without them costs a call per hook.
+ON = False
 _requests: dict[int, tuple] = {}  # id(request) -> (request, Call)
 _handles: dict[int, list] = {}  # id(what Free releases) -> [kind, Call, weak reference to the user's handle]
 _dropped: dict = {}  # Call -> how many of its handles were dropped unfreed
 _truncated: list = []  # truncation findings, reported if the program then fails (``at_failure``)
 _buffers: dict[int, tuple] = {}  # id(op) -> (op, view, digest, Call): send buffers a request owns
+
+
+def start() -> None:
+    """The stand-in is installed: note whether any of these checks is on."""
+    global ON
+    ON = any(checks.enabled(kind) for kind in KINDS)
 
 
 def watching(kind: str) -> bool:
@@ -104,6 +113,8 @@ def made(request, call: str, desc: str):
     """``request``, which the stand-in's ``call`` made; tracked when the call
     is a nonblocking one from the user's code (keyed by its operation: a
     copy of the request completes it too)."""
+    if not ON:
+        return request
     if _nonblocking(call) and (watching("request-leak") or watching("finalize-pending")) and request._op is not None:
         site = user_site()
         if site is not None:
@@ -113,6 +124,8 @@ def made(request, call: str, desc: str):
 
 def paired(request, *parts):
     """A Sendrecv's request, made of ``parts``: tracked as the receive was."""
+    if not ON:
+        return request
     entries = [_requests.pop(id(part._op), None) for part in parts] if _requests else ()
     entry = next((e for e in entries if e is not None), None)
     if entry is not None:
@@ -122,6 +135,8 @@ def paired(request, *parts):
 
 def persistent_made(request, desc: str):
     """A persistent request (Send_init, ...): it must be freed."""
+    if not ON:
+        return request
     if watching("request-leak") or watching("finalize-pending"):
         site = user_site()
         if site is not None:
@@ -136,6 +151,8 @@ def persistent_freed(request) -> None:
 
 def completed(op) -> None:
     """A request's operation completed (Wait, a true Test, Free)."""
+    if not ON:
+        return
     if _requests:
         _requests.pop(id(op), None)
     if _buffers:
@@ -169,6 +186,8 @@ def handle_made(key, kind: str, handle=None) -> None:
     """A handle of ``kind`` (a key of ``MAKERS``) the user made; ``key`` is
     what its Free releases, ``handle`` the object the user holds (or later
     ``handle_given``)."""
+    if not ON:
+        return
     if watching("handle-leak"):
         found = _entry()
         if found is not None and _makes(found[2], found[3], kind):
@@ -261,6 +280,8 @@ def _digest(view) -> bytes:
 def send_posted(op, view, call: str, desc: str) -> None:
     """A nonblocking send owns ``view`` (uint8, the user's memory) until its
     request completes: remember its digest."""
+    if not ON:
+        return
     if (_nonblocking(call) or call.endswith("_init")) and watching("buffer-in-use") and view.size:
         site = user_site()
         if site is not None:
@@ -311,6 +332,8 @@ class RecvCheck:
 def recv_check(spec, what: str) -> RecvCheck | None:
     """The checks' record of a receive into ``spec`` (None: no check on, a
     pickle, or not the user's call)."""
+    if not ON:
+        return None
     if spec is None or not (watching("type-mismatch") or watching("buffer-in-use")):
         return None
     site = user_site()
@@ -377,6 +400,8 @@ _send_spec = None  # the parsed buffer of the send being prepared (``note``)
 
 def sending(spec) -> None:
     """The buffer of the send being prepared (its datatype goes in the note)."""
+    if not ON:
+        return
     global _send_spec
     if watching("type-mismatch"):
         _send_spec = spec
@@ -385,6 +410,8 @@ def sending(spec) -> None:
 def note(what: str, nbytes: int) -> np.ndarray | None:
     """What a message carries for the checks (None when they are off): the
     sender's call and line, and its type signature."""
+    if not ON:
+        return None
     global _send_spec
     spec, _send_spec = _send_spec, None
     if not (watching("type-mismatch") or watching("unreceived")):
@@ -434,7 +461,7 @@ FIN_CTX = -(1 << 62)  # the context of the end marker each rank sends every othe
 def at_end(rt) -> None:
     """The rank's program ends (MPI.Finalize, or the end of its script):
     report what is left, then forget it."""
-    if not any(watching(kind) for kind in KINDS):
+    if not ON:
         return
     try:
         if watching("unreceived"):
@@ -454,6 +481,8 @@ def at_failure() -> None:
 
 
 def _forget() -> None:
+    global ON
+    ON = False
     for books in (_requests, _handles, _buffers, _dropped, _truncated, _signatures):
         books.clear()
 
