@@ -1,12 +1,23 @@
-"""Misuse checks of the stand-in (``simdist run --check``): requests and
-handles never completed or freed, messages never received, Finalize with
-work pending, send and receive datatypes that do not match, and buffers
-written while a nonblocking call owns them.
+"""Misuse checks of the stand-in (``simdist run --check``): type-mismatch,
+buffer-in-use, request-leak, handle-leak, unreceived, finalize-pending.
 
-Bookkeeping happens only when one of these checks is on (``watching``):
-the stand-in's modules call the hooks below where a request or handle is
-made, completed or freed, and ``at_end`` reports what is left when the
-rank's program ends (MPI.Finalize, or the end of its script).
+The stand-in's modules call the hooks below where a request or handle is
+made, completed or freed, where a message is sent and matched; each hook
+returns at once unless one of these checks is on (``ON``, set by ``start``
+when the stand-in is installed). ``at_end`` reports what is left when the
+rank's program ends normally (MPI.Finalize, or the end of its script),
+``at_failure`` when it fails.
+
+* A message of the buffer API carries a *note* after its payload (header
+  word 7 is its size, see ``_p2p``): the sender's call, line and type
+  signature. The receive compares signatures when it matches the message;
+  ``unreceived`` names the sender from it.
+* ``unreceived`` must see every message sent to the rank: each rank's end
+  sends every other rank an end marker after its last message, and takes
+  what arrives until it has all of them (``_drain``, bounded in time).
+* A handle leaks when the user's last reference to it goes (a weak
+  reference's callback) while the user's code runs, unfreed, for the second
+  time from one line; handles kept to the end are MPI.Finalize's to free.
 
 What counts as the user's
 -------------------------
@@ -27,9 +38,9 @@ import sys
 import time
 import weakref
 
-from simdist import checks
 import numpy as np
 
+from simdist import checks
 from simdist._errors import SimdistError
 from simdist._frames import _is_library, caller_site
 
@@ -43,7 +54,7 @@ _NOT_USER = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.se
 #: Whether any of these checks is on in this installation (``start``): every
 #: hook returns at once when not, so a run without them costs a call per hook.
 ON = False
-_requests: dict[int, tuple] = {}  # id(request) -> (request, Call)
+_requests: dict[int, tuple] = {}  # id(operation, or persistent handle) -> (operation, Prequest or None, Call)
 _handles: dict[int, list] = {}  # id(what Free releases) -> [kind, Call, weak reference to the user's handle]
 _dropped: dict = {}  # Call -> how many of its handles were dropped unfreed
 _truncated: list = []  # truncation findings, reported if the program then fails (``at_failure``)
@@ -175,7 +186,7 @@ MAKERS = {
               "Intersect", "Difference", "Dup", "Create_from_session_pset", "Get_group_of"},
     "datatype": {"Dup", "Create_dup", "Create_contiguous", "Create_vector", "Create_hvector", "Create_indexed",
                  "Create_hindexed", "Create_indexed_block", "Create_hindexed_block", "Create_struct",
-                 "Create_subarray", "Create_darray", "Create_resized", "Get_contents"},  # not Create_f90_*: predefined
+                 "Create_subarray", "Create_darray", "Create_resized"},  # not Create_f90_*: predefined
     "window": {"Create", "Allocate", "Allocate_shared", "Create_dynamic"},
     "op": {"Create"},
     "file": {"Open"},
