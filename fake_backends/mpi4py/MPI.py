@@ -147,6 +147,9 @@ def Finalize() -> None:
     rt = _runtime_get()
     if not rt.finalized:
         rt.engine.flush()
+        from ._misuse import at_end
+
+        at_end(rt)  # what --check finds left at Finalize
         rt.finalized = True
 
 

@@ -20,7 +20,7 @@ from simdist._arguments import check_op
 
 from . import _runtime
 from ._collectives import BufferCollectives
-from . import _commctx, _errhandlers
+from . import _commctx, _errhandlers, _misuse
 from ._errors import ERR_ARG, ERR_COMM, ERR_KEYVAL, ERR_OTHER, Exception as MPIException, MPIAbort
 from ._attributes import AttributeCalls, copy_attributes, delete_attributes
 from ._errors import earlier_run, last_used_code
@@ -111,6 +111,8 @@ class _State:
         self.commctx = None  # MPI._commctx_intra's private duplicate (``_commctx``)
         self.coll_seq = 0  # collectives called so far (``_nbschedule``)
         rt.states.append(self)
+        if not predefined:
+            _misuse.handle_made(self, "communicator")
 
     @property
     def errhandler(self):
@@ -183,6 +185,7 @@ class Comm(FreeableHandles, IntegerHandles, GroupCalls, PointToPoint, BufferColl
     def _new(self, st: _State, cls=None) -> "Intracomm":
         comm = (cls or Intracomm)()
         comm._state = st
+        _misuse.handle_given(comm, st)
         return comm
 
     # -- size and rank ------------------------------------------------------------------
@@ -362,6 +365,7 @@ class Comm(FreeableHandles, IntegerHandles, GroupCalls, PointToPoint, BufferColl
         _commctx.free(st)
         st.sc.free()
         st.freed = True
+        _misuse.handle_freed(st)
 
     free = Free
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copyreg
 
-from . import _runtime
+from . import _misuse, _runtime
 from ._errors import ERR_ARG, ERR_GROUP, ERR_RANK, ERR_TAG, Exception as MPIException
 from ._groupcomm import create_group
 from ._handles import IntegerHandles, predefined
@@ -60,6 +60,7 @@ class Group(IntegerHandles):
     def _of(cls, members: _Members) -> "Group":
         group = cls()
         group._members = members
+        _misuse.handle_made(group, "group", group)
         return group
 
     @classmethod
@@ -189,6 +190,7 @@ class Group(IntegerHandles):
         self._ranks("Free")
         if self is not predefined("GROUP_EMPTY"):
             self._members = None
+            _misuse.handle_freed(self)
 
     free = Free
 

@@ -30,7 +30,7 @@ import sys
 
 from simdist._errors import SimdistError
 
-from . import MPI, _comm, _runtime, _thread_refusals
+from . import MPI, _comm, _misuse, _runtime, _thread_refusals
 
 
 def _mpi4py_names() -> list:
@@ -50,6 +50,7 @@ class _Installation:
         package = sys.modules[__package__]
         self.saved = {name: sys.modules.pop(name) for name in _mpi4py_names()}
         self.rt = _runtime.current = _runtime.Runtime(comm)
+        _misuse.start()
         _comm.COMM_WORLD._state = _comm.world_state(self.rt)
         _comm.COMM_SELF._state = _comm.self_state(self.rt)
         rc.__init__()
@@ -65,6 +66,9 @@ class _Installation:
         try:
             if ended_normally and not rt.finalized:
                 rt.engine.flush()
+                _misuse.at_end(rt)
+            elif not ended_normally:
+                _misuse.at_failure()
         finally:
             _thread_refusals.disarm()
             _runtime.current = None

@@ -25,6 +25,7 @@ import numpy as np
 from simdist._arguments import DTYPE_CODE, check_op
 from simdist._reduction import fold
 
+from . import _misuse
 from ._errors import ERR_OP, Exception as MPIException
 from ._handles import IntegerHandles
 
@@ -128,6 +129,7 @@ class Op(IntegerHandles):
             raise RuntimeError("cannot create too many user-defined reduction operations")
         op = cls(_key="USER", _function=function, _commute=commute)
         _USER_OPS.add(op._id)
+        _misuse.handle_made(op._id, "op", op)
         return op
 
     def Free(self) -> None:
@@ -136,6 +138,7 @@ class Op(IntegerHandles):
         if self._function is None:
             raise MPIException(ERR_OP, f"Op.Free of MPI.{self._key}, a predefined op")
         _USER_OPS.discard(self._id)
+        _misuse.handle_freed(self._id)
         self.__init__()
 
     def free(self) -> None:

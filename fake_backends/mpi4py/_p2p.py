@@ -100,6 +100,7 @@ import numpy as np
 
 from simdist._errors import CollectiveMismatch
 
+from . import _misuse
 from ._errors import ERR_TRUNCATE, Exception as MPIException, earlier_run
 from ._waits import NO_PEER, release_sends, state_wait
 
@@ -130,11 +131,12 @@ class Envelope:
     """A message that arrived and is not yet matched: EAGER (``payload``
     set) or RTS (``msg_id`` set, the data still at the sender)."""
 
-    __slots__ = ("ctx", "source", "tag", "nbytes", "flags", "world", "payload", "msg_id")
+    __slots__ = ("ctx", "source", "tag", "nbytes", "flags", "world", "payload", "msg_id", "note")
 
-    def __init__(self, ctx, source, tag, nbytes, flags, world, payload, msg_id):
+    def __init__(self, ctx, source, tag, nbytes, flags, world, payload, msg_id, note=None):
         self.ctx, self.source, self.tag, self.nbytes = ctx, source, tag, nbytes
         self.flags, self.world, self.payload, self.msg_id = flags, world, payload, msg_id
+        self.note = note  # what the sender's checks sent along (``_misuse.note``), or None
 
 
 class SendOp:
@@ -163,11 +165,12 @@ class RecvOp:
     are in the sink (a derived datatype's sink is packed)."""
 
     __slots__ = ("done", "ctx", "source", "tag", "sink", "pickled", "status", "data", "buf", "received",
-                 "error", "cancelled", "desc", "unpack", "peer")
+                 "error", "cancelled", "desc", "unpack", "peer", "check")
 
-    def __init__(self, ctx, source, tag, sink, desc, unpack=None, peer=None):
+    def __init__(self, ctx, source, tag, sink, desc, unpack=None, peer=None, check=None):
         self.unpack = unpack
         self.peer = peer  # the world rank of the source (None: any, until matched)
+        self.check = check  # the misuse checks' record of the receive (``_misuse.RecvCheck``), or None
         self.done = False
         self.ctx, self.source, self.tag = ctx, source, tag
         self.sink = sink
@@ -197,6 +200,8 @@ class RecvOp:
                 )
             if not in_place:
                 self.sink[:n] = data[:n]
+            if self.check is not None:
+                self.check.stored(self.sink, n)
             if self.unpack is not None:
                 self.unpack(n)
         self.done = True
@@ -281,28 +286,31 @@ class Engine:
 
     # -- posting --------------------------------------------------------------------
     def send(self, dest: int, ctx: int, source: int, tag: int, data: np.ndarray, flags: int, sync: bool,
-             desc=None, checked: bool = False) -> SendOp:
+             desc=None, checked: bool = False, note=None) -> SendOp:
         """Start sending ``data`` (uint8) to world rank ``dest``; never waits.
         ``checked``: a standard send that ``sync`` makes synchronous only for
-        the buffering check (``release``)."""
+        the buffering check (``release``). ``note`` (uint8, the checks')
+        follows the payload; header word 7 is its size."""
         op = SendOp(dest, desc, checked and sync)
         n = data.size
+        noted = 0 if note is None else note.size
         if n <= self.eager_limit and not sync:
-            self._post(dest, _record(EAGER, ctx, source, tag, n, flags, payload=data))
+            payload = data if note is None else np.concatenate([data, note])
+            self._post(dest, _record(EAGER, ctx, source, tag, n, flags, 0, noted, payload=payload))
             op.done = True
             return op
         self._next_id += 1
         op.msg_id = self._next_id
         op.data = data
         self._awaiting_cts[op.msg_id] = op
-        self._post(dest, _record(RTS, ctx, source, tag, n, flags, op.msg_id))
+        self._post(dest, _record(RTS, ctx, source, tag, n, flags, op.msg_id, noted, payload=note))
         return op
 
     def recv(self, ctx: int, source: int, tag: int, sink: np.ndarray | None, desc=None, unpack=None,
-             peer: int | None = None) -> RecvOp:
+             peer: int | None = None, check=None) -> RecvOp:
         """Post a receive; it matches the earliest arrived envelope that fits.
         ``peer``: the world rank of ``source`` (None for ANY_SOURCE)."""
-        op = RecvOp(ctx, source, tag, sink, desc, unpack, peer)
+        op = RecvOp(ctx, source, tag, sink, desc, unpack, peer, check)
         for i, env in enumerate(self._unexpected):
             if op.matches(env):
                 del self._unexpected[i]
@@ -311,9 +319,9 @@ class Engine:
         self._posted.append(op)
         return op
 
-    def recv_matched(self, env: Envelope, sink: np.ndarray | None, desc=None, unpack=None) -> RecvOp:
+    def recv_matched(self, env: Envelope, sink: np.ndarray | None, desc=None, unpack=None, check=None) -> RecvOp:
         """Receive the envelope a matched probe took (Mprobe)."""
-        op = RecvOp(env.ctx, env.source, env.tag, sink, desc, unpack)
+        op = RecvOp(env.ctx, env.source, env.tag, sink, desc, unpack, check)
         self._match(env, op)
         return op
 
@@ -465,9 +473,10 @@ class Engine:
         if src != self._me:
             self._take(src, rec.size)
         if kind == EAGER or kind == RTS:
-            ctx, source, tag, nbytes, flags, msg_id = (int(v) for v in head[1:7])
-            payload = rec[HEADER:] if kind == EAGER else None
-            self._arrive(Envelope(ctx, source, tag, nbytes, flags, src, payload, msg_id))
+            ctx, source, tag, nbytes, flags, msg_id, noted = (int(v) for v in head[1:8])
+            payload = rec[HEADER:HEADER + nbytes] if kind == EAGER else None
+            note = rec[rec.size - noted:] if noted else None
+            self._arrive(Envelope(ctx, source, tag, nbytes, flags, src, payload, msg_id, note))
         elif kind == CTS:
             op = self._awaiting_cts.pop(int(head[1]))
             if op.data.size == 0:  # an empty synchronous send: matched is all it waited for
@@ -513,6 +522,8 @@ class Engine:
         op.status = (env.source, env.tag, env.nbytes)
         op.peer = env.world
         op.pickled = bool(env.flags & 1)
+        if op.check is not None:
+            _misuse.matched(env, op)
         if env.payload is not None:
             op._finish(env.payload)
             return

@@ -24,6 +24,7 @@ import numpy as np
 
 from simdist import checks as _checks
 
+from . import _misuse
 from ._buffered import check_space, need
 from ._buffers import parse, receive_into
 from ._errors import ERR_RANK, ERR_TAG, Exception as MPIException
@@ -53,7 +54,9 @@ def _names(source: int, tag: int) -> str:
 
 def buffer_data(buf, what: str = "buf"):
     """The bytes of a send buffer (a view: read when the message goes)."""
-    return parse(buf, writable=False, what=what).raw, 0
+    spec = parse(buf, writable=False, what=what)
+    _misuse.sending(spec)
+    return spec.raw, 0
 
 
 def pickled_data(obj):
@@ -97,7 +100,8 @@ class PointToPoint:
             return None
         dest = self._peer(st, dest, call, "dest", False)
         data, flags = data_of()
-        return st, st.members[dest], tag, data, flags, f"{call}(dest={dest}, tag={tag}) on {st.name}"
+        desc = f"{call}(dest={dest}, tag={tag}) on {st.name}"
+        return st, st.members[dest], tag, data, flags, desc, _misuse.note(desc, data.size)
 
     def _prepare_send(self, data_of, dest, tag, sync: bool, call: str):
         """Check a send and build its bytes; return ``post()``, which starts
@@ -106,10 +110,15 @@ class PointToPoint:
         if checked is None:
             engine = self._st().engine
             return lambda: Request._of(engine, sent())
-        st, world_dest, tag, data, flags, desc = checked
+        st, world_dest, tag, data, flags, desc, note = checked
         checked = not sync and _checks.enabled("buffering")  # a standard send may not rely on MPI buffering it
-        return lambda: Request._of(st.engine, st.engine.send(world_dest, st.ctx, st.rank, tag, data, flags,
-                                                             sync or checked, desc, checked))
+
+        def post():
+            op = st.engine.send(world_dest, st.ctx, st.rank, tag, data, flags, sync or checked, desc, checked, note)
+            _misuse.send_posted(op, data, call, desc)
+            return _misuse.made(Request._of(st.engine, op), call, desc)
+
+        return post
 
     def _prepare_bsend(self, data_of, dest, tag, call: str):
         """The same for a buffered send (``_buffered``), and the bytes of
@@ -120,13 +129,15 @@ class PointToPoint:
         engine = self._st().engine
         if checked is None:
             return (lambda: Request._of(engine, sent())), 0
-        st, world_dest, tag, data, flags, desc = checked
+        st, world_dest, tag, data, flags, desc, note = checked
         nbytes = need(data.size)
 
         def post():
             attached = check_space(engine, nbytes, call)
-            attached.hold(engine.send(world_dest, st.ctx, st.rank, tag, data.copy(), flags, False, desc), nbytes)
-            return Request._of(engine, sent())
+            attached.hold(engine.send(world_dest, st.ctx, st.rank, tag, data.copy(), flags, False, desc, note=note), nbytes)
+            done = sent()
+            _misuse.send_posted(done, data, call, desc)
+            return _misuse.made(Request._of(engine, done), call, desc)
 
         return post, nbytes
 
@@ -137,10 +148,13 @@ class PointToPoint:
         if source == PROC_NULL:
             return lambda: Request._of(st.engine, DONE)
         source = self._peer(st, source, call, "source", True)
-        sink, unpack = receive_into(sink_of())
+        spec = sink_of()
+        sink, unpack = receive_into(spec)
         desc = f"{call}({_names(source, tag)}) on {st.name}"
         peer = None if source == ANY_SOURCE else st.members[source]
-        return lambda: Request._of(st.engine, st.engine.recv(st.ctx, source, tag, sink, desc, unpack, peer))
+        check = _misuse.recv_check(spec, desc)
+        return lambda: _misuse.made(Request._of(st.engine, st.engine.recv(st.ctx, source, tag, sink, desc, unpack,
+                                                                          peer, check)), call, desc)
 
     @staticmethod
     def _sink(buf, what: str = "buf"):
@@ -176,7 +190,7 @@ class PointToPoint:
         request for both."""
         recv = post_recv()
         send = post_send()
-        return Request._of(recv._engine or send._engine, PairOp(send._op, recv._op))
+        return _misuse.paired(Request._of(recv._engine or send._engine, PairOp(send._op, recv._op)), send, recv)
 
     def _sendrecv(self, sendbuf, dest, sendtag, recvbuf, source, recvtag, call: str) -> Request:
         post_recv = self._prepare_recv(self._sink(recvbuf, "recvbuf"), source, recvtag, call)
@@ -210,12 +224,14 @@ class PointToPoint:
     def Send_init(self, buf, dest: int, tag: int = 0) -> Prequest:
         """A persistent send: checked now, sent (the buffer's contents at
         that time) at each ``Start``."""
-        return Prequest(_start=self._persistent_send(buf, dest, tag, False, "Send_init"))
+        return _misuse.persistent_made(Prequest(_start=self._persistent_send(buf, dest, tag, False, "Send_init")),
+                                       f"Send_init(dest={dest}, tag={tag})")
 
     Rsend_init = Send_init
 
     def Ssend_init(self, buf, dest: int, tag: int = 0) -> Prequest:
-        return Prequest(_start=self._persistent_send(buf, dest, tag, True, "Ssend_init"))
+        return _misuse.persistent_made(Prequest(_start=self._persistent_send(buf, dest, tag, True, "Ssend_init")),
+                                       f"Ssend_init(dest={dest}, tag={tag})")
 
     def _persistent_send(self, buf, dest, tag, sync: bool, call: str):
         """The ``post()`` of a persistent send, checked now. A derived
@@ -230,7 +246,8 @@ class PointToPoint:
         return lambda: prepare()()
 
     def Recv_init(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Prequest:
-        return Prequest(_start=self._prepare_recv(self._sink(buf), source, tag, "Recv_init"))
+        return _misuse.persistent_made(Prequest(_start=self._prepare_recv(self._sink(buf), source, tag, "Recv_init")),
+                                       f"Recv_init({_names(source, tag)})")
 
     # -- buffered mode ----------------------------------------------------------------------------
     def Bsend(self, buf, dest: int, tag: int = 0) -> None:
@@ -247,7 +264,8 @@ class PointToPoint:
         post, nbytes = prepare()
         if dest != PROC_NULL and parse(buf, writable=False, what="buf").target is not None:
             post = lambda: prepare()[0]()  # noqa: E731 - a derived datatype packs anew at each Start
-        return Prequest(_start=post, _buffered=(self._st().engine, nbytes))
+        return _misuse.persistent_made(Prequest(_start=post, _buffered=(self._st().engine, nbytes)),
+                                       f"Bsend_init(dest={dest}, tag={tag})")
 
     def bsend(self, obj, dest: int, tag: int = 0) -> None:
         self._prepare_bsend(lambda: pickled_data(obj), dest, tag, "bsend")[0]()

@@ -10,7 +10,7 @@ lowercase ones (``wait``, ``waitall``, ...) return the received objects of
 
 from __future__ import annotations
 
-from . import _errhandlers
+from . import _errhandlers, _misuse
 from ._buffered import check_space
 from ._errors import ERR_REQUEST, SUCCESS, Exception as MPIException
 from ._handles import IntegerHandles
@@ -137,6 +137,8 @@ class Request(IntegerHandles):
         return None  # a message of 0 bytes to the lowercase API is None, as under Open MPI
 
     def _deactivate(self) -> None:
+        if self._op is not None:
+            _misuse.completed(self._op)
         self._op = None
 
     def _wait(self, status):
@@ -455,6 +457,7 @@ class Prequest(Request):
 
     def Free(self) -> None:
         """Release the request (an active operation still completes)."""
+        _misuse.persistent_freed(self)
         self._op, self._start, self._persistent = None, None, None
 
     free = Free

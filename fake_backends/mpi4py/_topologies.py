@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 
-from . import _errhandlers
+from . import _errhandlers, _misuse
 from ._comm import CLASS_OF_TOPOLOGY, UNDEFINED, Intracomm
 from ._errors import ERR_ARG, ERR_DIMS, ERR_RANK, ERR_TOPOLOGY, Exception as MPIException
 from ._neighbors import NeighborCollectives
@@ -273,6 +273,7 @@ def _with_topology(comm, topo, cls, name: str):
     if comm:
         out._state = comm._state
         out._state.topo, out._state.name = topo, name
+        _misuse.handle_given(out, out._state)  # the user's object now (for --check=handle-leak)
     return out
 
 

@@ -10,7 +10,7 @@ the datatype raises ``MPI.Exception(MPI.ERR_TYPE)``, as MPI says.
 
 from __future__ import annotations
 
-from . import _derived
+from . import _derived, _misuse
 from ._derived import TypeMap, basic_map, check_type
 from ._errors import ERR_TYPE, Exception as MPIException
 from ._handles import predefined
@@ -99,6 +99,7 @@ class DerivedCalls:
         datatype._id, datatype._name, datatype._key = object(), "", "DERIVED"
         datatype._dtype = None
         _MAPS[datatype._id] = tm
+        _misuse.handle_made(datatype._id, "datatype", datatype)
         return datatype
 
     def _alias(self):
@@ -209,6 +210,7 @@ class DerivedCalls:
 
     def _free_map(self) -> None:
         tm = _MAPS.pop(self._id, None)
+        _misuse.handle_freed(self._id)
         if tm is not None and not any(other is tm for other in _MAPS.values()):
             for part in tm.contents[3]:
                 part._free_map()

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _errhandlers, _runtime
+from . import _errhandlers, _misuse, _runtime
 from ._attributes import AttributeCalls, delete_attributes
 from ._buffers import BOTTOM, memory_bytes
 from ._errors import ERR_INFO, ERR_KEYVAL, ERR_OTHER, ERR_TYPE, Exception as MPIException
@@ -127,6 +127,7 @@ def _make(comm, nbytes: int, disp_unit: int, info, flavor: int, private, call: s
     state.rt.at_close.append(state.release)  # its shared memory goes at the run's end if not freed
     win = Win()
     win._state = state
+    _misuse.handle_made(state, "window", win)
     return win
 
 
@@ -232,6 +233,7 @@ class Win(FreeableHandles, IntegerHandles, AttributeCalls, Synchronization):
         st.sc.free()
         st.release()
         st.rt.at_close.remove(st.release)
+        _misuse.handle_freed(st)
 
     free = Free
 

@@ -60,7 +60,7 @@ import numpy as np
 
 from .._arguments import DTYPE_CODE, DTYPES
 from ._layout import (
-    CALL, H_SYNC_SENDS, R_HEAD, R_MATCHED, R_TAIL, S_CTX, S_P2P_KIND, S_P2P_NBYTES, S_P2P_PEER, S_P2P_SEQ, S_P2P_TAG,
+    CALL, FAILED, H_SYNC_SENDS, R_HEAD, R_MATCHED, R_TAIL, S_CTX, S_P2P_KIND, S_P2P_NBYTES, S_P2P_PEER, S_P2P_SEQ, S_P2P_TAG,
     MPI_ANY_PEER, MPI_CALL_BYTES, S_MPI_PEER, S_MPI_RELEASABLE, S_PROGRESS, S_RELEASE, S_STATE, USER,
 )
 from ._report import P2P_ANY_SOURCE, P2P_CTX, SSEND
@@ -96,6 +96,10 @@ class Mailboxes:
         self._synchronous_sent: dict[int, int] = {}  # dest -> synchronous messages sent to it
         ring = np.ndarray((lay.size * lay.size * lay.ring_bytes,), np.uint8, arena.mm, lay.rings)
         self._rings = ring.reshape(lay.size * lay.size, lay.ring_bytes)
+
+    def failed(self, rank: int) -> bool:
+        """Whether ``rank`` has failed in this run (its state word)."""
+        return self._arena.q[self._arena.layout.status_word(rank, S_STATE)] == FAILED
 
     def _enter(self, kind: int, peer: int, tag: int, nbytes: int) -> None:
         self._seq += 1

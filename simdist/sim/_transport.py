@@ -159,6 +159,12 @@ class Transport:
         self._check_open("waiting_in")
         self._mail.state_mpi_call(call, peer, bool(releasable))
 
+    def failed(self, world_rank: int) -> bool:
+        """Whether world rank ``world_rank`` has failed in this run (raised,
+        or died): what it has not sent yet will never come. An engine that
+        polls (``probe(block=False)``) asks this to stop waiting for it."""
+        return self._mail.failed(world_rank)
+
     def try_send(self, x, dest: int, tag: int = 0) -> bool:
         """``send`` if it would not wait, else nothing.
 
