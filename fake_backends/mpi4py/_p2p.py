@@ -96,6 +96,7 @@ import numpy as np
 
 from simdist._errors import CollectiveMismatch
 
+from . import _schedule
 from ._errors import ERR_TRUNCATE, Exception as MPIException, earlier_run
 
 #: The transport tag every record of the stand-in travels with.
@@ -125,11 +126,12 @@ class Envelope:
     """A message that arrived and is not yet matched: EAGER (``payload``
     set) or RTS (``msg_id`` set, the data still at the sender)."""
 
-    __slots__ = ("ctx", "source", "tag", "nbytes", "flags", "world", "payload", "msg_id")
+    __slots__ = ("ctx", "source", "tag", "nbytes", "flags", "world", "payload", "msg_id", "arrival")
 
     def __init__(self, ctx, source, tag, nbytes, flags, world, payload, msg_id):
         self.ctx, self.source, self.tag, self.nbytes = ctx, source, tag, nbytes
         self.flags, self.world, self.payload, self.msg_id = flags, world, payload, msg_id
+        self.arrival = None  # its index in the race log (--check=race)
 
 
 class SendOp:
@@ -157,10 +159,11 @@ class RecvOp:
     are in the sink (a derived datatype's sink is packed)."""
 
     __slots__ = ("done", "ctx", "source", "tag", "sink", "pickled", "status", "data", "buf", "received",
-                 "error", "cancelled", "desc", "unpack")
+                 "error", "cancelled", "desc", "unpack", "wildcard")
 
     def __init__(self, ctx, source, tag, sink, desc, unpack=None):
         self.unpack = unpack
+        self.wildcard = None  # its decision number in the race log (--check=race)
         self.done = False
         self.ctx, self.source, self.tag = ctx, source, tag
         self.sink = sink
@@ -257,6 +260,7 @@ class Engine:
         self._incoming: dict[tuple[int, int], RecvOp] = {}
         self._next_id = 0
         self.attached = None  # the buffer of MPI.Attach_buffer (see _buffered)
+        self.races = _schedule.new_log(self._me)
 
     def close(self) -> None:
         """Forget the transport and every message (the run is over): a
@@ -270,6 +274,9 @@ class Engine:
         self._awaiting_cts.clear()
         self._incoming.clear()
         self.attached = None
+        if self.races is not None:
+            self.races.dump()
+            self.races = None
 
     # -- posting --------------------------------------------------------------------
     def send(self, dest: int, ctx: int, source: int, tag: int, data: np.ndarray, flags: int, sync: bool,
@@ -277,20 +284,25 @@ class Engine:
         """Start sending ``data`` (uint8) to world rank ``dest``; never waits."""
         op = SendOp(dest, desc)
         n = data.size
+        clock = 0 if self.races is None else self.races.stamp()
         if n <= self.eager_limit and not sync:
-            self._post(dest, _record(EAGER, ctx, source, tag, n, flags, payload=data))
+            self._post(dest, _record(EAGER, ctx, source, tag, n, flags, 0, clock, payload=data))
             op.done = True
             return op
         self._next_id += 1
         op.msg_id = self._next_id
         op.data = data
         self._awaiting_cts[op.msg_id] = op
-        self._post(dest, _record(RTS, ctx, source, tag, n, flags, op.msg_id))
+        self._post(dest, _record(RTS, ctx, source, tag, n, flags, op.msg_id, clock))
         return op
 
     def recv(self, ctx: int, source: int, tag: int, sink: np.ndarray | None, desc=None, unpack=None) -> RecvOp:
         """Post a receive; it matches the earliest arrived envelope that fits."""
+        wildcard = None
+        if self.races is not None:
+            wildcard, source = self.races.wildcard(source, desc)
         op = RecvOp(ctx, source, tag, sink, desc, unpack)
+        op.wildcard = wildcard
         for i, env in enumerate(self._unexpected):
             if op.matches(env):
                 del self._unexpected[i]
@@ -317,10 +329,15 @@ class Engine:
 
     def find(self, ctx: int, source: int, tag: int, take: bool = False) -> Envelope | None:
         """The earliest arrived envelope a receive would match (removed if ``take``)."""
+        requested = source
+        if self.races is not None:
+            source = self.races.probe_source(source)
         for i, env in enumerate(self._unexpected):
             if _matches(env, ctx, source, tag):
                 if take:
                     del self._unexpected[i]
+                if self.races is not None:
+                    self.races.probed(requested, tag, env.arrival, _schedule.probe_call(requested, tag, take))
                 return env
         return None
 
@@ -442,7 +459,10 @@ class Engine:
         if kind == EAGER or kind == RTS:
             ctx, source, tag, nbytes, flags, msg_id = (int(v) for v in head[1:7])
             payload = rec[HEADER:] if kind == EAGER else None
-            self._arrive(Envelope(ctx, source, tag, nbytes, flags, src, payload, msg_id))
+            env = Envelope(ctx, source, tag, nbytes, flags, src, payload, msg_id)
+            if self.races is not None:
+                env.arrival = self.races.arrived(src, ctx, source, tag, int(head[7]))
+            self._arrive(env)
         elif kind == CTS:
             op = self._awaiting_cts.pop(int(head[1]))
             if op.data.size == 0:  # an empty synchronous send: matched is all it waited for
@@ -485,6 +505,8 @@ class Engine:
         self._unexpected.append(env)
 
     def _match(self, env: Envelope, op: RecvOp) -> None:
+        if self.races is not None:
+            self.races.consume(env.arrival, op.wildcard, op.tag)
         op.status = (env.source, env.tag, env.nbytes)
         op.pickled = bool(env.flags & 1)
         if env.payload is not None:

@@ -1,0 +1,230 @@
+"""Message races (``--check=race``): re-run a program with each other
+admissible match of its wildcard receives and report where the result changes.
+
+The original run records, on each rank, every wildcard decision and every
+message that arrived (``fake_backends.mpi4py``'s race log). A message from
+source s is an *admissible* other match of decision k of rank r if it
+matches the receive's communicator and tag, comes from another source, is
+the first such message from s that no earlier receive consumed (messages
+from one sender never overtake each other), and its Lamport clock is not
+after the decision's (so it was not sent because of that receive). Each
+such alternative (at most ``bound`` of them, in rank and decision order) is
+a re-run in which rank r's decisions 1..k-1 match what they matched in the
+original and decision k matches only s; everything else is free. A re-run
+whose output (each rank's stdout), exit status or failure differs from the
+original's is a finding with the two schedules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+
+from ._findings import Call, Finding
+
+#: Re-runs at most, unless ``--race-runs`` says otherwise.
+DEFAULT_RUNS = 16
+#: Seconds a re-run may hang before it is reported (the run's timeout if shorter).
+RERUN_TIMEOUT = 10.0
+FIX = "receive from a specific source, or make the result independent of the order (e.g. reduce in rank order)"
+
+
+# -- the rank's side ----------------------------------------------------------------------------------
+class _Tee(io.TextIOBase):
+    """Text to a file, and also to ``terminal`` unless it is None."""
+
+    def __init__(self, path: str, terminal):
+        self._file = open(path, "w", encoding="utf-8")
+        self._terminal = terminal
+
+    def write(self, text: str) -> int:
+        self._file.write(text)
+        if self._terminal is not None:
+            self._terminal.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        self._file.flush()
+        if self._terminal is not None:
+            self._terminal.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+@contextlib.contextmanager
+def on_rank(race: dict | None, rank: int):
+    """While a program runs on ``rank`` with races looked for (``race``: the
+    run's directory, its forced decisions, whether its output is shown): keep
+    the rank's stdout (and stderr of a quiet re-run) in the directory, and
+    record the stand-in's wildcard matches there."""
+    if race is None:
+        yield
+        return
+    from fake_backends.mpi4py._schedule import recording
+
+    directory = race["dir"]
+    shown = None if race["quiet"] else sys.stdout
+    saved = sys.stdout, sys.stderr
+    sys.stdout = out = _Tee(os.path.join(directory, f"out-{rank}.txt"), shown)
+    if race["quiet"]:
+        sys.stderr = _Tee(os.path.join(directory, f"err-{rank}.txt"), None)
+    try:
+        with recording(directory, race["forced"].get(rank, {})):
+            yield
+    finally:
+        out.flush()
+        if sys.stderr is not saved[1]:
+            sys.stderr.close()
+        out.close()
+        sys.stdout, sys.stderr = saved
+
+
+# -- the run's side --------------------------------------------------------------------------------------
+@dataclass
+class Result:
+    """What one run gave: each rank's output lines, the exit status, the failure."""
+
+    outputs: dict
+    status: int
+    error: str
+    decisions: dict = field(default_factory=dict)  # rank -> its decisions
+    arrivals: dict = field(default_factory=dict)  # rank -> its arrived messages
+
+
+def _read(directory: str, size: int, status: int, error: str) -> Result:
+    result = Result({}, status, error)
+    for rank in range(size):
+        path = os.path.join(directory, f"out-{rank}.txt")
+        with contextlib.suppress(OSError), open(path, encoding="utf-8") as f:
+            result.outputs[rank] = f.read().splitlines()
+        with contextlib.suppress(OSError), open(os.path.join(directory, f"log-{rank}.json"), encoding="utf-8") as f:
+            log = json.load(f)
+            result.decisions[rank], result.arrivals[rank] = log["decisions"], log["arrivals"]
+    return result
+
+
+def alternatives(result: Result) -> list[tuple[int, dict, int]]:
+    """Every admissible other match: (rank, decision, other source), in rank and decision order."""
+    found = []
+    for rank in sorted(result.decisions):
+        arrivals = result.arrivals[rank]
+        for decision in result.decisions[rank]:
+            if "source" not in decision:  # never matched (the run ended first)
+                continue
+            found += [(rank, decision, s) for s in _others(decision, arrivals)]
+    return found
+
+
+def _others(decision: dict, arrivals: list) -> list[int]:
+    """The other sources whose first free matching message decision could have taken."""
+    first: dict[int, list] = {}
+    for world, ctx, source, tag, clock, consumed in arrivals:
+        if ctx != decision["ctx"] or source == decision["source"] or source in first:
+            continue
+        if decision["tag"] != -1 and tag != decision["tag"]:
+            continue
+        if consumed is not None and consumed < decision["after"]:
+            continue
+        first[source] = clock
+    return sorted(s for s, clock in first.items() if clock <= decision["clock"])
+
+
+def _forced(result: Result, rank: int, decision: dict, source: int) -> dict:
+    earlier = {d["k"]: d["source"] for d in result.decisions[rank] if d["k"] < decision["k"] and "source" in d}
+    return {rank: {**earlier, decision["k"]: source}}
+
+
+class Explorer:
+    """The race side of one ``simdist run``: the original's directory, then
+    a re-run per admissible alternative."""
+
+    def __init__(self, checks, size: int, bound: int | None):
+        self.on = "race" in checks
+        self.size = size
+        self.bound = DEFAULT_RUNS if bound is None else bound
+        self.summary = ""
+
+    def __enter__(self) -> "Explorer":
+        self._dirs: list[str] = []
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for d in self._dirs:
+            shutil.rmtree(d, ignore_errors=True)
+
+    def _settings(self, forced: dict, quiet: bool) -> dict:
+        self._dirs.append(tempfile.mkdtemp(prefix="simdist-race-"))
+        return {"dir": self._dirs[-1], "forced": forced, "quiet": quiet}
+
+    def original(self) -> dict | None:
+        """The race settings of the original run (None without the check)."""
+        return self._settings({}, False) if self.on else None
+
+    def explore(self, first, rerun) -> list[Finding]:
+        """Re-run (``rerun(settings)`` -> ScriptOutcome) each alternative of the
+        original run (``first``: its outcome); the findings."""
+        if not self.on:
+            return []
+        base = _read(self._dirs[0], self.size, first.status, first.error)
+        options = alternatives(base)
+        findings, done, runs = {}, set(), 0
+        for rank, decision, source in options:
+            where = (rank, tuple(decision["site"]))
+            if where in done or runs >= self.bound:
+                continue
+            runs += 1
+            settings = self._settings(_forced(base, rank, decision, source), True)
+            outcome = rerun(settings)
+            other = _read(settings["dir"], self.size, outcome.status, outcome.error)
+            finding = _compare(base, other, rank, decision, source)
+            if finding is not None:
+                findings[where] = finding
+                done.add(where)
+        self.summary = (f"simdist --check race: {sum(len(d) for d in base.decisions.values())} wildcard matches, "
+                        f"{len(options)} other admissible matches, {runs} re-runs (at most {self.bound})")
+        return list(findings.values())
+
+
+def _difference(base: Result, other: Result) -> str | None:
+    """How ``other`` differs from ``base`` (None: it does not)."""
+    for rank in range(max(len(base.outputs), len(other.outputs))):
+        a, b = base.outputs.get(rank, []), other.outputs.get(rank, [])
+        if a != b:
+            n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            return f"rank {rank} output line {n + 1}: {_line(a, n)} vs {_line(b, n)}"
+    if base.status != other.status:
+        return f"exit status {base.status} vs {other.status}{_failure(other) or _failure(base)}"
+    return None
+
+
+def _line(lines: list, n: int) -> str:
+    return repr(lines[n]) if n < len(lines) else "(no line)"
+
+
+def _failure(result: Result) -> str:
+    last = result.error.strip().splitlines()[-1:] if result.error else []
+    return f" ({last[0].strip()})" if last else ""
+
+
+def _compare(base: Result, other: Result, rank: int, decision: dict, source: int) -> Finding | None:
+    """The finding if forcing ``decision`` to ``source`` changed the result."""
+    diff = _difference(base, other)
+    if diff is None:
+        return None
+    first, second = decision["source"], source
+    if first > second:  # the same finding whichever source the original happened to match
+        first, second = second, first
+        diff = _difference(other, base)
+    message = (f"{decision['call']} can match the message of rank {first} or of rank {second}, "
+               f"and the result differs: {diff} (matching rank {first} vs rank {second})")
+    path, line = decision["site"]
+    details = {"decision": decision["k"], "sources": [first, second], "difference": diff}
+    return Finding("race", message, FIX, (Call(rank, decision["call"], path, line),), details)
+
