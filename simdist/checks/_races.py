@@ -174,7 +174,7 @@ class Explorer:
             return []
         base = _read(self._dirs[0], self.size, first.status, first.error)
         options = alternatives(base)
-        findings, done, runs = {}, set(), 0
+        findings, done, runs, never = {}, set(), 0, 0
         for rank, decision, source in options:
             where = (rank, tuple(decision["site"]))
             if where in done or runs >= self.bound:
@@ -183,13 +183,23 @@ class Explorer:
             settings = self._settings(_forced(base, rank, decision, source), True)
             outcome = rerun(settings)
             other = _read(settings["dir"], self.size, outcome.status, outcome.error)
+            if not _took(other, rank, decision["k"]):  # it waited for a message sent only after it
+                never += 1
+                continue
             finding = _compare(base, other, rank, decision, source)
             if finding is not None:
                 findings[where] = finding
                 done.add(where)
         self.summary = (f"simdist --check race: {sum(len(d) for d in base.decisions.values())} wildcard matches, "
-                        f"{len(options)} other admissible matches, {runs} re-runs (at most {self.bound})")
+                        f"{len(options)} other admissible matches, {runs} re-runs (at most {self.bound})"
+                        + (f", {never} of them never got the message they were forced to match" if never else ""))
         return list(findings.values())
+
+
+def _took(result: Result, rank: int, k: int) -> bool:
+    """Whether decision ``k`` of ``rank`` matched (the forced message came)."""
+    decisions = result.decisions.get(rank, [])
+    return len(decisions) >= k and "source" in decisions[k - 1]
 
 
 def _difference(base: Result, other: Result) -> str | None:
@@ -209,8 +219,9 @@ def _line(lines: list, n: int) -> str:
 
 
 def _failure(result: Result) -> str:
-    last = result.error.strip().splitlines()[-1:] if result.error else []
-    return f" ({last[0].strip()})" if last else ""
+    lines = result.error.strip().splitlines() if result.error else []
+    text = lines[0].removeprefix("simdist run: ").strip() if lines else ""
+    return f" ({text[:160]}{'...' if len(text) > 160 else ''})" if text else ""
 
 
 def _compare(base: Result, other: Result, rank: int, decision: dict, source: int) -> Finding | None:
