@@ -128,3 +128,19 @@ def test_a_message_sent_after_a_barrier_that_follows_the_receive_is_no_race(tmp_
         """)
     found, proc = _run(program, 3, tmp_path)
     assert found["count"] == 0 and "1 of them never got the message" in proc.stderr, proc.stderr
+
+
+@pytest.mark.slow
+def test_output_that_differs_between_two_runs_with_the_same_matches_is_not_compared(tmp_path):
+    program = _program(tmp_path, """\
+        import time
+        from mpi4py import MPI
+        comm = MPI.COMM_WORLD
+        if comm.rank == 0:
+            print("started at", time.perf_counter_ns())
+            print("sum", sum(comm.recv(source=MPI.ANY_SOURCE, tag=0) for _ in range(comm.size - 1)))
+        else:
+            comm.send(comm.rank, dest=0, tag=0)
+        """)
+    found, proc = _run(program, 3, tmp_path)
+    assert found["count"] == 0 and "1 re-runs (at most 16) and a control run" in proc.stderr, proc.stderr

@@ -96,6 +96,7 @@ class Result:
     error: str
     decisions: dict = field(default_factory=dict)  # rank -> its decisions
     arrivals: dict = field(default_factory=dict)  # rank -> its arrived messages
+    noise: dict = field(default_factory=dict)  # rank -> lines not compared (None: its whole output); "status"
 
 
 def _read(directory: str, size: int, status: int, error: str) -> Result:
@@ -134,6 +135,25 @@ def _others(decision: dict, arrivals: list) -> list[int]:
             continue
         first[source] = clock
     return sorted(s for s, clock in first.items() if clock <= decision["clock"])
+
+
+def _all_forced(result: Result) -> dict:
+    """Every decision of every rank as it was."""
+    return {rank: {d["k"]: d["source"] for d in decisions if "source" in d} for rank, decisions in result.decisions.items()}
+
+
+def _noise(base: Result, control: Result) -> dict:
+    """What differs between two runs with the same matches (times, addresses): never compared."""
+    noise = {}
+    for rank in set(base.outputs) | set(control.outputs):
+        a, b = base.outputs.get(rank, []), control.outputs.get(rank, [])
+        if len(a) != len(b):
+            noise[rank] = None
+        elif a != b:
+            noise[rank] = {i for i, (x, y) in enumerate(zip(a, b)) if x != y}
+    if base.status != control.status:
+        noise["status"] = None
+    return noise
 
 
 def _forced(result: Result, rank: int, decision: dict, source: int) -> dict:
@@ -175,6 +195,10 @@ class Explorer:
         base = _read(self._dirs[0], self.size, first.status, first.error)
         options = alternatives(base)
         findings, done, runs, never = {}, set(), 0, 0
+        if options and self.bound > 0:  # the same matches again: what differs then is not the order's doing
+            settings = self._settings(_all_forced(base), True)
+            outcome = rerun(settings)
+            base.noise = _noise(base, _read(settings["dir"], self.size, outcome.status, outcome.error))
         for rank, decision, source in options:
             where = (rank, tuple(decision["site"]))
             if where in done or runs >= self.bound:
@@ -190,8 +214,9 @@ class Explorer:
             if finding is not None:
                 findings[where] = finding
                 done.add(where)
+        control = " and a control run" if options and self.bound > 0 else ""
         self.summary = (f"simdist --check race: {sum(len(d) for d in base.decisions.values())} wildcard matches, "
-                        f"{len(options)} other admissible matches, {runs} re-runs (at most {self.bound})"
+                        f"{len(options)} other admissible matches, {runs} re-runs (at most {self.bound}){control}"
                         + (f", {never} of them never got the message they were forced to match" if never else ""))
         return list(findings.values())
 
@@ -204,12 +229,18 @@ def _took(result: Result, rank: int, k: int) -> bool:
 
 def _difference(base: Result, other: Result) -> str | None:
     """How ``other`` differs from ``base`` (None: it does not)."""
+    noise = base.noise or other.noise
     for rank in range(max(len(base.outputs), len(other.outputs))):
         a, b = base.outputs.get(rank, []), other.outputs.get(rank, [])
-        if a != b:
-            n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        skip = noise.get(rank, set())
+        if skip is None or a == b:
+            continue
+        n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y and i not in skip), None)
+        if n is None and len(a) != len(b):
+            n = min(len(a), len(b))
+        if n is not None:
             return f"rank {rank} output line {n + 1}: {_line(a, n)} vs {_line(b, n)}"
-    if base.status != other.status:
+    if base.status != other.status and "status" not in noise:
         return f"exit status {base.status} vs {other.status}{_failure(other) or _failure(base)}"
     return None
 
