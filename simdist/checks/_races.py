@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
 import os
 import shutil
@@ -115,26 +116,39 @@ def alternatives(result: Result) -> list[tuple[int, dict, int]]:
     """Every admissible other match: (rank, decision, other source), in rank and decision order."""
     found = []
     for rank in sorted(result.decisions):
-        arrivals = result.arrivals[rank]
-        for decision in result.decisions[rank]:
-            if "source" not in decision:  # never matched (the run ended first)
-                continue
-            found += [(rank, decision, s) for s in _others(decision, arrivals)]
+        senders = _Senders(result.arrivals[rank])
+        matched = [d for d in result.decisions[rank] if "source" in d]  # the others: the run ended first
+        others = {d["k"]: senders.others(d) for d in sorted(matched, key=lambda d: d["after"])}
+        found += [(rank, d, s) for d in matched for s in others[d["k"]]]
     return found
 
 
-def _others(decision: dict, arrivals: list) -> list[int]:
-    """The other sources whose first free matching message decision could have taken."""
-    first: dict[int, list] = {}
-    for world, ctx, source, tag, clock, consumed in arrivals:
-        if ctx != decision["ctx"] or source == decision["source"] or source in first:
-            continue
-        if decision["tag"] != -1 and tag != decision["tag"]:
-            continue
-        if consumed is not None and consumed < decision["after"]:
-            continue
-        first[source] = clock
-    return sorted(s for s, clock in first.items() if clock <= decision["clock"])
+class _Senders:
+    """A rank's arrived messages by communicator and sender, in arrival order
+    (which is each sender's order); asked in increasing ``after``."""
+
+    def __init__(self, arrivals: list):
+        self._queues: dict[int, dict[int, list]] = {}
+        for _world, ctx, source, tag, clock, consumed in arrivals:
+            self._queues.setdefault(ctx, {}).setdefault(source, []).append((tag, clock, consumed))
+        self._start: dict[tuple, int] = {}  # (ctx, source) -> messages consumed before every later ask
+
+    def others(self, decision: dict) -> list[int]:
+        """The other senders whose first free matching message ``decision`` could have taken."""
+        ctx, after, tag = decision["ctx"], decision["after"], decision["tag"]
+        found = []
+        for source, queue in sorted(self._queues.get(ctx, {}).items()):
+            if source == decision["source"]:
+                continue
+            i = self._start.get((ctx, source), 0)
+            while i < len(queue) and queue[i][2] is not None and queue[i][2] < after:
+                i += 1
+            self._start[(ctx, source)] = i
+            first = next((m for m in itertools.islice(queue, i, None)
+                          if (tag == -1 or m[0] == tag) and (m[2] is None or m[2] >= after)), None)
+            if first is not None and first[1] <= decision["clock"]:
+                found.append(source)
+        return found
 
 
 def _all_forced(result: Result) -> dict:
