@@ -58,6 +58,12 @@ class _Tee(io.TextIOBase):
     def close(self) -> None:
         self._file.close()
 
+    def isatty(self) -> bool:
+        return self._terminal is not None and self._terminal.isatty()
+
+    def fileno(self) -> int:  # output written to it directly is shown, not compared
+        return (self._terminal or self._file).fileno()
+
 
 @contextlib.contextmanager
 def on_rank(race: dict | None, rank: int):
@@ -72,6 +78,8 @@ def on_rank(race: dict | None, rank: int):
 
     directory = race["dir"]
     shown = None if race["quiet"] else sys.stdout
+    if hasattr(shown, "reconfigure"):  # whole lines per write: ranks share the terminal
+        shown.reconfigure(line_buffering=True, write_through=False)
     saved = sys.stdout, sys.stderr
     sys.stdout = out = _Tee(os.path.join(directory, f"out-{rank}.txt"), shown)
     if race["quiet"]:
