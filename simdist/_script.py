@@ -111,7 +111,7 @@ def run_script(target: str, argv: list[str], size: int, *, module: bool = False,
         outcome = _run_once(target, argv, size, module, backend, timeout, hosts, checks, found.path, races.original())
         rerun = min(timeout, _races.RERUN_TIMEOUT)
         raced = races.explore(outcome, lambda race: _run_once(target, argv, size, module, backend, rerun, hosts,
-                                                              frozenset(), None, race))
+                                                              checks, None, race))
         outcome.findings = found.collect(outcome.findings + raced)
     outcome.summary = races.summary
     if outcome.findings and outcome.status == 0:
