@@ -161,7 +161,8 @@ class _Senders:
 
 def _all_forced(result: Result) -> dict:
     """Every decision of every rank as it was."""
-    return {rank: {d["k"]: d["source"] for d in decisions if "source" in d} for rank, decisions in result.decisions.items()}
+    return {rank: {d["k"]: d["source"] for d in decisions if "source" in d}
+            for rank, decisions in result.decisions.items()}
 
 
 def _noise(base: Result, control: Result) -> dict:

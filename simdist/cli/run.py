@@ -18,7 +18,7 @@ def add_parser(subparsers):
         "run",
         help="run an SPMD script on N ranks (like mpiexec); inside, simdist.comm() is the rank's communicator",
         usage="simdist run -n N [--backend sim|mpi] [--timeout S] [--host H1,H2 | --hostfile F] [--launcher CMD] "
-              "[--listen ADDR[:PORT]] [--check[=LIST]] [--check-json F] (script.py | -m module) [args ...]",
+              "[--listen ADDR[:PORT]] [--check[=LIST]] [--check-json F] [--race-runs K] (script.py | -m module) [args ...]",
     )
     parser.add_argument("-n", "--size", type=int, required=True, help="number of ranks")
     parser.add_argument("--backend", choices=("sim", "mpi"), default="sim", help="simulator (default) or real MPI")
@@ -88,6 +88,8 @@ def run(args) -> int:
             checks = _checks.parse(args.check)
         except ValueError as exc:
             parser.error(str(exc))
+        if args.race_runs is not None and args.race_runs < 0:
+            parser.error(f"--race-runs {args.race_runs}: give a count of re-runs, 0 or more")
         if args.backend != "sim":
             parser.error("--check needs the simulator: it controls every message and schedule (drop --backend mpi)")
     outcome = run_script(target, rest, args.size, module=bool(args.target_module), backend=args.backend,
