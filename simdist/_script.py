@@ -24,6 +24,7 @@ import sys
 from dataclasses import dataclass, field
 
 from . import checks as _checks
+from .checks import _races
 from ._errors import CollectiveMismatch, CollectiveTimeout, Deadlock, RankDied, RankError, SimdistError
 from ._world import World
 
@@ -39,6 +40,7 @@ class ScriptOutcome:
     codes: list = field(default_factory=list)  # each rank's exit code, when all ranks ended
     error: str = ""  # the failure report, empty on success
     findings: list = field(default_factory=list)  # what --check found (simdist.checks.Finding)
+    summary: str = ""  # what the race check explored
 
 
 def _mpi4py_stand_in(comm, enabled: bool):
@@ -51,10 +53,12 @@ def _mpi4py_stand_in(comm, enabled: bool):
 
 
 def _rank_main(comm, target: str, argv: list[str], module: bool, mpi4py_stand_in: bool = False,
-               checks=frozenset(), findings_dir: str | None = None) -> int:
+               checks=frozenset(), findings_dir: str | None = None, race: dict | None = None) -> int:
     """Run the script as ``__main__`` on this rank; return its exit code.
-    ``checks`` are on while it runs, writing findings to ``findings_dir``."""
-    with _checks.active(checks, findings_dir, comm.rank), _mpi4py_stand_in(comm, mpi4py_stand_in):
+    ``checks`` are on while it runs, writing findings to ``findings_dir``;
+    ``race``: the settings of a run that looks for message races."""
+    with (_checks.active(checks, findings_dir, comm.rank), _races.on_rank(race, comm.rank),
+          _mpi4py_stand_in(comm, mpi4py_stand_in)):
         return _run_main(target, argv, module)
 
 
@@ -91,30 +95,36 @@ def _run_main(target: str, argv: list[str], module: bool) -> int:
 
 
 def run_script(target: str, argv: list[str], size: int, *, module: bool = False, backend: str = "sim",
-               timeout: float = 60.0, hosts: dict | None = None, checks=frozenset()) -> ScriptOutcome:
+               timeout: float = 60.0, hosts: dict | None = None, checks=frozenset(),
+               race_runs: int | None = None) -> ScriptOutcome:
     """Run ``target`` (a path, or a module name with ``module=True``) on
     ``size`` ranks; return the outcome instead of raising. ``hosts``: World's
     hosts, hostfile, launcher and listen arguments. ``checks``: the kinds of
     ``simdist.checks`` to look for; what they find is the outcome's
     ``findings``, and a run that otherwise succeeded then has status
-    ``checks.FOUND``."""
+    ``checks.FOUND``. ``race_runs``: at most so many re-runs for the
+    ``race`` check."""
     if not module and not os.path.isfile(target):
         return ScriptOutcome(2, error=f"simdist run: no such script: {target}")
     checks = frozenset(checks)
-    with _checks.FindingsDir() as found:
-        outcome = _run_once(target, argv, size, module, backend, timeout, hosts, checks, found.path)
-        outcome.findings = found.collect(outcome.findings)
+    with _checks.FindingsDir() as found, _races.Explorer(checks, size, race_runs) as races:
+        outcome = _run_once(target, argv, size, module, backend, timeout, hosts, checks, found.path, races.original())
+        rerun = min(timeout, _races.RERUN_TIMEOUT)
+        raced = races.explore(outcome, lambda race: _run_once(target, argv, size, module, backend, rerun, hosts,
+                                                              checks, None, race))
+        outcome.findings = found.collect(outcome.findings + raced)
+    outcome.summary = races.summary
     if outcome.findings and outcome.status == 0:
         outcome.status = _checks.FOUND
     return outcome
 
 
-def _run_once(target, argv, size, module, backend, timeout, hosts, checks, findings_dir) -> ScriptOutcome:
+def _run_once(target, argv, size, module, backend, timeout, hosts, checks, findings_dir, race=None) -> ScriptOutcome:
     options = dict(sync_sends="buffering" in checks, check_calls="collective-order" in checks)
     try:
         with World(size, backend=backend, timeout=timeout, **options, **(hosts or {})) as world:
             codes = world.run(_rank_main, target, list(argv), module, backend == "sim", checks,
-                              findings_dir if checks else None)
+                              findings_dir if checks else None, race)
     except Deadlock as exc:
         return ScriptOutcome(HUNG, error=f"simdist run: the ranks hung: {exc}", findings=_checks.findings_of(exc, checks))
     except CollectiveTimeout as exc:

@@ -6,22 +6,24 @@ Transport
 Every MPI message of every communicator of a rank travels over one
 simulator transport, the world SimComm's (``SimComm.transport``), with one
 tag (``TRANSPORT_TAG``), as *records*: each record is one message of the
-transport, a uint8 array that starts with 8 int64 header words. Messages to
+transport, a uint8 array that starts with 9 int64 header words. Messages to
 the rank itself never touch the transport; their records go to a local
 queue. The transport only carries bytes in order, per ordered pair of
 ranks; MPI's matching (communicator, source or ANY_SOURCE, tag or ANY_TAG,
 in posting and arrival order) is done here, on the envelopes the engine
 has received::
 
-    EAGER  kind, ctx, source, tag, nbytes, flags | payload   a whole message (up to the eager limit)
-    RTS    kind, ctx, source, tag, nbytes, flags, id       a larger message is ready to go
+    EAGER  kind, ctx, source, tag, nbytes, flags, 0, clock, noted | payload, note   a whole message
+    RTS    kind, ctx, source, tag, nbytes, flags, id, clock, noted | note      a larger message is ready
     CTS    kind, id                                        its receiver matched it: send it
     DATA   kind, id, offset | payload                      a piece of it
     ACK    kind, consumed                                  flow control (below)
 
 ``ctx`` is the communicator's transport context (the same on all its ranks),
 ``source`` the sender's rank in that communicator, ``id`` numbers the
-sender's large messages. A message up to the eager limit (64 KiB, less on
+sender's large messages; ``clock`` is the race check's Lamport clock
+(``_schedule``), ``noted`` the size of the misuse checks' note that
+follows the payload (``_misuse``); both are 0 without those checks. A message up to the eager limit (64 KiB, less on
 large worlds) goes at once, and its send completes at once, as under MPI.
 A larger one, or any synchronous send (Ssend), is a rendezvous: the sender
 sends RTS; the receiver, once a receive matches the envelope, answers CTS
@@ -100,7 +102,7 @@ import numpy as np
 
 from simdist._errors import CollectiveMismatch
 
-from . import _misuse
+from . import _misuse, _schedule
 from ._errors import ERR_TRUNCATE, Exception as MPIException, earlier_run
 from ._waits import NO_PEER, release_sends, state_wait
 
@@ -108,7 +110,7 @@ from ._waits import NO_PEER, release_sends, state_wait
 TRANSPORT_TAG = 0x4D5049
 ANY_SOURCE, ANY_TAG, PROC_NULL = -1, -1, -2
 
-HEADER = 64  # bytes: 8 int64 words
+HEADER = 72  # bytes: 9 int64 words
 EAGER_MAX = 64 << 10
 RESERVE = 4096  # ring bytes kept for ACKs
 EAGER, RTS, CTS, DATA, ACK = 1, 2, 3, 4, 5
@@ -131,12 +133,13 @@ class Envelope:
     """A message that arrived and is not yet matched: EAGER (``payload``
     set) or RTS (``msg_id`` set, the data still at the sender)."""
 
-    __slots__ = ("ctx", "source", "tag", "nbytes", "flags", "world", "payload", "msg_id", "note")
+    __slots__ = ("ctx", "source", "tag", "nbytes", "flags", "world", "payload", "msg_id", "note", "arrival")
 
     def __init__(self, ctx, source, tag, nbytes, flags, world, payload, msg_id, note=None):
         self.ctx, self.source, self.tag, self.nbytes = ctx, source, tag, nbytes
         self.flags, self.world, self.payload, self.msg_id = flags, world, payload, msg_id
         self.note = note  # what the sender's checks sent along (``_misuse.note``), or None
+        self.arrival = None  # its index in the race log (--check=race)
 
 
 class SendOp:
@@ -165,12 +168,13 @@ class RecvOp:
     are in the sink (a derived datatype's sink is packed)."""
 
     __slots__ = ("done", "ctx", "source", "tag", "sink", "pickled", "status", "data", "buf", "received",
-                 "error", "cancelled", "desc", "unpack", "peer", "check")
+                 "error", "cancelled", "desc", "unpack", "peer", "check", "wildcard")
 
     def __init__(self, ctx, source, tag, sink, desc, unpack=None, peer=None, check=None):
         self.unpack = unpack
         self.peer = peer  # the world rank of the source (None: any, until matched)
         self.check = check  # the misuse checks' record of the receive (``_misuse.RecvCheck``), or None
+        self.wildcard = None  # its decision number in the race log (--check=race)
         self.done = False
         self.ctx, self.source, self.tag = ctx, source, tag
         self.sink = sink
@@ -270,6 +274,7 @@ class Engine:
         self._next_id = 0
         self.attached = None  # the buffer of MPI.Attach_buffer (see _buffered)
         self._buffered_lines: set = set()  # the user's lines of sends reported by ``release_sends``
+        self.races = _schedule.new_log(self._me)
 
     def close(self) -> None:
         """Forget the transport and every message (the run is over): a
@@ -283,6 +288,9 @@ class Engine:
         self._awaiting_cts.clear()
         self._incoming.clear()
         self.attached = None
+        if self.races is not None:
+            self.races.dump()
+            self.races = None
 
     # -- posting --------------------------------------------------------------------
     def send(self, dest: int, ctx: int, source: int, tag: int, data: np.ndarray, flags: int, sync: bool,
@@ -294,23 +302,28 @@ class Engine:
         op = SendOp(dest, desc, checked and sync)
         n = data.size
         noted = 0 if note is None else note.size
+        clock = 0 if self.races is None else self.races.stamp()
         if n <= self.eager_limit and not sync:
             payload = data if note is None else np.concatenate([data, note])
-            self._post(dest, _record(EAGER, ctx, source, tag, n, flags, 0, noted, payload=payload))
+            self._post(dest, _record(EAGER, ctx, source, tag, n, flags, 0, clock, noted, payload=payload))
             op.done = True
             return op
         self._next_id += 1
         op.msg_id = self._next_id
         op.data = data
         self._awaiting_cts[op.msg_id] = op
-        self._post(dest, _record(RTS, ctx, source, tag, n, flags, op.msg_id, noted, payload=note))
+        self._post(dest, _record(RTS, ctx, source, tag, n, flags, op.msg_id, clock, noted, payload=note))
         return op
 
     def recv(self, ctx: int, source: int, tag: int, sink: np.ndarray | None, desc=None, unpack=None,
              peer: int | None = None, check=None) -> RecvOp:
         """Post a receive; it matches the earliest arrived envelope that fits.
         ``peer``: the world rank of ``source`` (None for ANY_SOURCE)."""
+        wildcard = None
+        if self.races is not None:
+            wildcard, source = self.races.wildcard(source, desc)
         op = RecvOp(ctx, source, tag, sink, desc, unpack, peer, check)
+        op.wildcard = wildcard
         for i, env in enumerate(self._unexpected):
             if op.matches(env):
                 del self._unexpected[i]
@@ -337,10 +350,15 @@ class Engine:
 
     def find(self, ctx: int, source: int, tag: int, take: bool = False) -> Envelope | None:
         """The earliest arrived envelope a receive would match (removed if ``take``)."""
+        requested = source
+        if self.races is not None:
+            source = self.races.probe_source(source)
         for i, env in enumerate(self._unexpected):
             if _matches(env, ctx, source, tag):
                 if take:
                     del self._unexpected[i]
+                if self.races is not None:
+                    self.races.probed(requested, tag, env.arrival, _schedule.probe_call(requested, tag, take))
                 return env
         return None
 
@@ -473,10 +491,13 @@ class Engine:
         if src != self._me:
             self._take(src, rec.size)
         if kind == EAGER or kind == RTS:
-            ctx, source, tag, nbytes, flags, msg_id, noted = (int(v) for v in head[1:8])
+            ctx, source, tag, nbytes, flags, msg_id, clock, noted = (int(v) for v in head[1:9])
             payload = rec[HEADER:HEADER + nbytes] if kind == EAGER else None
             note = rec[rec.size - noted:] if noted else None
-            self._arrive(Envelope(ctx, source, tag, nbytes, flags, src, payload, msg_id, note))
+            env = Envelope(ctx, source, tag, nbytes, flags, src, payload, msg_id, note)
+            if self.races is not None:
+                env.arrival = self.races.arrived(src, ctx, source, tag, clock)
+            self._arrive(env)
         elif kind == CTS:
             op = self._awaiting_cts.pop(int(head[1]))
             if op.data.size == 0:  # an empty synchronous send: matched is all it waited for
@@ -519,6 +540,8 @@ class Engine:
         self._unexpected.append(env)
 
     def _match(self, env: Envelope, op: RecvOp) -> None:
+        if self.races is not None:
+            self.races.consume(env.arrival, op.wildcard, op.tag)
         op.status = (env.source, env.tag, env.nbytes)
         op.peer = env.world
         op.pickled = bool(env.flags & 1)

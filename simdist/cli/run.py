@@ -10,7 +10,7 @@ from .._script import run_script
 from ._json import write as write_json
 
 
-_VALUED = ("-n", "--size", "--backend", "--timeout", "--host", "--hostfile", "--launcher", "--listen", "--check-json")
+_VALUED = ("-n", "--size", "--backend", "--timeout", "--host", "--hostfile", "--launcher", "--listen", "--check-json", "--race-runs")
 
 
 def add_parser(subparsers):
@@ -18,7 +18,7 @@ def add_parser(subparsers):
         "run",
         help="run an SPMD script on N ranks (like mpiexec); inside, simdist.comm() is the rank's communicator",
         usage="simdist run -n N [--backend sim|mpi] [--timeout S] [--host H1,H2 | --hostfile F] [--launcher CMD] "
-              "[--listen ADDR[:PORT]] [--check[=LIST]] [--check-json F] (script.py | -m module) [args ...]",
+              "[--listen ADDR[:PORT]] [--check[=LIST]] [--check-json F] [--race-runs K] (script.py | -m module) [args ...]",
     )
     parser.add_argument("-n", "--size", type=int, required=True, help="number of ranks")
     parser.add_argument("--backend", choices=("sim", "mpi"), default="sim", help="simulator (default) or real MPI")
@@ -27,6 +27,7 @@ def add_parser(subparsers):
     found.add_argument("--check", nargs="?", const="all", metavar="LIST",
                        help="find MPI bugs real MPI hides; LIST (after '='): comma-separated kinds or groups, "
                             "'-kind' drops one (default all): " + ", ".join([*_checks.GROUPS, *_checks.KINDS]))
+    found.add_argument("--race-runs", type=int, metavar="K", help="re-runs at most for the race check (default 16)")
     found.add_argument("--check-json", metavar="F", help="also write the findings as JSON to F ('-': standard output)")
     hosts = parser.add_argument_group("MPI across hosts (--backend mpi; see docs/mpi.md, 'Running on a cluster')")
     hosts.add_argument("--host", dest="hosts", metavar="H1,H2", help="hosts for mpiexec, comma-separated (HOST:SLOTS for Open MPI)")
@@ -87,13 +88,17 @@ def run(args) -> int:
             checks = _checks.parse(args.check)
         except ValueError as exc:
             parser.error(str(exc))
+        if args.race_runs is not None and args.race_runs < 0:
+            parser.error(f"--race-runs {args.race_runs}: give a count of re-runs, 0 or more")
         if args.backend != "sim":
             parser.error("--check needs the simulator: it controls every message and schedule (drop --backend mpi)")
     outcome = run_script(target, rest, args.size, module=bool(args.target_module), backend=args.backend,
-                         timeout=args.timeout, hosts=hosts, checks=checks)
+                         timeout=args.timeout, hosts=hosts, checks=checks, race_runs=args.race_runs)
     if outcome.error:
         print(outcome.error, file=sys.stderr)
     if checks:
+        if outcome.summary:
+            print(outcome.summary, file=sys.stderr)
         print(_checks.render(outcome.findings, checks), file=sys.stderr)
         if args.check_json:
             write_json({**_checks.to_json(outcome.findings, checks), "status": outcome.status}, args.check_json)
