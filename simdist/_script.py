@@ -59,7 +59,12 @@ def _rank_main(comm, target: str, argv: list[str], module: bool, mpi4py_stand_in
     ``race``: the settings of a run that looks for message races."""
     with (_checks.active(checks, findings_dir, comm.rank), _races.on_rank(race, comm.rank),
           _mpi4py_stand_in(comm, mpi4py_stand_in)):
-        return _run_main(target, argv, module)
+        try:
+            return _run_main(target, argv, module)
+        except CollectiveMismatch as exc:  # the run sees each rank's call; the rank sees its line
+            if _checks.enabled("collective-order") and (found := _checks.mismatch_on_rank(exc, comm.rank)):
+                _checks.record(found)
+            raise
 
 
 def _run_main(target: str, argv: list[str], module: bool) -> int:

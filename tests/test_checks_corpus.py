@@ -48,3 +48,32 @@ def test_the_checks_find_exactly_what_the_program_holds(program, tmp_path):
     for finding in found["findings"]:
         sites = [c["site"] for c in finding["calls"]]
         assert any(s.startswith(program.name + ":") for s in sites), f"{finding} names no line of {program.name}"
+
+
+#: Correct programs of the mpi4py program set that exercise what the checks
+#: look at: point to point in every mode, wildcards, requests, communicators
+#: made and freed, derived datatypes, nonblocking collectives.
+NO_FALSE_ALARMS = ("tutorial_p2p_nonblocking.py", "demo_ring.py", "csc_msg_chain.py", "simdist_requests.py",
+                   "simdist_freed_messages.py", "simdist_nonblocking_collectives.py", "simdist_derived_datatypes.py",
+                   "demo_jacobi_sendrecv.py", "simdist_communicators.py", "tutorial_p2p_pickle.py")
+
+
+def _first_case(name: str):
+    from test_mpi4py_programs import PROGRAMS, cases_of
+
+    case = next(c for c in cases_of(PROGRAMS / name) if not c.unsupported and not c.known_difference)
+    return PROGRAMS / name, case
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NO_FALSE_ALARMS)
+def test_correct_programs_of_the_mpi4py_set_give_no_finding(name, tmp_path):
+    path, case = _first_case(name)
+    report = tmp_path / "findings.json"
+    cmd = [sys.executable, "-m", "simdist", "run", "-n", str(case.size), "--timeout", "60", "--check",
+           "--check-json", str(report), str(path), *case.args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+    found = json.loads(report.read_text())
+    assert found["findings"] == [], proc.stderr[-3000:]
+    assert proc.returncode == case.status, proc.stderr[-3000:]

@@ -9,9 +9,9 @@ before Wait, leaks). Each check records a :class:`Finding`; the kinds are in
 
 from ._collect import FOUND, FindingsDir, render, to_json, unique
 from ._findings import Call, Finding, allowed
-from ._from_errors import deadlock_finding, findings_of, mismatch_finding
+from ._from_errors import deadlock_finding, findings_of, mismatch_finding, mismatch_on_rank
 from ._kinds import GROUPS, KINDS, parse
 from ._sink import active, enabled, here, kinds, record
 
-__all__ = ["FOUND", "GROUPS", "KINDS", "Call", "Finding", "FindingsDir", "active", "allowed", "deadlock_finding", "enabled", "findings_of", "here", "mismatch_finding",
+__all__ = ["FOUND", "GROUPS", "KINDS", "Call", "Finding", "FindingsDir", "active", "allowed", "deadlock_finding", "enabled", "findings_of", "here", "mismatch_finding", "mismatch_on_rank",
            "kinds", "parse", "record", "render", "to_json", "unique"]

@@ -34,10 +34,27 @@ class FindingsDir:
         return unique(found)
 
 
+def _joined(findings) -> list[Finding]:
+    """Findings of one collective mismatch (the same message), from the
+    ranks and from the run, as one: per rank, the call that names a line."""
+    joined: dict[str, Finding] = {}
+    rest = []
+    for f in findings:
+        if f.kind != "collective-order":
+            rest.append(f)
+            continue
+        calls = {c.rank: c for c in joined[f.message].calls} if f.message in joined else {}
+        for c in f.calls:
+            if c.rank not in calls or (c.path and not calls[c.rank].path):
+                calls[c.rank] = c
+        joined[f.message] = Finding(f.kind, f.message, f.fix, tuple(calls[r] for r in sorted(calls)), f.details)
+    return rest + list(joined.values())
+
+
 def unique(findings) -> list[Finding]:
     order = list(KINDS)
     seen, kept = set(), []
-    for f in findings:
+    for f in _joined(findings):
         if f.key() not in seen and not allowed(f):
             seen.add(f.key())
             kept.append(f)

@@ -46,13 +46,28 @@ def deadlock_finding(exc, checks) -> Finding:
                    calls, {"cycle": [c.rank for c in calls], "closed": exc.closed, "at_once": exc.at_once})
 
 
+_MISMATCH_FIX = "call the collectives of each communicator in the same order, with the same arguments, on every rank"
+
+
 def mismatch_finding(exc) -> Finding:
-    """The finding of a ``simdist.CollectiveMismatch``."""
+    """The finding of a ``simdist.CollectiveMismatch``, as the run sees it
+    (each rank's call, without its line)."""
     calls = tuple(_call(r, text) for r, text in sorted(exc.calls.items()))
-    first = str(exc).splitlines()[0]
-    return Finding("collective-order", first,
-                   "call the collectives of each communicator in the same order, with the same arguments, on every rank",
-                   calls)
+    return Finding("collective-order", str(exc).splitlines()[0], _MISMATCH_FIX, calls)
+
+
+def mismatch_on_rank(exc, rank: int) -> Finding | None:
+    """The same finding as one rank raising ``exc`` sees it: its own call, at
+    the user's line the traceback names (the run joins the ranks' findings:
+    ``_collect.unique``). None for a mismatch with a rank that returned."""
+    from .._frames import user_frame
+
+    if not _called(exc):
+        return None
+    frame = user_frame(exc.__traceback__)
+    text = exc.calls.get(rank, "")
+    call = Call(rank, _call(rank, text).call, frame.filename, frame.lineno) if frame else _call(rank, text)
+    return Finding("collective-order", str(exc).splitlines()[0], _MISMATCH_FIX, (call,))
 
 
 def findings_of(exc, checks) -> list[Finding]:
