@@ -7,7 +7,6 @@ https://github.com/mpi4py/mpi4py, BSD 3-clause licence, Copyright (c) Lisandro
 Dalcin (see README.md here). Copied as is; added: the print at the end.
 """
 # simdist-run: 2
-# simdist-known-difference: n2 mpi4py.util.dtlib needs MPI._typecode and MPI._typealign, which the simulated MPI does not have yet
 
 import numpy as np
 from mpi4py import MPI
