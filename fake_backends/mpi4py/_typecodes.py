@@ -8,6 +8,8 @@ uses them. A derived datatype, or one with no numpy form, has neither
 
 from __future__ import annotations
 
+from ._datatypes import TYPES
+
 #: Name (without ``MPI_``) -> (code, alignment); a code of None has only an alignment.
 _TABLE = {
     "AINT": ('p', 8),
@@ -101,10 +103,8 @@ _TABLE = {
 def _entry(datatype):
     if not getattr(datatype, "is_predefined", False):
         return None, None
-    from . import MPI  # the names: aliases (MPI.TWOINT, MPI.INT_INT) share one handle
-
-    for name, entry in _TABLE.items():
-        if getattr(MPI, name, None) == datatype:
+    for name, entry in _TABLE.items():  # by handle: aliases (MPI.TWOINT, MPI.INT_INT) share one
+        if TYPES.get(name) == datatype:
             return entry
     return None, None
 
