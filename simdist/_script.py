@@ -112,7 +112,7 @@ def run_script(target: str, argv: list[str], size: int, *, module: bool = False,
     if not module and not os.path.isfile(target):
         return ScriptOutcome(2, error=f"simdist run: no such script: {target}")
     checks = frozenset(checks)
-    with _checks.FindingsDir() as found, _races.Explorer(checks, size, race_runs) as races:
+    with _checks.FindingsDir(bool(checks)) as found, _races.Explorer(checks, size, race_runs) as races:
         outcome = _run_once(target, argv, size, module, backend, timeout, hosts, checks, found.path, races.original())
         rerun = min(timeout, _races.RERUN_TIMEOUT)
         raced = races.explore(outcome, lambda race: _run_once(target, argv, size, module, backend, rerun, hosts,
@@ -129,7 +129,7 @@ def _run_once(target, argv, size, module, backend, timeout, hosts, checks, findi
     try:
         with World(size, backend=backend, timeout=timeout, **options, **(hosts or {})) as world:
             codes = world.run(_rank_main, target, list(argv), module, backend == "sim", checks,
-                              findings_dir if checks else None, race)
+                              findings_dir, race)
     except Deadlock as exc:
         return ScriptOutcome(HUNG, error=f"simdist run: the ranks hung: {exc}", findings=_checks.findings_of(exc, checks))
     except CollectiveTimeout as exc:

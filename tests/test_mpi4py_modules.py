@@ -25,24 +25,13 @@ import textwrap
 
 import pytest
 
-from simdist._script import HUNG, run_script
+from simdist._script import HUNG
 
 from mpi4py_prelude import PRELUDE
+from mpi4py_prelude import passes as ok
+from mpi4py_prelude import run_program as run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def run(tmp_path, source: str, n: int, timeout: float = 30.0):
-    path = tmp_path / "prog.py"
-    path.write_text(PRELUDE + textwrap.dedent(source))
-    return run_script(str(path), [], n, timeout=timeout)
-
-
-def ok(tmp_path, source: str, n: int):
-    outcome = run(tmp_path, source, n)
-    assert outcome.status == 0, outcome.error
-
-
 PKL5 = """
     import numpy as np
     from mpi4py.util import pkl5

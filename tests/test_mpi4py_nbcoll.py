@@ -7,24 +7,20 @@ reported as a hang naming it."""
 
 from __future__ import annotations
 
-import textwrap
 
 import pytest
 
-from simdist._script import HUNG, run_script
+from simdist._script import HUNG
 
-from mpi4py_prelude import PRELUDE
+from mpi4py_prelude import passes, run_program
 
 
 def run(tmp_path, source: str, n: int, timeout: float = 30.0):
-    path = tmp_path / "prog.py"
-    path.write_text(PRELUDE + "import numpy as np\n" + textwrap.dedent(source))
-    return run_script(str(path), [], n, timeout=timeout)
+    return run_program(tmp_path, source, n, timeout=timeout, header="import numpy as np\n")
 
 
 def ok(tmp_path, source: str, n: int):
-    outcome = run(tmp_path, source, n)
-    assert outcome.status == 0, outcome.error
+    passes(tmp_path, source, n, header="import numpy as np\n")
 
 
 EVERY_CALL = """

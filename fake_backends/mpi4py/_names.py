@@ -236,6 +236,15 @@ _MODULE_HINTS = {
 }
 
 
+def _refusal(call: str, hint: str) -> NotImplementedError:
+    """The refusal of ``call``; one that starts or joins processes, made in
+    another thread, fails the main thread too (``_thread_refusals``)."""
+    error = unsupported(call, hint)
+    if hint is _DYNAMIC:
+        refused_in_a_thread(error)
+    return error
+
+
 def unsupported_attribute(cls: str, name: str) -> Exception:
     """NotImplementedError for a known mpi4py name of ``cls`` the stand-in
     lacks, else the AttributeError Python would raise."""
@@ -249,19 +258,13 @@ def unsupported_attribute(cls: str, name: str) -> Exception:
             hint = _CLASS_HINTS.get(cls, {}).get(name)
     if hint is None:
         return AttributeError(f"'{cls}' object has no attribute {name!r}")
-    error = unsupported(f"{cls}.{name}", hint)
-    if hint is _DYNAMIC:
-        refused_in_a_thread(error)
-    return error
+    return _refusal(f"{cls}.{name}", hint)
 
 
 def unsupported_module_attribute(name: str) -> Exception:
     """The same for the module ``mpi4py.MPI``."""
     if name in _MODULE_HINTS:
-        error = unsupported(f"MPI.{name}", _MODULE_HINTS[name])
-        if _MODULE_HINTS[name] is _DYNAMIC:
-            refused_in_a_thread(error)
-        return error
+        return _refusal(f"MPI.{name}", _MODULE_HINTS[name])
     if name.startswith("_") and not name.startswith("__"):
         return unsupported(f"MPI.{name}", "mpi4py's internals are not simulated")
     return AttributeError(f"module 'mpi4py.MPI' has no attribute {name!r}")

@@ -100,13 +100,14 @@ _TABLE = {
 }
 
 
+#: The same by handle: aliases (MPI.TWOINT, MPI.INT_INT) are one handle.
+_BY_HANDLE = {TYPES[name]: entry for name, entry in _TABLE.items() if name in TYPES}
+
+
 def _entry(datatype):
     if not getattr(datatype, "is_predefined", False):
         return None, None
-    for name, entry in _TABLE.items():  # by handle: aliases (MPI.TWOINT, MPI.INT_INT) share one
-        if TYPES.get(name) == datatype:
-            return entry
-    return None, None
+    return _BY_HANDLE.get(datatype, (None, None))
 
 
 def _typecode(datatype) -> str | None:

@@ -15,20 +15,27 @@ FOUND = 3
 
 
 class FindingsDir:
-    """A private temporary directory for one run's findings; removed on exit."""
+    """A private temporary directory for one run's findings, removed on exit;
+    none (``path`` None) for a run without checks."""
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
+        self.path: str | None = None
 
     def __enter__(self) -> "FindingsDir":
-        self.path = tempfile.mkdtemp(prefix="simdist-findings-")
+        if self.enabled:
+            self.path = tempfile.mkdtemp(prefix="simdist-findings-")
         return self
 
     def __exit__(self, *exc) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
+        if self.path is not None:
+            shutil.rmtree(self.path, ignore_errors=True)
 
     def collect(self, extra=()) -> list[Finding]:
         """Every rank's findings and ``extra`` ones, each once, without those
         a ``# simdist: allow[kind]`` silences, in the order of ``KINDS``."""
         found = list(extra)
-        for name in sorted(os.listdir(self.path)):
+        for name in sorted(os.listdir(self.path)) if self.path else ():
             with open(os.path.join(self.path, name), encoding="utf-8") as f:
                 found += [Finding.from_json(json.loads(line)) for line in f if line.strip()]
         return unique(found)

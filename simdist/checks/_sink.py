@@ -44,11 +44,6 @@ def enabled(kind: str) -> bool:
     return kind in _kinds
 
 
-def kinds() -> frozenset[str]:
-    """The kinds of checks on in this process."""
-    return _kinds
-
-
 def record(finding: Finding) -> None:
     """Keep ``finding`` (once per kind and lines) if its kind is on."""
     if finding.kind not in _kinds or _file is None or finding.key() in _seen:
