@@ -20,18 +20,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._buffers import is_in_place, parse, parse_vector
+from ._buffers import is_in_place, parse, parse_vector, parse_w
 from ._errors import ERR_ROOT, ERR_TRUNCATE, Exception as MPIException
 from ._locks import locked
 from ._objects import _items
 from ._ops import PREDEFINED, check, fold_arrays, fold_objects
 from ._p2p import PROC_NULL
 from ._pointtopoint import is_int
+from ._unpacking import unpacking_class
 
 ROOT = -4
 SUM = PREDEFINED["SUM"]
 
 
+@unpacking_class(("Bcast", "Gather", "Gatherv", "Scatter", "Scatterv", "Allgather", "Allgatherv", "Alltoall",
+                 "Alltoallv", "Alltoallw", "Allreduce", "Reduce", "Reduce_scatter_block", "Reduce_scatter"))
 class InterCollectives:
     """Mixin of Intercomm: the collectives of both APIs (see the module docstring)."""
 
@@ -148,6 +151,15 @@ class InterCollectives:
         for r in self._remote():
             self._put(recv.block(r), got[r], call)
 
+    def Alltoallw(self, sendbuf, recvbuf) -> None:
+        """As Alltoallv, with a datatype per block and displacements in bytes."""
+        n = len(self._st().members)
+        send = parse_w(sendbuf, n, writable=False, what="sendbuf")
+        recv = parse_w(recvbuf, n, writable=True, what="recvbuf")
+        got = self._exchange("Alltoallw", {r: send[r].raw.copy() for r in self._remote()}, self._remote())
+        for r in self._remote():
+            self._put(recv[r].raw, got[r], "Alltoallw")
+
     def _typed(self, spec, parts: list, op, call: str) -> np.ndarray:
         """The rank-order fold of the remote group's ``parts`` (bytes) as ``spec``'s elements."""
         dtype = spec.datatype.dtype
@@ -183,6 +195,36 @@ class InterCollectives:
                              self._remote())
         out = self._typed(recv, [got[r] for r in self._remote()], op, "Reduce_scatter_block")
         self._put(recv.raw, out.view(np.uint8).reshape(-1), "Reduce_scatter_block")
+
+    def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=SUM) -> None:
+        """The fold of the remote group's buffers, scattered over this group:
+        ``recvcounts[rank]`` elements from the offset of the lower ranks'
+        counts. MPI has both groups' counts sum to the same; each process
+        tells the remote group its count, so each sender cuts its buffer in
+        those (a wrong sum raises there, never misplaces data)."""
+        call = "Reduce_scatter"
+        op = check(op, call)
+        st = self._st()
+        if recvcounts is None:
+            raise TypeError(f"{call}: an intercommunicator needs recvcounts (one count per rank of this group)")
+        counts = [int(c) for c in recvcounts]
+        if len(counts) != st.size:
+            raise ValueError(f"{call}: expecting {st.size} items in recvcounts, got {len(counts)}")
+        recv = parse(recvbuf, writable=True, what="recvbuf")
+        send = parse(sendbuf, writable=False, what="sendbuf")
+        if send.count != sum(counts):
+            raise ValueError(f"{call}: mismatch in send count {send.count} and sum(counts) {sum(counts)}")
+        remote = self._exchange(call, dict.fromkeys(self._remote(), counts[st.rank]), self._remote())
+        if sum(remote.values()) != send.count:
+            raise ValueError(f"{call}: the remote group's recvcounts sum to {sum(remote.values())}, this "
+                             f"group's to {send.count}; MPI has them equal")
+        size, start, blocks = send.datatype.Get_size(), 0, {}
+        for r in self._remote():
+            blocks[r] = send.raw[start * size:(start + remote[r]) * size].copy()
+            start += remote[r]
+        got = self._exchange(call, blocks, self._remote())
+        out = self._typed(recv, [got[r] for r in self._remote()], op, call)
+        self._put(recv.raw[:counts[st.rank] * size], out.view(np.uint8).reshape(-1), call)
 
     # -- objects -----------------------------------------------------------------------
     def barrier(self) -> None:

@@ -2,7 +2,9 @@
 odd ranks, Intercomm (Get_remote_size, Get_remote_group), point to point
 to remote ranks, bcast/Bcast with MPI.ROOT and MPI.PROC_NULL, Gather,
 Reduce, allgather, allreduce, Allreduce, alltoall, Merge, Dup, Split,
-mpi4py.util.pkl5's Intercomm.
+mpi4py.util.pkl5's Intercomm; Bcast and Alltoallw into derived datatypes,
+Reduce_scatter (and its refusal without counts or with counts that do
+not add up to the send count).
 
 Origin: written for this project (mpi4py's tutorial has no example of these
 calls).
@@ -48,6 +50,27 @@ half = inter.Split(0 if inter.rank == 0 else MPI.UNDEFINED)
 if half != MPI.COMM_NULL:
     print(rank, "Split", half.size, half.remote_size, half.allgather(rank))
     half.Free()
+every_other = MPI.DOUBLE.Create_vector(3, 1, 2).Commit()
+strided = np.full(6, -1.0)
+inter.Bcast([np.arange(3.0), MPI.DOUBLE] if root == MPI.ROOT else [strided, 1, every_other], root)
+print(rank, "Bcast vector", strided.tolist())
+n = inter.remote_size
+pairs = MPI.DOUBLE.Create_vector(2, 1, 2).Commit()
+spread = np.full(4 * n, -1.0)
+inter.Alltoallw([np.arange(2.0 * n) + 100 * rank, ([2] * n, [16 * j for j in range(n)]), [MPI.DOUBLE] * n],
+                [spread, ([1] * n, [32 * j for j in range(n)]), [pairs] * n])
+print(rank, "Alltoallw", spread.tolist())
+counts = [6 // inter.size + (j < 6 % inter.size) for j in range(inter.size)]  # both groups' sum to 6
+part = np.zeros(counts[inter.rank], "i")
+inter.Reduce_scatter(np.arange(6, dtype="i") * (rank + 1), part, counts, MPI.SUM)
+print(rank, "Reduce_scatter", part.tolist())
+for bad in (None, [1] * inter.size if 6 % inter.size == 0 else [6] * inter.size):
+    try:
+        inter.Reduce_scatter(np.arange(6, dtype="i"), part, bad, MPI.SUM)
+    except (TypeError, ValueError) as error:
+        print(rank, "Reduce_scatter refused", type(error).__name__)
+for datatype in (every_other, pairs):
+    datatype.Free()
 pc = pkl5.Intercomm(inter)
 print(rank, "pkl5", pc.bcast(("x", rank) if root == MPI.ROOT else None, root), pc.allgather(rank))
 for comm in (dup, merged, inter, local):
