@@ -7,6 +7,8 @@ the bytes of the file that the rank's data fill, in order.
 
 from __future__ import annotations
 
+import numpy as np
+
 
 class View:
     """Where the data of a view lie in the file: ``blocks`` (offset,
@@ -25,6 +27,8 @@ class View:
             if nbytes:
                 yield self.disp + start, nbytes
             return
+        if not self.tile:
+            raise ValueError("the file view's filetype holds no data")
         tile, within = divmod(start, self.tile)
         while nbytes > 0:
             for offset, length in self.blocks:
@@ -44,14 +48,11 @@ class View:
 
 
 def _blocks(datatype) -> list[tuple[int, int]]:
-    """The (offset, length) byte blocks of one element of ``datatype``, merged."""
-    typemap = getattr(datatype, "_byte_blocks", None)
-    if typemap is None:
+    """The (offset, length) byte blocks of one element of ``datatype``, in
+    its type map's order, runs of adjacent bytes merged."""
+    if not datatype._is_derived():
         return [(0, datatype.Get_size())]
-    merged: list[list[int]] = []
-    for offset, length in typemap():
-        if merged and merged[-1][0] + merged[-1][1] == offset:
-            merged[-1][1] += length
-        elif length:
-            merged.append([offset, length])
-    return [tuple(block) for block in merged]
+    index = datatype._typemap("File.Set_view").byte_index(1)
+    breaks = np.flatnonzero(np.diff(index) != 1) + 1
+    starts, ends = np.concatenate(([0], breaks)), np.concatenate((breaks, [index.size]))
+    return [(int(index[s]), int(e - s)) for s, e in zip(starts, ends) if e > s]

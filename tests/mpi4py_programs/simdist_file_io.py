@@ -3,7 +3,8 @@ Write_at/Read_at with explicit offsets, Set_view with an etype (offsets
 count etypes), the individual file pointer (Seek, Write, Read,
 Get_position), Write_ordered and Read_ordered (rank order from the shared
 file pointer), Write_shared (each rank's part whole, in some order),
-Get_size, Get_byte_offset, Iwrite_at with a Status, and the errors of
+Get_size, Get_byte_offset, Iwrite_at with a Status, views through
+vector and indexed filetypes (Write_all, Read_all), and the errors of
 Open (ERR_NO_SUCH_FILE, ERR_AMODE) and of a write to a read-only file.
 
 Origin: written for this project. The file's name comes from rank 0
@@ -61,6 +62,30 @@ parts = np.zeros(4 * size, dtype="i4")
 fh.Read_at(0, parts)
 blocks = sorted(parts.reshape(size, 4).tolist())
 print(f"rank {rank}: shared parts {blocks}")
+
+# Strided views: each rank owns the ints of its own column in rows of 2 * size
+# ints, the even columns through a vector filetype, the odd ones through an
+# indexed filetype whose first int is not at 0 (resized to the same extent).
+comm.Barrier()
+fh.Set_size(0)
+evens = MPI.INT.Create_vector(3, 1, 2 * size).Create_resized(0, 6 * size * 4).Commit()
+odd = MPI.INT.Create_indexed([1, 1, 1], [1, 1 + 2 * size, 1 + 4 * size])
+odds = odd.Create_resized(0, evens.extent).Commit()
+fh.Set_view(8 * rank, MPI.INT, evens)
+fh.Write_all(np.arange(3, dtype="i4") + 10 * rank)
+fh.Set_view(8 * rank, MPI.INT, odds)
+fh.Write_all(np.arange(3, dtype="i4") + 10 * rank + 5)
+fh.Sync()
+comm.Barrier()
+fh.Set_view(0, MPI.INT)
+grid = np.zeros(6 * size, dtype="i4")
+fh.Read_at(0, grid)
+mine = np.zeros(3, dtype="i4")
+fh.Set_view(8 * rank, MPI.INT, odds)
+fh.Read_all(mine)
+print(f"rank {rank}: strided views {grid.reshape(3, 2 * size).tolist()} odd column {mine.tolist()}")
+for datatype in (evens, odd, odds):
+    datatype.Free()
 fh.Close()
 
 for amode, what in ((MPI.MODE_RDONLY, "missing file"), (MPI.MODE_RDONLY | MPI.MODE_CREATE, "bad amode")):
