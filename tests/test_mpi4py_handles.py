@@ -197,7 +197,32 @@ EXCEPTIONS = RAISES + """
     assert MPI.COMM_NULL.Get_name() == "MPI_COMM_NULL" and MPI.DATATYPE_NULL.Get_name() == "MPI_DATATYPE_NULL"
 """
 
-PROGRAMS = {"null_info": NULL_INFO, "pickled_handles": PICKLED_HANDLES, "messages": MESSAGES,
+FORTRAN_STATUS_AND_NULL_COMMS = """
+    status = MPI.Status()
+    status.source, status.tag, status.error = 1, 2, MPI.ERR_OTHER
+    f_status = status.py2f()
+    assert len(f_status) == MPI.F_STATUS_SIZE, f_status
+    assert (f_status[MPI.F_SOURCE], f_status[MPI.F_TAG], f_status[MPI.F_ERROR]) == (1, 2, MPI.ERR_OTHER)
+    assert MPI.Status.f2py(f_status) == status and MPI.Status.f2py(MPI.Status().py2f()) == MPI.Status()
+    null = MPI.Intercomm()
+    assert not hasattr(null, "Create_group")  # an intracommunicator's call, as in mpi4py
+    for call, args in [("Create", (MPI.GROUP_EMPTY,)), ("Get_remote_size", ()), ("Merge", ())]:
+        try:
+            getattr(null, call)(*args)
+        except MPI.Exception as exc:
+            assert exc.Get_error_class() == MPI.ERR_COMM, (call, exc)
+        else:
+            raise AssertionError(f"a null Intercomm's {call} did not raise")
+    try:
+        MPI.COMM_NULL.Disconnect()
+    except MPI.Exception as exc:
+        assert exc.Get_error_class() == MPI.ERR_COMM, exc
+    dup = MPI.COMM_WORLD.Dup()
+    dup.Disconnect()
+    assert dup == MPI.COMM_NULL
+"""
+
+PROGRAMS = {"null_info": NULL_INFO, "fortran_status_and_null_comms": FORTRAN_STATUS_AND_NULL_COMMS, "pickled_handles": PICKLED_HANDLES, "messages": MESSAGES,
             "errhandlers": ERRHANDLERS, "exceptions": EXCEPTIONS}
 
 

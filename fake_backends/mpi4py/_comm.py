@@ -369,6 +369,11 @@ class Comm(FreeableHandles, IntegerHandles, GroupCalls, PointToPoint, BufferColl
 
     free = Free
 
+    def Disconnect(self) -> None:
+        """Free the communicator (collective), as MPI_Comm_disconnect does
+        with one that no dynamic process function made; the handle becomes COMM_NULL."""
+        self.Free()
+
     def Abort(self, errorcode: int = 0):
         """End the job: ``simdist run`` exits with ``errorcode``."""
         raise MPIAbort(errorcode, _runtime.get().world.rank)

@@ -277,13 +277,13 @@ def refuse_intracomm_calls() -> None:  # called once, below
     """The calls of an intracommunicator only (topologies, Scan, ...) are
     not an intercommunicator's: AttributeError, as mpi4py's Intercomm has
     none of them. The calls mpi4py's Intercomm has and this one does not
-    simulate (nonblocking and persistent collectives, Create and
-    Create_group) raise NotImplementedError,
+    simulate (nonblocking and persistent collectives, Create) raise
+    NotImplementedError,
     never the intracommunicator's form run on both groups at once."""
-    for name in ("Create_intercomm", "Create_cart", "Create_graph", "Create_dist_graph",
+    for name in ("Create_group", "Create_intercomm", "Create_cart", "Create_graph", "Create_dist_graph",
                  "Create_dist_graph_adjacent", "Scan", "Exscan", "scan", "exscan"):
         setattr(Intercomm, name, property(_no_such(name)))
-    refused = ["Create", "Create_group"]
+    refused = ["Create"]
     refused += [f"I{name[0].lower()}{name[1:]}" for name in _COLLECTIVES] + [f"{name}_init" for name in _COLLECTIVES]
     for name in refused:
         setattr(Intercomm, name, _refused(name))
@@ -298,8 +298,9 @@ def _no_such(name: str):
 
 def _refused(name: str):
     def refused(self, *args, **kwargs):
-        raise unsupported(f"Intercomm.{name}", "nonblocking and persistent collectives, Create and "
-                          "Create_group are not simulated on intercommunicators; use the "
+        self._st()  # a null handle raises MPI.ERR_COMM first, as MPI checks it first
+        raise unsupported(f"Intercomm.{name}", "nonblocking and persistent collectives and Create are "
+                          "not simulated on intercommunicators; use the "
                           "blocking collectives, or Merge it into an intracommunicator")
 
     refused.__name__ = name

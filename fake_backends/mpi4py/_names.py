@@ -198,8 +198,7 @@ _FT = "fault tolerance (ULFM) is not simulated: a failing rank fails the whole r
 def _comm_hint(name: str) -> str | None:
     if name in ("Psend_init", "Precv_init"):
         return "partitioned communication is not simulated; use Isend and Irecv"
-    if name in ("Spawn", "Spawn_multiple", "Accept", "Connect", "Join", "Get_parent",
-                "Disconnect"):
+    if name in ("Spawn", "Spawn_multiple", "Accept", "Connect", "Join", "Get_parent"):
         return _DYNAMIC
     if name in ("Attach_buffer", "Detach_buffer", "Flush_buffer", "Iflush_buffer"):
         return "a communicator's own buffer (MPI 4.1) is not simulated; attach one for the process with MPI.Attach_buffer"

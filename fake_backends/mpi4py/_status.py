@@ -114,6 +114,21 @@ class Status:
         """The status's memory, as C ``int`` items (writes change the fields)."""
         return memoryview(self._c)
 
+    def py2f(self) -> list[int]:
+        """The Fortran status: the C status's ``int`` items (Open MPI's
+        ``MPI_F_STATUS_SIZE`` of them, ``F_SOURCE``, ``F_TAG``, ``F_ERROR`` first)."""
+        return [int(item) for item in self._c]
+
+    @classmethod
+    def f2py(cls, arg) -> "Status":
+        """A status from a Fortran status (see ``py2f``)."""
+        items = [int(item) for item in arg]
+        if len(items) != 6:
+            raise ValueError(f"Status.f2py: expecting 6 integers (MPI.F_STATUS_SIZE), got {len(items)}")
+        status = cls()
+        status._c[...] = items
+        return status
+
     count = property(Get_count, lambda self, count: self.Set_elements(TYPES["BYTE"], count))
 
 
