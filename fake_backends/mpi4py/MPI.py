@@ -47,6 +47,7 @@ from socket import gethostname as _gethostname
 from time import get_clock_info as _get_clock_info
 from time import perf_counter as _perf_counter
 
+from ._abi import Get_abi_fortran_info, Get_abi_info, Get_abi_version
 from ._buffered import BSEND_OVERHEAD, Alloc_mem, Attach_buffer, Detach_buffer, Flush_buffer, Free_mem
 from ._buffers import (BOTTOM, BUFFER_AUTOMATIC, IN_PLACE, Aint_add, Aint_diff, BottomType, BufferAutomaticType,
                        Get_address, InPlaceType)

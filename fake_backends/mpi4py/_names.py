@@ -229,8 +229,6 @@ _MODULE_HINTS = {
     "Remove_error_class": "user error classes are not simulated",
     "Remove_error_code": "user error codes are not simulated",
     "Remove_error_string": "user error strings are not simulated",
-    "Get_abi_version": "the simulated MPI has no ABI", "Get_abi_info": "the simulated MPI has no ABI",
-    "Get_abi_fortran_info": "the simulated MPI has no ABI",
     "Get_hw_resource_info": "the simulated MPI has no hardware information",
 }
 

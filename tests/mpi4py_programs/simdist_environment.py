@@ -2,7 +2,9 @@
 MPI.Wtime, MPI.Wtick, MPI.Get_processor_name, MPI.Get_version,
 MPI.Get_library_version, datatypes and their sizes (Datatype.Get_size,
 .size), the constants ANY_SOURCE, ANY_TAG, PROC_NULL, UNDEFINED, IN_PLACE,
-COMM_NULL, and MPI.Finalize.
+COMM_NULL, the ABI queries (Get_abi_version, Get_abi_info,
+Get_abi_fortran_info: the sizes they give are those of the datatypes), and
+MPI.Finalize.
 
 Origin: written for this project. It prints facts that hold on any MPI
 (and checks the values that depend on the library against their
@@ -43,6 +45,17 @@ print(f"rank {rank}: ANY_SOURCE, ANY_TAG, PROC_NULL, UNDEFINED are ints "
       f"distinct from ranks {min(MPI.ANY_SOURCE, MPI.PROC_NULL) < 0}")
 print(f"rank {rank}: IN_PLACE is not None {MPI.IN_PLACE is not None}, COMM_NULL is falsy {not MPI.COMM_NULL}, "
       f"COMM_WORLD is truthy {bool(comm)}")
+
+abi = MPI.Get_abi_info()
+fortran = MPI.Get_abi_fortran_info()
+sizes = {name: int(abi.Get(f"mpi_{name}_size")) == getattr(MPI, name.upper()).Get_size()
+         for name in ("aint", "count", "offset")}
+sizes.update({name: int(fortran.Get(f"mpi_{name}_size")) == getattr(MPI, name.upper()).Get_size()
+              for name in ("logical", "integer", "real", "double_precision")})
+print(f"rank {rank}: ABI version {MPI.Get_abi_version()} sizes agree {sizes} "
+      f"supported: {[key for key, value in sorted(fortran.items()) if value == 'true']}")
+abi.Free()
+fortran.Free()
 
 comm.Barrier()
 MPI.Finalize()
