@@ -98,6 +98,12 @@ PROGRAMS = {
         refused(ValueError, MPI.COMM_SELF.Alltoallv, [buf, None, [0], MPI.DATATYPE_NULL], [None, 0, [0], "B"])
         refused(TypeError, MPI.COMM_SELF.Alltoallv, [bytearray(b"abc"), np.array([3.1])], [bytearray(4), (3, [1])])
         refused(TypeError, MPI.COMM_SELF.Sendrecv, [buf, 1.0, "B"], 0, 0, empty, 0, 0)
+        backwards = MPI.INT.Create_resized(0, -4).Commit()  # a negative extent: nothing to count by
+        mem = MPI.Alloc_mem(5)
+        refused(ValueError, MPI.COMM_SELF.Sendrecv, [mem, None, backwards], 0, 0, empty, 0, 0)
+        refused(ValueError, MPI.COMM_SELF.Sendrecv, [mem, 0, 1, backwards], 0, 0, empty, 0, 0)
+        MPI.Free_mem(mem)
+        backwards.Free()
         # counts and displacements that are 0-d integer arrays are integers
         got = bytearray(3)
         MPI.COMM_SELF.Alltoallv([bytearray(b"xabc"), (3, [np.array(1)])], [got, np.array(3)])

@@ -130,7 +130,7 @@ def memory_bytes(obj, writable: bool, what: str) -> tuple[np.ndarray, Datatype |
     if obj is None or obj is BOTTOM:
         return np.empty(0, np.uint8), None
     if isinstance(obj, np.ndarray):
-        arr = obj
+        arr = obj if type(obj) is np.ndarray else obj.view(np.ndarray)  # MPI.buffer indexes its own way
         infer = of_array
     else:
         try:
@@ -368,6 +368,9 @@ def typed_spec(o_buf, o_count, o_displ, raw, datatype, writable: bool, blocks: i
         offset = operator.index(o_displ) * extent
         if operator.index(o_displ) < 0:
             raise ValueError(f"message: negative diplacement {o_displ}")
+        if offset and extent <= 0:
+            raise ValueError(f"message: cannot handle displacement, datatype extent {extent} "
+                             f"(lb:{lb}, ub:{lb + extent})")
     if o_count is not None:
         count = operator.index(o_count)
         if count < 0:
