@@ -722,10 +722,8 @@ def test_abort_through_the_command_line(tmp_path):
 
 
 @pytest.mark.parametrize("call, text", [
-    ("comm.Join(3)", "Intracomm.Join is not supported"),
     ("comm.Spawn('x')", "Intracomm.Spawn is not supported"),
-    ("comm.Connect('port')", "Intracomm.Connect is not supported"),
-    ("MPI.Open_port()", "MPI.Open_port is not supported"),
+    ("MPI.Lookup_name('service')", "MPI.Lookup_name is not supported"),
     ("MPI.Win.Create_dynamic(comm=comm)", "Win.Create_dynamic is not supported"),
     ("MPI.Register_datarep('x', None, None, None)", "MPI.Register_datarep is not supported"),
     ("MPI.Request().Pready(0)", "Request.Pready is not supported"),
@@ -747,6 +745,21 @@ def test_unsupported_calls_raise_not_implemented_error_naming_the_call(tmp_path,
                 pass
             else:
                 raise AssertionError("no AttributeError")
+    """, 1)
+
+
+def test_a_port_that_is_not_open_here_is_refused_with_err_port(tmp_path):
+    ok(tmp_path, """
+        port = MPI.Open_port()
+        MPI.Close_port(port)
+        for call in (lambda: MPI.COMM_SELF.Accept(port), lambda: MPI.Close_port(port),
+                     lambda: MPI.COMM_SELF.Connect("no-such-port")):
+            try:
+                call()
+            except MPI.Exception as exc:
+                assert exc.Get_error_class() == MPI.ERR_PORT, exc
+            else:
+                raise AssertionError("no MPI.ERR_PORT")
     """, 1)
 
 

@@ -48,6 +48,10 @@ from time import get_clock_info as _get_clock_info
 from time import perf_counter as _perf_counter
 
 from ._abi import Get_abi_fortran_info, Get_abi_info, Get_abi_version
+from ._dynproc import Close_port, Open_port
+from ._dynproc import accept as _accept
+from ._dynproc import connect as _connect
+from ._dynproc import join as _join
 from ._buffered import BSEND_OVERHEAD, Alloc_mem, Attach_buffer, Detach_buffer, Flush_buffer, Free_mem
 from ._buffers import (BOTTOM, BUFFER_AUTOMATIC, IN_PLACE, Aint_add, Aint_diff, BottomType, BufferAutomaticType,
                        Get_address, InPlaceType)
@@ -102,6 +106,7 @@ for _name, _method in _TOPOLOGY_CONSTRUCTORS.items():  # Intracomm.Create_cart, 
     setattr(Intracomm, _name, _method)
 del _name, _method
 Intracomm.Create_intercomm = _CREATE_INTERCOMM
+Intracomm.Accept, Intracomm.Connect, Comm.Join = _accept, _connect, classmethod(_join)
 Intracomm.Create_from_group = classmethod(_create_from_group)
 Group.Create_from_session_pset = classmethod(_create_from_session_pset)
 globals().update(_PREDEFINED)  # MPI.SUM, MPI.MAX, ..., MPI.MAXLOC, MPI.REPLACE, MPI.NO_OP

@@ -189,8 +189,10 @@ CONSTANTS = {'UNDEFINED': -32766,
  'MAX_PSET_NAME_LEN': 512,
  'MAX_STRINGTAG_LEN': 1024}
 
-_DYNAMIC = ("dynamic processes (Spawn, Connect/Accept, Join) are not simulated; start every rank with `simdist run -n N` "
-            "and make intercommunicators with Intracomm.Create_intercomm")
+_DYNAMIC = ("spawning processes is not simulated; start every rank with `simdist run -n N` and join groups of them "
+            "with Intracomm.Accept/Connect, Comm.Join or Intracomm.Create_intercomm")
+_NAMES = ("the name service is not simulated; pass the port name from MPI.Open_port to the connecting process "
+          "(a message, or a file)")
 _HANDLES = "the simulated MPI has no C or Fortran handles"
 _FT = "fault tolerance (ULFM) is not simulated: a failing rank fails the whole run"
 
@@ -198,7 +200,7 @@ _FT = "fault tolerance (ULFM) is not simulated: a failing rank fails the whole r
 def _comm_hint(name: str) -> str | None:
     if name in ("Psend_init", "Precv_init"):
         return "partitioned communication is not simulated; use Isend and Irecv"
-    if name in ("Spawn", "Spawn_multiple", "Accept", "Connect", "Join", "Get_parent"):
+    if name in ("Spawn", "Spawn_multiple", "Get_parent"):
         return _DYNAMIC
     if name in ("Attach_buffer", "Detach_buffer", "Flush_buffer", "Iflush_buffer"):
         return "a communicator's own buffer (MPI 4.1) is not simulated; attach one for the process with MPI.Attach_buffer"
@@ -222,8 +224,7 @@ _HANDLE_NAMES = ("py2f", "f2py", "toint", "fromint", "fromhandle", "handle", "to
 
 _MODULE_HINTS = {
     "Register_datarep": "user data representations of MPI-IO are not simulated ('native' and 'internal' are)",
-    "Open_port": _DYNAMIC, "Close_port": _DYNAMIC, "Publish_name": _DYNAMIC,
-    "Unpublish_name": _DYNAMIC, "Lookup_name": _DYNAMIC,
+    "Publish_name": _NAMES, "Unpublish_name": _NAMES, "Lookup_name": _NAMES,
     "Iflush_buffer": "the nonblocking flush of the attached buffer is not simulated; use MPI.Flush_buffer",
     "Alloc_mem": "use numpy.empty (or bytearray)", "Free_mem": "use numpy.empty (or bytearray)",
     "Remove_error_class": "user error classes are not simulated",
