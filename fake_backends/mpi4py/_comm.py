@@ -32,6 +32,7 @@ from ._ops import Op
 from ._nbcoll import NonblockingCollectives
 from ._objects import ObjectCollectives
 from ._p2p import ANY_SOURCE, PROC_NULL
+from ._partitioned import PartitionedCalls
 from ._pointtopoint import TAG_UB, PointToPoint
 from ._pointtopoint import is_int as _is_int
 from ._pointtopoint import sent
@@ -134,8 +135,8 @@ def self_state(rt) -> _State:
     return _State(rt, _SelfComm(), rt.next_self_ctx(), [rt.world.rank], "MPI_COMM_SELF", True)
 
 
-class Comm(FreeableHandles, IntegerHandles, GroupCalls, PointToPoint, BufferCollectives, VectorCollectives, ObjectCollectives,
-           NonblockingCollectives, AttributeCalls):
+class Comm(FreeableHandles, IntegerHandles, GroupCalls, PointToPoint, PartitionedCalls, BufferCollectives,
+           VectorCollectives, ObjectCollectives, NonblockingCollectives, AttributeCalls):
     """A communicator: see the module docstring; the calls are mpi4py's."""
 
     _fixed = None  # "COMM_WORLD"/"COMM_SELF" for the predefined handles

@@ -198,8 +198,6 @@ _FT = "fault tolerance (ULFM) is not simulated: a failing rank fails the whole r
 
 
 def _comm_hint(name: str) -> str | None:
-    if name in ("Psend_init", "Precv_init"):
-        return "partitioned communication is not simulated; use Isend and Irecv"
     if name in ("Spawn", "Spawn_multiple", "Get_parent"):
         return _DYNAMIC
     if name in ("Attach_buffer", "Detach_buffer", "Flush_buffer", "Iflush_buffer"):
@@ -214,11 +212,7 @@ def _comm_hint(name: str) -> str | None:
 _CLASS_HINTS = {
     "Request": {"Get_status_all": "use Request.Testall", "Get_status_any": "use Request.Testany",
                 "Get_status_some": "use Request.Testsome", "get_status_all": "use Request.testall",
-                "get_status_any": "use Request.testany", "get_status_some": "use Request.testsome",
-                "Pready": "partitioned communication is not simulated",
-                "Pready_range": "partitioned communication is not simulated",
-                "Pready_list": "partitioned communication is not simulated",
-                "Parrived": "partitioned communication is not simulated"},
+                "get_status_any": "use Request.testany", "get_status_some": "use Request.testsome"},
 }
 _HANDLE_NAMES = ("py2f", "f2py", "toint", "fromint", "fromhandle", "handle", "tomemory")
 

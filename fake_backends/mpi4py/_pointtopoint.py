@@ -103,9 +103,10 @@ class PointToPoint:
         desc = f"{call}(dest={dest}, tag={tag}) on {st.name}"
         return st, st.members[dest], tag, data, flags, desc, _misuse.note(desc, data.size)
 
-    def _prepare_send(self, data_of, dest, tag, sync: bool, call: str):
+    def _prepare_send(self, data_of, dest, tag, sync: bool, call: str, ctx_bit: int = 0):
         """Check a send and build its bytes; return ``post()``, which starts
-        it and returns its request."""
+        it and returns its request. ``ctx_bit`` flipped on the context keeps
+        a kind of message apart (partitioned ones)."""
         checked = self._checked_send(data_of, dest, tag, call)
         if checked is None:
             engine = self._st().engine
@@ -114,7 +115,8 @@ class PointToPoint:
         checked = not sync and _checks.enabled("buffering")  # a standard send may not rely on MPI buffering it
 
         def post():
-            op = st.engine.send(world_dest, st.ctx, st.rank, tag, data, flags, sync or checked, desc, checked, note)
+            op = st.engine.send(world_dest, st.ctx ^ ctx_bit, st.rank, tag, data, flags, sync or checked, desc, checked,
+                                note)
             _misuse.send_posted(op, data, call, desc)
             return _misuse.made(Request._of(st.engine, op), call, desc)
 
@@ -141,7 +143,7 @@ class PointToPoint:
 
         return post, nbytes
 
-    def _prepare_recv(self, sink_of, source, tag, call: str):
+    def _prepare_recv(self, sink_of, source, tag, call: str, ctx_bit: int = 0):
         """Check a receive and read its buffer; return ``post()``."""
         st = self._st()
         tag = self._tag(tag, call, True)
@@ -153,8 +155,8 @@ class PointToPoint:
         desc = f"{call}({_names(source, tag)}) on {st.name}"
         peer = None if source == ANY_SOURCE else st.members[source]
         check = _misuse.recv_check(spec, desc)
-        return lambda: _misuse.made(Request._of(st.engine, st.engine.recv(st.ctx, source, tag, sink, desc, unpack,
-                                                                          peer, check)), call, desc)
+        return lambda: _misuse.made(Request._of(st.engine, st.engine.recv(st.ctx ^ ctx_bit, source, tag, sink, desc,
+                                                                          unpack, peer, check)), call, desc)
 
     @staticmethod
     def _sink(buf, what: str = "buf"):
@@ -233,12 +235,12 @@ class PointToPoint:
         return _misuse.persistent_made(Prequest(_start=self._persistent_send(buf, dest, tag, True, "Ssend_init")),
                                        f"Ssend_init(dest={dest}, tag={tag})")
 
-    def _persistent_send(self, buf, dest, tag, sync: bool, call: str):
+    def _persistent_send(self, buf, dest, tag, sync: bool, call: str, ctx_bit: int = 0):
         """The ``post()`` of a persistent send, checked now. A derived
         datatype's bytes are packed anew at each Start (a copy, unlike a
         view of a contiguous buffer, would send the contents at init)."""
         def prepare():
-            return self._prepare_send(lambda: buffer_data(buf), dest, tag, sync, call)
+            return self._prepare_send(lambda: buffer_data(buf), dest, tag, sync, call, ctx_bit)
 
         post = prepare()
         if dest == PROC_NULL or parse(buf, writable=False, what="buf").target is None:
