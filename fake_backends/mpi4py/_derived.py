@@ -47,13 +47,14 @@ class TypeMap:
     nothing until a call moves it."""
 
     __slots__ = ("lb", "ub", "align", "contents", "committed", "size", "nelem", "true_lb", "true_ub", "uniform",
-                 "_build", "_codes", "_offsets", "_index", "_sizes")
+                 "handles", "_build", "_codes", "_offsets", "_index", "_sizes")
 
     def __init__(self, lb: int, ub: int, align: int, contents, *, size: int, nelem: int, true_lb: int,
                  true_ub: int, uniform, build=None, codes=None, offsets=None):
         self.lb, self.ub, self.align = int(lb), int(ub), int(align)
         self.contents = contents
         self.committed = False
+        self.handles = 0  # the datatype handles on this map (``_typecalls``): freed with the last
         self.size, self.nelem = int(size), int(nelem)
         self.true_lb, self.true_ub = int(true_lb), int(true_ub)
         self.uniform = uniform  # the code of every basic element if they are all one, else None

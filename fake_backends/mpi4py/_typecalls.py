@@ -99,6 +99,7 @@ class DerivedCalls:
         datatype._id, datatype._name, datatype._key = object(), "", "DERIVED"
         datatype._dtype = None
         _MAPS[datatype._id] = tm
+        tm.handles += 1
         _misuse.handle_made(datatype._id, "datatype", datatype)
         return datatype
 
@@ -108,6 +109,7 @@ class DerivedCalls:
         if self._is_derived():
             alias._id = object()
             _MAPS[alias._id] = _MAPS[self._id]
+            _MAPS[alias._id].handles += 1
         return alias
 
     def _derived_dtype(self):
@@ -211,7 +213,10 @@ class DerivedCalls:
     def _free_map(self) -> None:
         tm = _MAPS.pop(self._id, None)
         _misuse.handle_freed(self._id)
-        if tm is not None and not any(other is tm for other in _MAPS.values()):
+        if tm is None:
+            return
+        tm.handles -= 1
+        if not tm.handles:  # the last handle on it: its contents' handles go too
             for part in tm.contents[3]:
                 part._free_map()
 
