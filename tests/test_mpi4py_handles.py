@@ -222,7 +222,22 @@ FORTRAN_STATUS_AND_NULL_COMMS = """
     assert dup == MPI.COMM_NULL
 """
 
-PROGRAMS = {"null_info": NULL_INFO, "fortran_status_and_null_comms": FORTRAN_STATUS_AND_NULL_COMMS, "pickled_handles": PICKLED_HANDLES, "messages": MESSAGES,
+SAFE_FREE = """
+    # mpi4py's lowercase free: nothing on null and predefined handles, Free on the others
+    for handle in (MPI.COMM_NULL, MPI.Comm(), MPI.GROUP_NULL, MPI.WIN_NULL, MPI.Win(), MPI.INFO_NULL):
+        handle.free()
+        handle.free()
+        assert not handle
+    for handle in (MPI.COMM_WORLD, MPI.COMM_SELF, MPI.GROUP_EMPTY, MPI.INFO_ENV):
+        handle.free()
+        assert handle
+    made = [MPI.COMM_WORLD.Dup(), MPI.COMM_SELF.Get_group(), MPI.Info.Create(), MPI.Win.Allocate(8, comm=MPI.COMM_SELF)]
+    for handle in made:
+        handle.free()
+        assert not handle, handle
+"""
+
+PROGRAMS = {"null_info": NULL_INFO, "safe_free": SAFE_FREE, "fortran_status_and_null_comms": FORTRAN_STATUS_AND_NULL_COMMS, "pickled_handles": PICKLED_HANDLES, "messages": MESSAGES,
             "errhandlers": ERRHANDLERS, "exceptions": EXCEPTIONS}
 
 

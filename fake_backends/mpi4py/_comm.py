@@ -368,7 +368,10 @@ class Comm(FreeableHandles, IntegerHandles, GroupCalls, PointToPoint, Partitione
         st.freed = True
         _misuse.handle_freed(st)
 
-    free = Free
+    def free(self) -> None:
+        """Free unless null or predefined (mpi4py's ``free``)."""
+        if self and not self._st().predefined:
+            self.Free()
 
     def Disconnect(self) -> None:
         """Free the communicator (collective), as MPI_Comm_disconnect does

@@ -192,7 +192,10 @@ class Group(IntegerHandles):
             self._members = None
             _misuse.handle_freed(self)
 
-    free = Free
+    def free(self) -> None:
+        """Free unless null (GROUP_EMPTY stays, as Free leaves it; mpi4py's ``free``)."""
+        if self:
+            self.Free()
 
     def __getattr__(self, name):
         from ._names import unsupported_attribute

@@ -170,6 +170,11 @@ class Info(IntegerHandles):
             raise MPIException(ERR_INFO, "Info.Free of MPI.INFO_ENV, a predefined info")
         self._items = None
 
+    def free(self) -> None:
+        """Free unless null or predefined (mpi4py's ``free``)."""
+        if self and not self._constant:
+            self.Free()
+
     def Dup(self) -> "Info":
         info = type(self)()
         info._items = dict(self._live("Dup"))

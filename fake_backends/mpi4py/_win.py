@@ -235,7 +235,10 @@ class Win(FreeableHandles, IntegerHandles, AttributeCalls, Synchronization):
         st.rt.at_close.remove(st.release)
         _misuse.handle_freed(st)
 
-    free = Free
+    def free(self) -> None:
+        """Free unless null (mpi4py's ``free``)."""
+        if self:
+            self.Free()
 
     # -- what it is --------------------------------------------------------------------------
     def Get_group(self):
