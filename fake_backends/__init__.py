@@ -12,6 +12,10 @@
 The faulty communicators and their registry are re-exported here, so that
 ``from fake_backends import SumForMean, make, FAKES`` and the
 ``fake_backends:NAME`` factories of ``simdist check --backend`` work.
+
+PYTEST_DONT_REWRITE: ``simdist run`` imports this package before the
+program's pytest starts, and pytest would warn (an error under a
+``filterwarnings = error`` configuration) that it cannot rewrite it.
 """
 
 from __future__ import annotations

@@ -2,6 +2,10 @@
 
 N virtual devices run as N processes on one machine, joined by shared-memory
 collectives whose results are deterministic to the bit.
+
+PYTEST_DONT_REWRITE: ``simdist run`` imports this package before the
+program's pytest starts, and pytest would warn (an error under a
+``filterwarnings = error`` configuration) that it cannot rewrite it.
 """
 
 from ._communicator import OPS, Communicator

@@ -2,6 +2,7 @@
 
     python tests/mpi4py_suite_table.py SUITE_DIR [--sizes 1-4] [--files test_a.py,test_b.py]
         [--launchers mpiexec,simdist] [--timeout 600] [--json results.json] [--resume]
+        [--pytest-args "--with-mpi"]
 
 SUITE_DIR is a copy of mpi4py's ``test/`` folder (from its source
 distribution: ``pip download --no-binary :all: --no-deps mpi4py``), which
@@ -15,6 +16,8 @@ stopped at the timeout, ``error`` for a run that reported no test), and the
 tests that pass under mpiexec but not under simdist, with their outcome
 there. ``--json`` keeps every outcome; ``--resume`` reuses the runs a
 previous ``--json`` file holds (so mpiexec's can be measured once).
+``--pytest-args`` adds options to every pytest command line, for a library's
+suite that needs them (pylops-mpi's needs pytest-mpi's ``--with-mpi``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -57,15 +61,15 @@ def parse_sizes(text: str) -> list[int]:
     return [int(part) for part in text.split(",")]
 
 
-def command(launcher: str, size: int, path: str) -> list[str]:
-    pytest = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "suite_table_plugin", path]
+def command(launcher: str, size: int, path: str, pytest_args: list[str]) -> list[str]:
+    pytest = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "suite_table_plugin", *pytest_args, path]
     if launcher == "mpiexec":
         mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or "mpiexec"
         return [mpiexec, "--oversubscribe", "-n", str(size), sys.executable, *pytest]
     return [sys.executable, "-m", "simdist", "run", "-n", str(size), *pytest]
 
 
-def run_one(suite: Path, launcher: str, size: int, name: str, timeout: float) -> dict:
+def run_one(suite: Path, launcher: str, size: int, name: str, timeout: float, pytest_args: list[str]) -> dict:
     """Each rank's outcome of every test of one file, and how the run ended."""
     with tempfile.TemporaryDirectory(prefix="suite-table-") as scratch:
         Path(scratch, "suite_table_plugin.py").write_text(PLUGIN)
@@ -73,7 +77,7 @@ def run_one(suite: Path, launcher: str, size: int, name: str, timeout: float) ->
                    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1",
                    PYTHONPATH=os.pathsep.join(filter(None, [scratch, os.environ.get("PYTHONPATH")])))
         started = time.monotonic()
-        proc = subprocess.Popen(command(launcher, size, name), cwd=suite, env=env, stdout=subprocess.PIPE,
+        proc = subprocess.Popen(command(launcher, size, name, pytest_args), cwd=suite, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         try:
             out, _ = proc.communicate(timeout=timeout)
@@ -104,17 +108,19 @@ def cell(run: dict | None, size: int) -> str:
 
 
 def differences(reference: dict | None, run: dict | None) -> dict[str, str]:
-    """Tests that passed on every rank of ``reference`` and not on every rank of ``run``."""
+    """Tests that passed on a rank of ``reference`` and not on that rank of ``run``.
+
+    Rank by rank, since a suite may name its tests per rank (pylops-mpi's adds
+    ``[Rank N]`` to each test id)."""
     if reference is None or run is None or reference["ended"] == "hang":
         return {}
-
-    def passed_everywhere(r):
-        ranks = list(r["ranks"].values())
-        return {t for t in (ranks[0] if ranks else {}) if all(rank.get(t) == "passed" for rank in ranks)}
-
-    missing = passed_everywhere(reference) - passed_everywhere(run)
-    first = next(iter(run["ranks"].values()), {})
-    return {t: ("hang" if run["ended"] == "hang" else first.get(t, "not run")) for t in sorted(missing)}
+    missing = {}
+    for rank, outcomes in reference["ranks"].items():
+        ran = run["ranks"].get(rank, {})
+        for test, outcome in outcomes.items():
+            if outcome == "passed" and ran.get(test) != "passed":
+                missing[test] = "hang" if run["ended"] == "hang" else ran.get(test, "not run")
+    return dict(sorted(missing.items()))
 
 
 def main(argv=None) -> int:
@@ -126,6 +132,7 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--pytest-args", default="", help="options added to every pytest command line")
     args = parser.parse_args(argv)
     files = args.files.split(",") if args.files else sorted(p.name for p in args.suite.glob("test_*.py"))
     launchers, sizes = args.launchers.split(","), parse_sizes(args.sizes)
@@ -135,7 +142,8 @@ def main(argv=None) -> int:
             for size in sizes:
                 key = f"{name} {launcher} {size}"
                 if key not in results:
-                    results[key] = run_one(args.suite, launcher, size, name, args.timeout)
+                    results[key] = run_one(args.suite, launcher, size, name, args.timeout,
+                                           shlex.split(args.pytest_args))
                     if args.json:
                         args.json.write_text(json.dumps(results, indent=1))
                 run = results[key]

@@ -258,6 +258,21 @@ def test_a_pytest_suite_using_mpi4py_runs_under_simdist_run_as_under_mpiexec(tmp
     assert "AssertionError: rank 1 fails on purpose" in simulated.stdout
 
 
+def test_a_suite_that_turns_warnings_into_errors_runs_under_simdist_run_as_under_mpiexec(tmp_path):
+    """A project whose pytest configuration says ``filterwarnings = error``
+    (schwimmbad's does) runs under ``simdist run``: pytest finds simdist's
+    packages imported before it starts and must not warn that it cannot
+    rewrite them (the warning, an error there, ended every rank's pytest)."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\nfilterwarnings = error\n")
+    (tmp_path / "test_ones.py").write_text(
+        "from mpi4py import MPI\n\n\ndef test_sum_of_ones_is_the_size():\n"
+        "    assert MPI.COMM_WORLD.allreduce(1) == MPI.COMM_WORLD.Get_size()\n")
+    suite = ["-m", "pytest", "test_ones.py", "-q", "-p", "no:cacheprovider", "--color=no"]
+    reference, simulated = run_both(2, suite, suite, tmp_path)
+    assert (reference.status, reference.stdout.count("1 passed")) == (0, 2), reference.stdout[-3000:]
+    assert (simulated.status, simulated.stdout.count("1 passed")) == (0, 2), simulated.stdout[-3000:] + simulated.tail()
+
+
 def test_every_program_says_what_it_exercises_where_it_comes_from_and_how_it_runs():
     programs = all_programs()
     assert len(programs) >= 15, [p.name for p in programs]
