@@ -305,6 +305,10 @@ def test_dtlib_maps_datatypes_to_numpy_and_back_as_over_open_mpi(tmp_path):
             == ["i", "i4", "b1", "c16", "q", "p"]
         assert [MPI._typealign(t) for t in (MPI.TWOINT, MPI.DOUBLE_INT, MPI.FLOAT16_T, MPI.CHAR)] == [4, 8, 2, 1]
         assert MPI._typecode(MPI.DOUBLE_INT) is None and MPI._typecode(MPI.INT.Dup()) is None
+        # a Fortran 90 parameterized type is a handle of its own on a predefined one: its code
+        assert [MPI._typecode(MPI.Datatype.Create_f90_complex(p, MPI.UNDEFINED)) for p in (6, 7)] == ["c8", "c16"]
+        assert dtlib.to_numpy_dtype(MPI.Datatype.Create_f90_real(15, MPI.UNDEFINED)) == np.float64
+        assert dtlib.to_numpy_dtype(MPI.Datatype.Create_f90_complex(6, MPI.UNDEFINED)) == np.complex64
         assert dtlib.to_numpy_dtype(dtlib.from_numpy_dtype(np.dtype("f8"))) == np.float64
         assert dtlib.to_numpy_dtype(MPI.INT) == np.int32
         vector = MPI.DOUBLE.Create_vector(2, 1, 2)

@@ -107,7 +107,10 @@ _BY_HANDLE = {TYPES[name]: entry for name, entry in _TABLE.items() if name in TY
 def _entry(datatype):
     if not getattr(datatype, "is_predefined", False):
         return None, None
-    return _BY_HANDLE.get(datatype, (None, None))
+    entry = _BY_HANDLE.get(datatype)
+    if entry is None:  # a Fortran 90 parameterized type: a handle of its own on a predefined one's key
+        entry = _TABLE.get(getattr(datatype, "_key", None), (None, None))
+    return entry
 
 
 def _typecode(datatype) -> str | None:
