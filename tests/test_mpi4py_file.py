@@ -45,3 +45,13 @@ def test_an_open_error_under_file_nulls_fatal_handler_ends_the_run(tmp_path, cap
     """, n=1)
     assert outcome.status == 1 and "an error occurred in File.Delete on MPI_FILE_NULL" in outcome.error, outcome.error
     assert "MPI_ERR_NO_SUCH_FILE" in outcome.error and "caught" not in capfd.readouterr().out
+
+
+def test_ranks_killed_with_a_file_open_leave_no_shared_pointer_behind(tmp_path):
+    # a hang ends with the ranks killed: no release runs, yet the leak guard finds nothing
+    outcome = run(tmp_path, f"""
+        import os, signal
+        fh = MPI.File.Open(comm, {str(tmp_path / 'open.bin')!r}, MPI.MODE_WRONLY | MPI.MODE_CREATE)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """, n=2, timeout=5.0)
+    assert outcome.status != 0

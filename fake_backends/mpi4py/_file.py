@@ -66,12 +66,11 @@ class _FileState:
         self.split = None  # the status of an active split collective (``*_begin``)
 
     def release(self) -> None:
-        """Close the rank's descriptor and remove the shared pointer's file
-        (whichever rank comes first)."""
+        """Close the rank's descriptors of the file and of the shared pointer."""
         if not self.closed:
             self.closed = True
             os.close(self.fd)
-            _pointer.remove(self.shared)
+            _pointer.detach(self.shared)
 
 
 class _NullState:
@@ -177,24 +176,26 @@ class File(IntegerHandles):
         error, detail = comm.bcast(_create(path, amode) if rank == 0 else None, root=0)
         if error != SUCCESS:
             raise MPIException(error, f"File.Open: {detail}")
+        shared = _pointer.attach(detail)
         try:
             fd = os.open(path, _open_flags(amode))
         except OSError as exc:
             fd, failure = -1, exc
-        opened = comm.allgather(fd >= 0)
+        opened = comm.allgather(fd >= 0)  # (so every rank has the shared pointer open)
+        if rank == 0:
+            _pointer.unlink(detail)
         if not all(opened):
+            _pointer.detach(shared)
             if fd >= 0:
                 os.close(fd)
-            if rank == 0:
-                _pointer.remove(detail)
             raise MPIException(ERR_IO, f"File.Open({path!r}): ranks {[r for r, ok in enumerate(opened) if not ok]} "
                                f"could not open it" + ("" if fd >= 0 else f" ({failure.strerror})"))
-        state = _FileState(path, fd, amode, comm.Dup(), info.Dup() if info else Info.Create(), detail,
+        state = _FileState(path, fd, amode, comm.Dup(), info.Dup() if info else Info.Create(), shared,
                            _errhandlers.default())
         if amode & MODE_APPEND:
             state.pointer = os.fstat(fd).st_size
             if rank == 0:
-                _pointer.write(detail, state.pointer)
+                _pointer.write(shared, state.pointer)
         file = cls()
         file._state = state
         _runtime.get().at_close.append(state.release)  # a file the program leaves open
