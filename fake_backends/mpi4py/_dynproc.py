@@ -23,8 +23,10 @@ import os
 import numpy as np
 
 from . import _runtime
-from ._errors import ERR_ARG, ERR_PORT, ERR_RANK, Exception as MPIException
-from ._groupcomm import COLLECTIVE_BIT, HANDSHAKE_BIT, GroupComm, new_context
+from ._errors import ERR_ARG, ERR_PORT, Exception as MPIException
+from ._comm import COMM_SELF
+from ._groupcomm import COLLECTIVE_BIT, HANDSHAKE_BIT, new_context
+from ._intercomm import from_leader
 from ._p2p import ANY_SOURCE
 from ._pickle import pickle
 from ._pointtopoint import is_int
@@ -78,27 +80,11 @@ def _meet(engine, call: str, me: int, local: list, *, peer: int | None, tag: int
     return list(remote), proposal if first else their_proposal, first
 
 
-def _intercomm(comm, st, found, root: int, call: str):
-    from ._intercomm import _inter_state, _new_intercomm
-
-    remote, context, first = comm.bcast(found, root)
-    local = list(st.members)
-    union = local + remote if first else remote + local
-    gc = GroupComm(st.engine, union, union.index(st.members[st.rank]), context)
-    return _new_intercomm(_inter_state(st, gc, local, remote, first, f"{call} on {st.name}"))
-
-
-def _root(st, root, call: str) -> int:
-    if not is_int(root) or not 0 <= root < st.size:
-        raise MPIException(ERR_RANK, f"{call}: root={root!r} on {st.name} of {st.size} ranks")
-    return int(root)
-
-
 def accept(self, port_name: str, info=None, root: int = 0):
     """MPI_Comm_accept (collective): an intercommunicator to the group whose
     root connects to ``port_name`` (significant at ``root``, which opened it)."""
     st = self._st()
-    root = _root(st, root, "Accept")
+    root = self._root(st, root, "Accept")
     found = None
     if st.rank == root:
         owner, serial = _owner_and_serial(port_name, "Accept")
@@ -107,27 +93,25 @@ def accept(self, port_name: str, info=None, root: int = 0):
                                f"{st.rt.world.rank}); the process that opened it accepts on it")
         found = _meet(st.engine, f"Accept({port_name!r}) on {st.name}", owner, list(st.members), peer=None,
                       tag=serial, starts=False)
-    return _intercomm(self, st, found, root, "Accept")
+    return from_leader(self, found, root, "Accept")
 
 
 def connect(self, port_name: str, info=None, root: int = 0):
     """MPI_Comm_connect (collective): an intercommunicator to the group that
     accepts on ``port_name`` (significant at ``root``)."""
     st = self._st()
-    root = _root(st, root, "Connect")
+    root = self._root(st, root, "Connect")
     found = None
     if st.rank == root:
         owner, serial = _owner_and_serial(port_name, "Connect")
         found = _meet(st.engine, f"Connect({port_name!r}) on {st.name}", st.rt.world.rank, list(st.members),
                       peer=owner, tag=serial, starts=True)
-    return _intercomm(self, st, found, root, "Connect")
+    return from_leader(self, found, root, "Connect")
 
 
 def join(cls, fd: int):
     """MPI_Comm_join: an intercommunicator between this process and the one
     at the other end of the connected socket ``fd``, which calls Join too."""
-    from ._comm import COMM_SELF
-
     if not is_int(fd) or fd < 0:
         raise MPIException(ERR_ARG, f"Join: fd={fd!r} is not a file descriptor")
     st = COMM_SELF._st()
@@ -141,4 +125,4 @@ def join(cls, fd: int):
         got += chunk
     peer = int.from_bytes(got, "little")
     found = _meet(st.engine, f"Join(fd={fd})", me, [me], peer=peer, tag=_JOIN_TAG, starts=me < peer)
-    return _intercomm(COMM_SELF, st, found, 0, "Join")
+    return from_leader(COMM_SELF, found, 0, "Join")

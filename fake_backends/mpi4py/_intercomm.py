@@ -93,21 +93,27 @@ def create_intercomm(self, local_leader: int, peer_comm, remote_leader: int, tag
                            f"{st.size} ranks")
     if not is_int(tag) or tag < 0:
         raise MPIException(ERR_ARG, f"Create_intercomm: tag={tag!r} must be an int >= 0")
-    local = list(st.members)
     if st.rank == local_leader:
         if not isinstance(peer_comm, Comm):
             raise TypeError(f"Create_intercomm: peer_comm must be an MPI.Comm, got {type(peer_comm).__name__}")
-        found = _peer_exchange(peer_comm, remote_leader, int(tag), local)
+        found = _peer_exchange(peer_comm, remote_leader, int(tag), list(st.members))
     else:
         found = None
-    remote, context, first = self.bcast(found, local_leader)
+    return from_leader(self, found, local_leader, "Create_intercomm")
+
+
+def from_leader(comm, found, leader: int, call: str) -> "Intercomm":
+    """The intercommunicator of ``comm``'s group and the remote group whose
+    ``found`` (``_leaders_exchange``'s answer) ``comm``'s rank ``leader``
+    learnt; collective over ``comm``, which it broadcasts over."""
+    st = comm._st()
+    local = list(st.members)
+    remote, context, first = comm.bcast(found, leader)
     if set(remote) & set(local):
-        raise MPIException(ERR_COMM, f"Create_intercomm: the groups overlap (world ranks "
-                           f"{sorted(set(remote) & set(local))})")
+        raise MPIException(ERR_COMM, f"{call}: the groups overlap (world ranks {sorted(set(remote) & set(local))})")
     union = local + remote if first else remote + local
-    me = st.members[st.rank]
-    gc = GroupComm(st.engine, union, union.index(me), context)
-    return _new_intercomm(_inter_state(st, gc, local, remote, first, f"Create_intercomm of {st.name}"))
+    gc = GroupComm(st.engine, union, union.index(st.members[st.rank]), context)
+    return _new_intercomm(_inter_state(st, gc, local, remote, first, f"{call} of {st.name}"))
 
 
 def create_from_groups(cls, local_group, local_leader: int, remote_group, remote_leader: int,

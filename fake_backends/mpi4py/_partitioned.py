@@ -94,11 +94,13 @@ class Partitioned(Prequest):
         if self._op is None:
             raise MPIException(ERR_REQUEST, "Pready on a partitioned send that is not started (Start it first)")
         self._ready.add(index)
-        if len(self._ready) == self._partitions and self._op is not None and not self._op.done:
+        if self._op.done:  # (the message went with its last partition)
+            return
+        missing = sorted(set(range(self._partitions)) - self._ready)
+        if missing:
+            self._op.desc = f"{self._desc}: partitions {missing} not marked ready (Pready)"
+        else:
             super()._post()
-        elif self._op is not None and not self._op.done:
-            self._op.desc = (f"{self._desc}: partitions {sorted(set(range(self._partitions)) - self._ready)} "
-                             f"not marked ready (Pready)")
 
     def Pready_range(self, partition_low: int, partition_high: int) -> None:
         for partition in range(operator.index(partition_low), operator.index(partition_high) + 1):

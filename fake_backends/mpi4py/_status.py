@@ -123,9 +123,10 @@ class Status:
     def f2py(cls, arg) -> "Status":
         """A status from a Fortran status (see ``py2f``)."""
         items = [int(item) for item in arg]
-        if len(items) != 6:
-            raise ValueError(f"Status.f2py: expecting 6 integers (MPI.F_STATUS_SIZE), got {len(items)}")
         status = cls()
+        if len(items) != status._c.size:
+            raise ValueError(f"Status.f2py: expecting {status._c.size} integers (MPI.F_STATUS_SIZE), "
+                             f"got {len(items)}")
         status._c[...] = items
         return status
 
