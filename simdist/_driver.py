@@ -24,18 +24,17 @@ it cannot run them (see :mod:`simdist._inherited`).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import multiprocessing.connection
 import os
 import pickle
 import select
 import signal
-import threading
 import time
 from typing import Sequence
 
 from ._errors import SimdistError
+from ._interrupts import keep_interrupts
 
 GRACE = 2.0  # seconds the other ranks get after a failure
 POLL = 0.05  # seconds between looks for a hang
@@ -140,39 +139,6 @@ class ProcessEnd:
             self.fd = None
 
 
-@contextlib.contextmanager
-def interrupts_deferred(block: bool = True):
-    """Hold Ctrl-C back while a process is being started, and deliver it after.
-
-    A SIGINT that arrives while ``os.fork`` runs is handled by the next
-    Python code that runs, which in the parent can be an at-fork hook (the
-    logging module's), where the KeyboardInterrupt is printed and dropped:
-    the driver went on starting its world. And the child, until it ignores
-    SIGINT, is in the driver's process group, so the terminal's Ctrl-C
-    killed it ("RankDied ... while the world was starting").
-
-    Within, SIGINT only gets noted (in the main thread, where Python runs
-    its handlers), and with ``block`` it is also blocked in this thread, so
-    children are born with it blocked (a worker unblocks it once it ignores
-    it). On the way out the handler is restored and a noted or pending
-    SIGINT reaches it.
-    """
-    noted = []
-    handler = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
-    if callable(handler):
-        signal.signal(signal.SIGINT, lambda signum, frame: noted.append(frame))
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if block else None
-    try:
-        yield
-    finally:
-        if callable(handler):
-            signal.signal(signal.SIGINT, handler)
-        if mask is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        if noted:
-            handler(signal.SIGINT, noted[0])
-
-
 class Driver:
     """Base class of the simulator's and the MPI backend's drivers."""
 
@@ -183,6 +149,7 @@ class Driver:
         self.run_id = 0
         self.watch: HangWatch | None = None  # the current run's
         self.owner = os.getpid()  # the process that opened the world
+        keep_interrupts()  # a driver frees objects with finalizers, where Python drops a Ctrl-C
 
     # -- for subclasses ---------------------------------------------------------
     def connection(self, rank: int):
@@ -190,6 +157,14 @@ class Driver:
 
     def prepare(self) -> None:
         """Before a run: replace ranks that died since the last one."""
+
+    def ranks(self) -> list[int]:
+        """The ranks of the current run: the world's, and those the run spawned."""
+        return list(range(self.size))
+
+    def serve(self, rank: int, request: tuple, outcomes: dict) -> None:
+        """Answer a request ``rank`` made during the run (``simdist.sim._requests.ask_driver``)."""
+        raise SimdistError(f"rank {rank} asked the driver for {request[0]!r}, which this backend does not serve")
 
     def process_end(self, rank: int) -> ProcessEnd:
         """The end of ``rank``'s process."""
@@ -199,7 +174,7 @@ class Driver:
         """Wait up to ``timeout`` for messages and for ranks' ends; record
         outcomes and deaths (of ranks without an outcome)."""
         waiting = {}
-        for rank in range(self.size):
+        for rank in self.ranks():
             if rank not in outcomes and rank not in dead:
                 waiting[self.connection(rank)] = rank
                 if self.process_end(rank).fd is not None:
@@ -251,7 +226,7 @@ class Driver:
         report = None
         failed_at = None
         try:
-            while len(outcomes) + len(dead) < self.size:
+            while len(outcomes) + len(dead) < len(self.ranks()):
                 self.receive(outcomes, dead, POLL)
                 if dead:
                     break
@@ -268,7 +243,7 @@ class Driver:
         except BaseException:  # Ctrl-C in the driver: stop the ranks, then re-raise
             self.abort(outcomes, dead)
             raise
-        if dead or len(outcomes) < self.size:  # replace the dead, stop the rest
+        if dead or len(outcomes) < len(self.ranks()):  # replace the dead, stop the rest
             self.abort(outcomes, dead)
         return outcomes, dead, report
 
@@ -289,6 +264,8 @@ class Driver:
             dispatch_log(rank, msg[1])
         elif msg[0] == "done" and msg[1] == self.run_id:  # not a stale answer
             outcomes[rank] = msg[2:]
+        elif msg[0] == "request":
+            self.serve(rank, msg[1], outcomes)
 
 
 def dispatch_log(rank: int, record: logging.LogRecord) -> None:

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import runpy
 import sys
 from dataclasses import dataclass, field
 
 from . import checks as _checks
 from .checks import _races
 from ._errors import CollectiveMismatch, CollectiveTimeout, Deadlock, RankDied, RankError, SimdistError
+from ._main import run_main
 from ._world import World
 
 #: Exit status of a run that hung (as ``timeout(1)``).
@@ -60,63 +60,34 @@ def _rank_main(comm, target: str, argv: list[str], module: bool, mpi4py_stand_in
     with (_checks.active(checks, findings_dir, comm.rank), _races.on_rank(race, comm.rank),
           _mpi4py_stand_in(comm, mpi4py_stand_in)):
         try:
-            return _run_main(target, argv, module)
+            return run_main(target, argv, module)
         except CollectiveMismatch as exc:  # the run sees each rank's call; the rank sees its line
             if _checks.enabled("collective-order") and (found := _checks.mismatch_on_rank(exc, comm.rank)):
                 _checks.record(found)
             raise
 
 
-def _run_main(target: str, argv: list[str], module: bool) -> int:
-    old_argv = sys.argv[:]
-    sys.argv = [target, *argv]
-    for stream in (sys.stdout, sys.stderr):  # whole lines per write: ranks share the terminal
-        if hasattr(stream, "reconfigure"):
-            stream.reconfigure(line_buffering=True, write_through=False)
-    if module and os.getcwd() not in sys.path:  # as `python -m` does
-        sys.path.insert(0, os.getcwd())
-    if not module:  # as `python script.py` does: the script's directory first, __file__ absolute
-        target = os.path.abspath(target)
-        sys.path.insert(0, os.path.dirname(target))
-    try:
-        if module:
-            runpy.run_module(target, run_name="__main__", alter_sys=True)
-        else:
-            runpy.run_path(target, run_name="__main__")
-        return 0
-    except SystemExit as exc:
-        if exc.code is None:
-            return 0
-        if isinstance(exc.code, int):
-            return exc.code
-        print(exc.code, file=sys.stderr)
-        return 1
-    finally:
-        sys.argv = old_argv
-        if not module and sys.path[:1] == [os.path.dirname(target)]:
-            del sys.path[0]
-        sys.stdout.flush()
-        sys.stderr.flush()
-
-
 def run_script(target: str, argv: list[str], size: int, *, module: bool = False, backend: str = "sim",
                timeout: float = 60.0, hosts: dict | None = None, checks=frozenset(),
-               race_runs: int | None = None) -> ScriptOutcome:
+               race_runs: int | None = None, universe: int | None = None) -> ScriptOutcome:
     """Run ``target`` (a path, or a module name with ``module=True``) on
     ``size`` ranks; return the outcome instead of raising. ``hosts``: World's
     hosts, hostfile, launcher and listen arguments. ``checks``: the kinds of
     ``simdist.checks`` to look for; what they find is the outcome's
     ``findings``, and a run that otherwise succeeded then has status
     ``checks.FOUND``. ``race_runs``: at most so many re-runs for the
-    ``race`` check."""
+    ``race`` check. ``universe``: the simulator's slots in all, spare ones
+    included (World's)."""
     if not module and not os.path.isfile(target):
         return ScriptOutcome(2, error=f"simdist run: no such script: {target}")
     checks = frozenset(checks)
+    world_options = {**(hosts or {}), **({} if universe is None else {"universe": universe})}
     with _checks.FindingsDir(bool(checks)) as found, _races.Explorer(checks, size, race_runs) as races:
-        outcome = _run_once(target, argv, size, module, backend, timeout, hosts, checks, found.path, races.original())
+        outcome = _run_once(target, argv, size, module, backend, timeout, world_options, checks, found.path,
+                            races.original())
         rerun = min(timeout, _races.RERUN_TIMEOUT)
-        raced = races.explore(outcome, lambda race: _run_once(target, argv, size, module, backend, rerun, hosts,
-                                                              checks, None, race))
+        raced = races.explore(outcome, lambda race: _run_once(target, argv, size, module, backend, rerun,
+                                                              world_options, checks, None, race))
         outcome.findings = found.collect(outcome.findings + raced)
     outcome.summary = races.summary
     if outcome.findings and outcome.status == 0:
@@ -124,10 +95,11 @@ def run_script(target: str, argv: list[str], size: int, *, module: bool = False,
     return outcome
 
 
-def _run_once(target, argv, size, module, backend, timeout, hosts, checks, findings_dir, race=None) -> ScriptOutcome:
+def _run_once(target, argv, size, module, backend, timeout, world_options, checks, findings_dir,
+              race=None) -> ScriptOutcome:
     options = dict(sync_sends="buffering" in checks, check_calls="collective-order" in checks)
     try:
-        with World(size, backend=backend, timeout=timeout, **options, **(hosts or {})) as world:
+        with World(size, backend=backend, timeout=timeout, **options, **world_options) as world:
             codes = world.run(_rank_main, target, list(argv), module, backend == "sim", checks,
                               findings_dir, race)
     except Deadlock as exc:

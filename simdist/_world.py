@@ -86,6 +86,11 @@ class World:
     wait-for cycle: on the simulator as soon as no rank can move, on MPI
     at the timeout.
 
+    ``universe`` (simulator only) maps that many slots, ``size`` of them
+    the world's and the rest spare: a rank's ``Spawn`` in the simulated
+    mpi4py starts processes there during a run (docs/mpi4py.md, "Spawning
+    processes"). The default is ``size``: no spare slot.
+
     ``check`` turns on the correctness checks of ``simdist run --check``
     (docs/correctness.md): True for all, or a LIST (``"deadlock,buffering"``,
     ``"all,-race"``) or an iterable of kinds. ``buffering`` implies
@@ -120,6 +125,7 @@ class World:
         listen=None,
         sync_sends: bool = False,
         check=None,
+        universe: int | None = None,
     ):
         self.checks = _check_kinds(check)
         if "buffering" in self.checks and sync_sends is False:  # a send may not rely on buffering
@@ -140,6 +146,9 @@ class World:
             raise InvalidValue(f"World(timeout={timeout!r}): timeout must be a number of seconds > 0")
         if not isinstance(sync_sends, bool):
             raise InvalidType(f"World(sync_sends={sync_sends!r}): sync_sends must be True or False")
+        if universe is not None and (isinstance(universe, bool) or not isinstance(universe, int) or universe < size):
+            raise InvalidValue(f"World(universe={universe!r}): the universe is the world's {size} slots and the spare "
+                               "ones its ranks can spawn processes into: an int >= size")
         start_method = start_method or "fork"
         if start_method not in START_METHODS:
             raise InvalidValue(f"World(start_method={start_method!r}): use one of {', '.join(START_METHODS)}")
@@ -153,6 +162,9 @@ class World:
         self._runner: int | None = None  # the thread running, for re-entry
         hosted = dict(hosts=hosts, hostfile=hostfile, launcher=launcher, listen=listen)
         if backend == "mpi":
+            if universe not in (None, size):
+                raise InvalidValue("World(universe=): the simulator's spare slots; under MPI, mpiexec's hosts and "
+                                   "slots make the universe")
             from .mpi import driver  # imported only when used
 
             self._driver = driver(size, self.timeout, mpiexec, check_calls=check_calls, sync_sends=sync_sends,
@@ -162,7 +174,7 @@ class World:
                 raise InvalidValue("World(hosts=, hostfile=, launcher=, listen=): these place MPI ranks; use backend='mpi'")
             if order not in ORDERS:
                 raise InvalidValue(f"World(order={order!r}): use one of {', '.join(ORDERS)}")
-            self._driver = SimDriver(size, self.timeout, start_method, slot_bytes, order, sync_sends)
+            self._driver = SimDriver(size, self.timeout, start_method, slot_bytes, order, sync_sends, universe)
 
     def close(self) -> None:
         """Stop every worker and release the shared memory. Idempotent."""

@@ -61,23 +61,25 @@ def parse_sizes(text: str) -> list[int]:
     return [int(part) for part in text.split(",")]
 
 
-def command(launcher: str, size: int, path: str, pytest_args: list[str]) -> list[str]:
+def command(launcher: str, size: int, path: str, pytest_args: list[str], simdist_args: list[str]) -> list[str]:
     pytest = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "suite_table_plugin", *pytest_args, path]
     if launcher == "mpiexec":
         mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or "mpiexec"
         return [mpiexec, "--oversubscribe", "-n", str(size), sys.executable, *pytest]
-    return [sys.executable, "-m", "simdist", "run", "-n", str(size), *pytest]
+    return [sys.executable, "-m", "simdist", "run", "-n", str(size), *simdist_args, *pytest]
 
 
-def run_one(suite: Path, launcher: str, size: int, name: str, timeout: float, pytest_args: list[str]) -> dict:
+def run_one(suite: Path, launcher: str, size: int, name: str, timeout: float, pytest_args: list[str],
+            simdist_args: list[str]) -> dict:
     """Each rank's outcome of every test of one file, and how the run ended."""
     with tempfile.TemporaryDirectory(prefix="suite-table-") as scratch:
         Path(scratch, "suite_table_plugin.py").write_text(PLUGIN)
         env = dict(os.environ, SUITE_TABLE_RESULTS=scratch, OMPI_ALLOW_RUN_AS_ROOT="1",
                    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1",
+                   PRTE_MCA_rmaps_default_mapping_policy=":oversubscribe",  # spawned processes too (Open MPI 5)
                    PYTHONPATH=os.pathsep.join(filter(None, [scratch, os.environ.get("PYTHONPATH")])))
         started = time.monotonic()
-        proc = subprocess.Popen(command(launcher, size, name, pytest_args), cwd=suite, env=env, stdout=subprocess.PIPE,
+        proc = subprocess.Popen(command(launcher, size, name, pytest_args, simdist_args), cwd=suite, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         try:
             out, _ = proc.communicate(timeout=timeout)
@@ -133,6 +135,8 @@ def main(argv=None) -> int:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--pytest-args", default="", help="options added to every pytest command line")
+    parser.add_argument("--simdist-args", default="", help="options added to every simdist run command line, "
+                        "such as '--universe 40' for the spare slots Spawn needs")
     args = parser.parse_args(argv)
     files = args.files.split(",") if args.files else sorted(p.name for p in args.suite.glob("test_*.py"))
     launchers, sizes = args.launchers.split(","), parse_sizes(args.sizes)
@@ -143,7 +147,7 @@ def main(argv=None) -> int:
                 key = f"{name} {launcher} {size}"
                 if key not in results:
                     results[key] = run_one(args.suite, launcher, size, name, args.timeout,
-                                           shlex.split(args.pytest_args))
+                                           shlex.split(args.pytest_args), shlex.split(args.simdist_args))
                     if args.json:
                         args.json.write_text(json.dumps(results, indent=1))
                 run = results[key]

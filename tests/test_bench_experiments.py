@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from simdist.bench import allreduce_floor, direct_read, python_floor
+from simdist.bench import allreduce_floor, datatypes, direct_read, python_floor
 
 
 def test_allreduce_floor_times_the_call_two_copies_and_the_targets_limit():
@@ -34,3 +34,21 @@ def test_broadcast_none_runs_as_a_module():
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "broadcast with None" in done.stdout
+
+
+def test_datatypes_cycles_run_on_the_stand_in():
+    import fake_backends.mpi4py.MPI as standin
+
+    dtlib = datatypes.dtlib_on(standin)
+    if dtlib is None:
+        pytest.skip("mpi4py is not installed")
+    for cycle in datatypes.cases(standin, dtlib).values():
+        cycle()  # a round trip asserts that it gives its dtype back
+
+
+@pytest.mark.slow
+def test_datatypes_runs_as_a_module_against_open_mpi():
+    done = subprocess.run([sys.executable, "-m", "simdist.bench.datatypes", "10", "1"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert '"implementation": "simdist"' in done.stdout and "Dup + Free" in done.stdout

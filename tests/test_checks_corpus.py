@@ -31,7 +31,7 @@ def _cases():
         yield pytest.param(path, id=path.stem, marks=marks)
 
 
-@pytest.mark.parametrize("program", _cases())
+@pytest.mark.parametrize("program", list(_cases()))
 def test_the_checks_find_exactly_what_the_program_holds(program, tmp_path):
     head = _header(program)
     assert {"ranks", "expect"} <= head.keys(), f"{program.name}: give '# ranks:' and '# expect:' in its first lines"

@@ -955,8 +955,8 @@ def test_nested_split_gives_working_communicators_at_every_level(world):
 
 
 def test_free_then_split_again_many_times_reuses_contexts(world):
-    """More splits than there are contexts, each freed, while one long-lived
-    sub-communicator stays in use."""
+    """Many splits, each freed so that the next reuses its context, while
+    one long-lived sub-communicator stays in use."""
     rounds = 150
 
     @on_rank

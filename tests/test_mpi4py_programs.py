@@ -12,6 +12,9 @@ comment lines how it is run and compared:
         the same, but under mpiexec as ``python -m mpi4py PROGRAM ARGS``, which
         aborts the job when a rank raises or exits early (plain ``python``
         would leave the other ranks waiting); simdist run always does that
+    # simdist-options: OPTIONS
+        options of simdist run alone (``--universe U``: the spare slots that
+        Spawn needs; under mpiexec the slots are its own)
     # simdist-sub: REGEX => REPLACEMENT
         applied (re.sub) to every line either run prints, for what differs
         from run to run or machine to machine (host names, which worker got
@@ -60,6 +63,7 @@ pytestmark = pytest.mark.slow  # about 40 mpiexec jobs of 1-3 s each
 PROGRAMS = pathlib.Path(__file__).resolve().parent / "mpi4py_programs"
 RUN = re.compile(r"^# simdist-run(-mpi4py)?:\s*(.*?)\s*$", re.M)
 SUB = re.compile(r"^# simdist-sub:\s*(.*?)\s+=>\s+(.*?)\s*$", re.M)
+OPTIONS = re.compile(r"^# simdist-options:\s*(.*?)\s*$", re.M)
 UNSUPPORTED = re.compile(r"^# simdist-unsupported:\s*(.*?)\s*$", re.M)
 KNOWN = re.compile(r"^# simdist-known-difference:\s*n(\d+)\s+(.*?)\s*$", re.M)
 TIMEOUT = 180.0  # seconds for one run (either half); the slowest takes about 4 s
@@ -78,6 +82,7 @@ class Case:
     subs: tuple[tuple[str, str], ...] = field(default=(), compare=False)
     unsupported: str = ""  # simdist run must fail with this text in its report
     known_difference: str = ""  # why this case is expected to fail
+    options: tuple[str, ...] = ()  # of simdist run alone
 
     @property
     def id(self) -> str:
@@ -91,13 +96,14 @@ def cases_of(path: pathlib.Path) -> list[Case]:
     subs = tuple(SUB.findall(text))
     unsupported = " ".join(UNSUPPORTED.findall(text))
     known = {int(size): reason for size, reason in KNOWN.findall(text)}
+    options = tuple(shlex.split(" ".join(OPTIONS.findall(text))))
     found = []
     for via_mpi4py, spec in RUN.findall(text):
         spec, _, expect = spec.partition("->")
         size, *args = shlex.split(spec)
         status, *stderr = shlex.split(expect) or ["0"]
         found.append(Case(path.name, int(size), tuple(args), int(status), " ".join(stderr), bool(via_mpi4py), subs,
-                          unsupported, known.get(int(size), "")))
+                          unsupported, known.get(int(size), ""), options))
     return found
 
 
@@ -161,7 +167,9 @@ def mpiexec_command(size: int, target: list[str], tmpdir: str) -> tuple[list[str
     from simdist.mpi._driver import launch_command, launch_environment
 
     mpiexec = mpiexec_or_skip()
-    return [*launch_command(mpiexec, size), sys.executable, *target], launch_environment(mpiexec, tmpdir)
+    env = launch_environment(mpiexec, tmpdir)
+    env["PRTE_MCA_rmaps_default_mapping_policy"] = ":oversubscribe"  # what a rank spawns takes slots too (Open MPI 5)
+    return [*launch_command(mpiexec, size), sys.executable, *target], env
 
 
 def simdist_command(size: int, target: list[str]) -> list[str]:
@@ -224,7 +232,7 @@ def differences(expected: list[str], got: list[str]) -> str:
 def test_simdist_run_prints_what_mpiexec_prints(case, tmp_path):
     program = [str(PROGRAMS / case.program), *case.args]
     via = ["-m", "mpi4py"] if case.via_mpi4py else []
-    reference, simulated = run_both(case.size, [*via, *program], program, tmp_path)
+    reference, simulated = run_both(case.size, [*via, *program], [*case.options, *program], tmp_path)
     assert reference.status == case.status and case.stderr in reference.stderr, (
         f"the program itself is wrong: under mpiexec it exited with {reference.status}, "
         f"not {case.status}, or its stderr lacks {case.stderr!r}\n{reference.tail()}")

@@ -48,27 +48,27 @@ def test_the_property_suite_passes_on_the_simulator_at_two_to_five_ranks(tmp_pat
 
 
 @pytest.mark.slow
-def test_a_ring_that_aliases_its_input_is_caught_and_the_correct_ring_passes_at_two_to_five_ranks(tmp_path):
+def test_a_ring_that_aliases_its_input_is_caught_and_the_correct_ring_passes_at_an_even_and_an_odd_size(tmp_path):
     """With the default number of examples, the cases of allreduce catch the
-    ring that writes into the caller's array at every size, and pass the
-    correct ring (each case's examples depend only on its id, so the cases
-    of allreduce alone find what the whole suite finds)."""
+    ring that writes into the caller's array at an even and an odd size, and
+    pass the correct ring (each case's examples depend only on its id, so the
+    cases of allreduce alone find what the whole suite finds)."""
     done = _suite(tmp_path, "--simdist-backend", "fake_backends:ring_aliases_input,fake_backends:ring_allreduce",
-                  "--simdist-np", "2-5", "--simdist-collectives", "allreduce", "--simdist-first-failure",
+                  "--simdist-np", "2,3", "--simdist-collectives", "allreduce", "--simdist-first-failure",
                   "-rf", examples=None)
     failed = _failed(done.stdout)
     assert all("ring_aliases_input" in name for name in failed), done.stdout[-4000:]
-    for size in (2, 3, 4, 5):
+    for size in (2, 3):
         assert f"test_inputs_are_never_modified[fake_backends:ring_aliases_input-np{size}-allreduce-sum]" in failed, \
             done.stdout[-4000:]
-    assert _counts(done.stdout)["passed"] >= 4 * 60
+    assert _counts(done.stdout)["passed"] >= 2 * 60
 
 
 @pytest.fixture(scope="module")
 def table():
     # A focus (three dtypes, four ops) keeps the time in check: the legal
     # backends run every case left, the faulty ones until their first failure.
-    rows = kill_table(size=4, examples=10, seed=0, timeout=3.0, first_failure=True,
+    rows = kill_table(size=3, examples=10, seed=0, timeout=3.0, first_failure=True,
                       dtypes=["float64", "int32", "complex128"], ops=["sum", "mean", "max", "band"])
     return {row["backend"].partition(":")[2] or "sim": row for row in rows}
 

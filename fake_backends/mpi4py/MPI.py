@@ -23,10 +23,8 @@ What is different, on purpose:
 * Messages above 64 KiB (less on worlds of more than 15 ranks) and every
   Ssend are sent by rendezvous, as Open MPI does: two ranks that both Send
   a large message before receiving hang, and are reported. Point-to-point
-  messages move only while a rank is in a call of this module other than a
-  collective (see
-  ``fake_backends.mpi4py._p2p``): a rank waiting for a large send whose
-  receiver sits in a Barrier waits until the receiver leaves it.
+  messages move while a rank is in any call of this module, a blocking
+  collective included (see ``fake_backends.mpi4py._p2p``).
 * ``irecv`` has no size limit (mpi4py's default buffer is 32 KiB).
 * Anything mpi4py has and this module does not (dynamic windows, dynamic
   processes, ...) raises ``NotImplementedError`` naming the call
@@ -52,6 +50,8 @@ from ._dynproc import Close_port, Open_port
 from ._dynproc import accept as _accept
 from ._dynproc import connect as _connect
 from ._dynproc import join as _join
+from ._spawn import get_parent as _get_parent, spawn as _spawn, spawn_multiple as _spawn_multiple
+from ._nameservice import Lookup_name, Publish_name, Unpublish_name
 from ._buffered import BSEND_OVERHEAD, Alloc_mem, Attach_buffer, Detach_buffer, Flush_buffer, Free_mem
 from ._buffers import (BOTTOM, BUFFER_AUTOMATIC, IN_PLACE, Aint_add, Aint_diff, BottomType, BufferAutomaticType,
                        Get_address, InPlaceType)
@@ -107,6 +107,7 @@ for _name, _method in _TOPOLOGY_CONSTRUCTORS.items():  # Intracomm.Create_cart, 
 del _name, _method
 Intracomm.Create_intercomm = _CREATE_INTERCOMM
 Intracomm.Accept, Intracomm.Connect, Comm.Join = _accept, _connect, classmethod(_join)
+Intracomm.Spawn, Intracomm.Spawn_multiple, Comm.Get_parent = _spawn, _spawn_multiple, classmethod(_get_parent)
 Intracomm.Create_from_group = classmethod(_create_from_group)
 Group.Create_from_session_pset = classmethod(_create_from_session_pset)
 globals().update(_PREDEFINED)  # MPI.SUM, MPI.MAX, ..., MPI.MAXLOC, MPI.REPLACE, MPI.NO_OP
@@ -265,7 +266,7 @@ def __getattr__(name: str):
 
 
 _register_handles(globals(), null_or_refused=(Comm, Intracomm, Intercomm, Topocomm, Cartcomm, Graphcomm, Distgraphcomm,
-                                              Request, Prequest, Grequest, Message, File, Session, Win),
+                                              Group, Request, Prequest, Grequest, Message, File, Session, Win),
                   same_handle=(Errhandler, Datatype, Op), info=(Info,))
 
 #: The names this module gives, each one of mpi4py.MPI's (a test compares them with mpi4py's).

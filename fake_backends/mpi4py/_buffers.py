@@ -34,27 +34,8 @@ from ._interfaces import memory
 from ._unpacking import absolute_memory, register
 
 
-class _Constant(int):
-    """The type of MPI.IN_PLACE, MPI.BOTTOM and MPI.BUFFER_AUTOMATIC."""
-
-    def __new__(cls, name: str, value: int):
-        self = super().__new__(cls, value)
-        self._name = name
-        return self
-
-    def __repr__(self):
-        return self._name
-
-    __str__ = __repr__
-
-    def __reduce__(self):
-        return self._name
-
-
-IN_PLACE = _Constant("IN_PLACE", 1)
-BOTTOM = _Constant("BOTTOM", 0)
-BUFFER_AUTOMATIC = _Constant("BUFFER_AUTOMATIC", -2)
-InPlaceType = BottomType = BufferAutomaticType = _Constant
+from ._bufferexport import (BOTTOM, BUFFER_AUTOMATIC, IN_PLACE, BottomType,  # noqa: E402,F401 - MPI's names
+                            BufferAutomaticType, BufferConstant, InPlaceType)
 
 
 def is_in_place(spec) -> bool:
@@ -65,11 +46,15 @@ def is_in_place(spec) -> bool:
 def Get_address(location) -> int:
     """The address of a buffer's first byte (0 for ``MPI.BOTTOM`` and None),
     read as messages are (buffer protocol, DLPack, CUDA array interface)."""
+    if isinstance(location, BufferConstant):
+        return int(location)
     raw, _ = memory_bytes(location, False, "location")
     return raw.ctypes.data if raw.size else _empty_address(location)
 
 
 def _empty_address(location) -> int:
+    if isinstance(location, np.ndarray) and getattr(location, "_address", None) is not None:
+        return location._address  # an empty MPI.buffer has the address it was made with (0: NULL)
     try:
         return np.frombuffer(location, np.uint8).ctypes.data
     except (TypeError, ValueError):

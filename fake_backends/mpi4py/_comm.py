@@ -26,7 +26,7 @@ from ._attributes import AttributeCalls, copy_attributes, delete_attributes
 from ._errors import earlier_run, last_used_code
 from ._datatypes import Datatype
 from ._groups import GroupCalls
-from ._handles import FreeableHandles, IntegerHandles
+from ._handles import FreeableHandles, Handle, IntegerHandles, check_handle, is_constant, new_handle
 from ._hints import Errhandler, Info
 from ._ops import Op
 from ._nbcoll import NonblockingCollectives
@@ -37,6 +37,7 @@ from ._pointtopoint import TAG_UB, PointToPoint
 from ._pointtopoint import is_int as _is_int
 from ._pointtopoint import sent
 from ._requests import Request
+from ._ulfm import FaultTolerance
 from ._vector import VectorCollectives
 
 UNDEFINED = -32766
@@ -132,11 +133,11 @@ def world_state(rt) -> _State:
 
 
 def self_state(rt) -> _State:
-    return _State(rt, _SelfComm(), rt.next_self_ctx(), [rt.world.rank], "MPI_COMM_SELF", True)
+    return _State(rt, _SelfComm(), rt.next_self_ctx(), [rt.me], "MPI_COMM_SELF", True)
 
 
-class Comm(FreeableHandles, IntegerHandles, GroupCalls, PointToPoint, PartitionedCalls, BufferCollectives,
-           VectorCollectives, ObjectCollectives, NonblockingCollectives, AttributeCalls):
+class Comm(Handle, FreeableHandles, IntegerHandles, GroupCalls, PointToPoint, PartitionedCalls, BufferCollectives,
+           VectorCollectives, ObjectCollectives, NonblockingCollectives, AttributeCalls, FaultTolerance):
     """A communicator: see the module docstring; the calls are mpi4py's."""
 
     _fixed = None  # "COMM_WORLD"/"COMM_SELF" for the predefined handles
@@ -146,19 +147,16 @@ class Comm(FreeableHandles, IntegerHandles, GroupCalls, PointToPoint, Partitione
         return self._st().attrs
 
     def _attribute_handle(self) -> "Comm":
-        handle = type(self)()
+        handle = new_handle(type(self))
         handle._state = self._st()
         return handle
 
     def _make_null(self) -> None:
         self._state = None
 
-    def __new__(cls, comm: "Comm | None" = None):  # subclasses call it, as mpi4py.util.pkl5's Comm does
-        return super().__new__(cls)
-
-    def __init__(self, comm: "Comm | None" = None):
-        if comm is not None and not isinstance(comm, Comm):
-            raise TypeError(f"expected an MPI.Comm, got {type(comm).__name__}")
+    def _init(self, comm: "Comm | None" = None) -> None:
+        if comm is not None:
+            check_handle(comm, Comm, type(self))
         self._state = None if comm is None else comm._state
 
     # -- identity ---------------------------------------------------------------------
@@ -184,7 +182,7 @@ class Comm(FreeableHandles, IntegerHandles, GroupCalls, PointToPoint, Partitione
         return st
 
     def _new(self, st: _State, cls=None) -> "Intracomm":
-        comm = (cls or Intracomm)()
+        comm = new_handle(cls or Intracomm)
         comm._state = st
         _misuse.handle_given(comm, st)
         return comm
@@ -241,8 +239,8 @@ class Comm(FreeableHandles, IntegerHandles, GroupCalls, PointToPoint, Partitione
         st = self._st()
         if keyval == KEYVAL_INVALID:
             raise MPIException(ERR_KEYVAL, f"Get_attr(MPI.KEYVAL_INVALID) on {st.name}")
-        values = {TAG_UB_KEY: TAG_UB, HOST: PROC_NULL, IO: ANY_SOURCE, WTIME_IS_GLOBAL: False, APPNUM: 0,
-                  LASTUSEDCODE: last_used_code(), UNIVERSE_SIZE: st.rt.world.size}
+        values = {TAG_UB_KEY: TAG_UB, HOST: PROC_NULL, IO: ANY_SOURCE, WTIME_IS_GLOBAL: False, APPNUM: st.rt.appnum,
+                  LASTUSEDCODE: last_used_code(), UNIVERSE_SIZE: st.rt.universe.size}
         if keyval in values:
             return values[keyval]
         return self._user_attr(keyval)
@@ -262,12 +260,6 @@ class Comm(FreeableHandles, IntegerHandles, GroupCalls, PointToPoint, Partitione
     def Create_errhandler(cls, errhandler_fn):
         """A user error handler: ``errhandler_fn(comm, errorcode)``."""
         return _errhandlers.Errhandler._user(errhandler_fn)
-
-    @classmethod
-    def Get_parent(cls):
-        """MPI.COMM_NULL as an Intercomm: no rank of `simdist run` was spawned
-        (a class method in mpi4py)."""
-        return INTERCOMM_CLASS[0]()
 
     def Call_errhandler(self, errorcode: int) -> None:
         """Apply the communicator's error handler to ``errorcode``; under
@@ -307,7 +299,7 @@ class Comm(FreeableHandles, IntegerHandles, GroupCalls, PointToPoint, Partitione
         sc = st.sc.split(0, st.rank)
         new = self._derived(st, sc, "Dup")
         new.topo = st.topo  # a Dup keeps the topology, and the handle's class
-        dup = self._new(new, type(self) if isinstance(self, Intracomm) else None)
+        dup = self._new(new, type(self))  # of the caller's class, as mpi4py's
         copy_attributes(self, dup, "Comm.Dup")
         return dup
 
@@ -369,8 +361,13 @@ class Comm(FreeableHandles, IntegerHandles, GroupCalls, PointToPoint, Partitione
         _misuse.handle_freed(st)
 
     def free(self) -> None:
-        """Free unless null or predefined (mpi4py's ``free``)."""
-        if self and not self._st().predefined:
+        """Free unless null or predefined (mpi4py's ``free``); a handle on a
+        predefined communicator becomes null, the predefined object stays."""
+        if is_constant(self) or not self:
+            return
+        if self._st().predefined:
+            self._state = None
+        else:
             self.Free()
 
     def Disconnect(self) -> None:
@@ -380,7 +377,7 @@ class Comm(FreeableHandles, IntegerHandles, GroupCalls, PointToPoint, Partitione
 
     def Abort(self, errorcode: int = 0):
         """End the job: ``simdist run`` exits with ``errorcode``."""
-        raise MPIAbort(errorcode, _runtime.get().world.rank)
+        raise MPIAbort(errorcode, _runtime.get().me)
 
     # -- everything else ------------------------------------------------------------------------
     def __getattr__(self, name):
@@ -392,12 +389,13 @@ class Comm(FreeableHandles, IntegerHandles, GroupCalls, PointToPoint, Partitione
 class Intracomm(Comm):
     """An intra-communicator (every communicator but MPI.Intercomm's)."""
 
-    def __init__(self, comm: "Comm | None" = None):
-        super().__init__(comm)
+    def _init(self, comm: "Comm | None" = None) -> None:
+        super()._init(comm)
         if self._state is not None and self._state.inter:
             raise TypeError("expecting an intracommunicator")
 
 
+Comm._shrunk_class = Intracomm  # Shrink's result on every intracommunicator, as mpi4py's
 _errhandlers.guard_calls(Comm)
 COMM_NULL = Comm()
 COMM_WORLD = Intracomm()
@@ -408,4 +406,4 @@ _errhandlers.guard_calls(Datatype, lambda datatype: COMM_WORLD)
 _errhandlers.guard_calls(Info, lambda info: COMM_WORLD)
 _errhandlers.guard_calls(Op, lambda op: COMM_WORLD)
 _errhandlers.guard_calls(Errhandler, lambda errhandler: COMM_WORLD)
-Comm._handle_base = Comm  # its handles compare with each other (``FreeableHandles``)
+Comm._handle_base = (Comm,)  # its handles compare with each other (``FreeableHandles``)

@@ -18,11 +18,11 @@ import sys
 
 import numpy as np
 
-from ._attributes import AttributeCalls, copy_attributes, delete_attributes
+from ._attributes import AttributeCalls, delete_attributes
 from ._errors import ERR_ARG, ERR_TYPE, unsupported
 from ._errors import Exception as MPIException
-from ._handles import IntegerHandles
-from ._typecalls import DerivedCalls
+from ._handles import Handle, IntegerHandles, check_handle, is_constant
+from ._typecalls import _MAPS, DerivedCalls
 
 def _missing(name: str) -> Exception:
     return AttributeError(f"'Datatype' object has no attribute {name!r}")
@@ -39,20 +39,19 @@ class _DatatypeClass(type):
 _ATTRIBUTES: dict = {}  # a datatype's handle (``_id``) -> its user attributes
 
 
-class Datatype(DerivedCalls, IntegerHandles, AttributeCalls, metaclass=_DatatypeClass):
+class Datatype(Handle, DerivedCalls, IntegerHandles, AttributeCalls, metaclass=_DatatypeClass):
     """An MPI datatype: ``name`` (``MPI_INT``), ``dtype`` (numpy; None for a
     type without one, which only fails when used), ``size`` in bytes."""
 
     _constant = False  # True on the predefined objects MPI.DOUBLE, ...: Free refuses them
 
-    def __init__(self, datatype: "Datatype | None" = None, *, _name: str = "MPI_DATATYPE_NULL", _dtype=None,
-                 _key: str = "DATATYPE_NULL"):
+    def _init(self, datatype: "Datatype | None" = None, *, _name: str = "MPI_DATATYPE_NULL", _dtype=None,
+             _key: str = "DATATYPE_NULL") -> None:
         # Datatype(other) is another handle on the same datatype, as in mpi4py; ``_id`` is the
         # MPI handle: the key of a predefined datatype, a new object for each Dup.
         self._id = _key
-        if datatype is not None and not isinstance(datatype, Datatype):
-            raise TypeError(f"expected an MPI.Datatype, got {type(datatype).__name__}")
         if datatype is not None:
+            check_handle(datatype, Datatype, type(self))
             _name, _dtype, _key, self._id = datatype._name, datatype._dtype, datatype._key, datatype._id
         self._name = _name
         self._dtype = None if _dtype is None else np.dtype(_dtype)
@@ -63,9 +62,6 @@ class Datatype(DerivedCalls, IntegerHandles, AttributeCalls, metaclass=_Datatype
         if not isinstance(other, Datatype):
             return NotImplemented
         return self._id is other._id or self._id == other._id
-
-    def __hash__(self):
-        return hash(self._id)
 
     def __bool__(self):
         return self._id != "DATATYPE_NULL"
@@ -105,18 +101,23 @@ class Datatype(DerivedCalls, IntegerHandles, AttributeCalls, metaclass=_Datatype
     def Free(self) -> None:
         """Free a Dup; the handle becomes MPI.DATATYPE_NULL. A predefined
         datatype cannot be freed (MPI_ERR_TYPE, as under Open MPI)."""
-        if self._valid("Free")._predefined():
-            raise MPIException(ERR_TYPE, f"Datatype.Free of {self._name}, a predefined datatype")
-        self._typemap("Free")
-        delete_attributes(self, "Datatype.Free")
+        if self._id not in _MAPS:  # null, predefined or freed: MPI's error
+            if self._valid("Free")._predefined():
+                raise MPIException(ERR_TYPE, f"Datatype.Free of {self._name}, a predefined datatype")
+            self._typemap("Free")
+        if _ATTRIBUTES.get(self._id):
+            delete_attributes(self, "Datatype.Free")
         _ATTRIBUTES.pop(self._id, None)
         self._free_map()
-        self.__init__()
+        self._init()
 
     def free(self) -> None:
-        """Free unless null or predefined (mpi4py's ``free``)."""
-        if self and not self._predefined():
+        """Free unless null or predefined (mpi4py's ``free``); a handle on a
+        predefined datatype becomes null, the predefined object stays."""
+        if not self._predefined():
             self.Free()
+        elif not is_constant(self):
+            self._init()
 
     # -- user attributes (``_attributes``) -----------------------------------------------
     _attr_kind = "Datatype"
@@ -124,11 +125,15 @@ class Datatype(DerivedCalls, IntegerHandles, AttributeCalls, metaclass=_Datatype
     def _attributes(self) -> dict:
         return _ATTRIBUTES.setdefault(self._valid("attributes")._id, {})
 
+    def _has_attributes(self) -> bool:
+        """Whether the handle holds an attribute (cheaper than ``_attributes()``, which makes the table)."""
+        return bool(_ATTRIBUTES.get(self._id))
+
     def _attribute_handle(self) -> "Datatype":
         return Datatype(self)
 
     def _make_null(self) -> None:
-        self.__init__()
+        self._init()
 
     def Get_attr(self, keyval: int):
         return self._user_attr(keyval)

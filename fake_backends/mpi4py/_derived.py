@@ -41,18 +41,19 @@ _MAX_FIELDS = 4096  # a packed element of more mixed basic elements is opaque by
 
 class TypeMap:
     """The type map of a datatype (see the module docstring). ``contents``
-    is ``(combiner, integers, addresses, datatypes)``. The sizes and bounds
+    is ``(combiner, integers, addresses, datatypes)``; ``combiner`` is its
+    first item, kept apart as the most asked. The sizes and bounds
     are computed when the type is built; ``codes`` and ``offsets`` only
     when first used (``build``), so that a type of 2**31 bytes costs
     nothing until a call moves it."""
 
-    __slots__ = ("lb", "ub", "align", "contents", "committed", "size", "nelem", "true_lb", "true_ub", "uniform",
-                 "handles", "_build", "_codes", "_offsets", "_index", "_sizes")
+    __slots__ = ("lb", "ub", "align", "contents", "combiner", "committed", "size", "nelem", "true_lb", "true_ub",
+                 "uniform", "handles", "_build", "_codes", "_offsets", "_index", "_sizes")
 
     def __init__(self, lb: int, ub: int, align: int, contents, *, size: int, nelem: int, true_lb: int,
                  true_ub: int, uniform, build=None, codes=None, offsets=None):
         self.lb, self.ub, self.align = int(lb), int(ub), int(align)
-        self.contents = contents
+        self.contents, self.combiner = contents, contents[0]
         self.committed = False
         self.handles = 0  # the datatype handles on this map (``_typecalls``): freed with the last
         self.size, self.nelem = int(size), int(nelem)
@@ -89,6 +90,16 @@ class TypeMap:
     @property
     def extent(self) -> int:
         return self.ub - self.lb
+
+    @property
+    def true_extent(self) -> int:
+        return self.true_ub - self.true_lb
+
+    @property
+    def envelope(self) -> tuple[int, int, int, int, int]:
+        """``(ni, na, nc, nd, combiner)`` as Open MPI gives them (no large counts)."""
+        combiner, ints, addrs, types = self.contents
+        return len(ints), len(addrs), 0, len(types), combiner
 
     @property
     def sizes(self) -> np.ndarray:
@@ -169,47 +180,131 @@ def _nonneg(value, what: str, call: str) -> int:
     return value
 
 
+_FEW = 32  # blocks of one datatype from which numpy computes the bounds faster than a loop
+
+
 def _blocks(olds, starts, lengths, contents) -> TypeMap:
     """Block ``j``: ``lengths[j]`` copies of ``olds[j]`` (or of ``olds``,
     one TypeMap for every block) from byte ``starts[j]``, at its extent."""
-    starts, lengths = np.asarray(starts, np.int64).reshape(-1), np.asarray(lengths, np.int64).reshape(-1)
-    kinds = [olds] * starts.size if isinstance(olds, TypeMap) else list(olds)
-    align = max([1] + [old.align for old in ({id(o): o for o in kinds}.values())])
-    keep = lengths > 0
-    if not keep.any():
+    one = isinstance(olds, TypeMap)
+    kinds = ({id(olds): olds} if len(starts) else {}) if one else {id(o): o for o in olds}
+    align = max([1] + [old.align for old in kinds.values()])
+    if one and len(starts) >= _FEW:
+        bounds, build = _repeated_bounds(olds, np.asarray(starts, np.int64), np.asarray(lengths, np.int64))
+    else:
+        starts = starts.tolist() if isinstance(starts, np.ndarray) else list(starts)
+        lengths = lengths.tolist() if isinstance(lengths, np.ndarray) else list(lengths)
+        bounds, build = _listed_bounds([olds] * len(starts) if one else list(olds), starts, lengths)
+    return _map(bounds, align, contents, build)
+
+
+def _map(bounds, align: int, contents, build) -> TypeMap:
+    """The TypeMap of ``bounds`` ``(lb, ub, size, nelem, true_lb, true_ub,
+    uniform)``, or of no element at all (None)."""
+    if bounds is None:
         return TypeMap(0, 0, align, contents, size=0, nelem=0, true_lb=0, true_ub=0, uniform=None,
                        codes=[], offsets=[])
-    pick = np.flatnonzero(keep)
-    starts, lengths, kinds = starts[pick], lengths[pick], [kinds[j] for j in pick]
-    table = {id(o): o for o in kinds}.values()
-    per = {name: np.array([getattr(o, name) for o in kinds], np.int64)
-           for name in ("lb", "ub", "size", "nelem", "true_lb", "true_ub")}
-    extent = per["ub"] - per["lb"]
-    last = (lengths - 1) * extent
-    low, high = starts + np.minimum(0, last), starts + np.maximum(0, last)
-    filled = per["nelem"] > 0
-    uniforms = {o.uniform for o in table if o.nelem}
+    lb, ub, size, nelem, true_lb, true_ub, uniform = bounds
+    return TypeMap(lb, ub, align, contents, size=size, nelem=nelem, true_lb=true_lb, true_ub=true_ub,
+                   uniform=uniform, build=build)
+
+
+def _copies_bounds(old: TypeMap, low: int, high: int, copies: int) -> tuple:
+    """The bounds (as ``_map`` takes them) of ``copies`` copies of ``old``
+    whose first bytes lie from ``low`` to ``high``."""
+    filled = old.nelem > 0
+    return (low + min(old.lb, old.ub), high + max(old.lb, old.ub), copies * old.size, copies * old.nelem,
+            low + old.true_lb if filled else 0, high + old.true_ub if filled else 0,
+            old.uniform if filled else None)
+
+
+def _listed_bounds(kinds: list, starts: list, lengths: list):
+    """``(lb, ub, size, nelem, true_lb, true_ub, uniform)`` of blocks of
+    any datatypes, block by block in Python (None: no block has a copy),
+    and the function that builds their codes and offsets."""
+    lb = ub = true_lb = true_ub = None
+    size = nelem = 0
+    uniforms = set()
+    kept = []
+    for old, start, length in zip(kinds, starts, lengths):
+        if length <= 0:
+            continue
+        kept.append((old, start, length))
+        last = (length - 1) * (old.ub - old.lb)
+        low, high = start + min(0, last), start + max(0, last)
+        lo, hi = low + min(old.lb, old.ub), high + max(old.lb, old.ub)
+        lb, ub = lo if lb is None else min(lb, lo), hi if ub is None else max(ub, hi)
+        size, nelem = size + length * old.size, nelem + length * old.nelem
+        if old.nelem > 0:
+            uniforms.add(old.uniform)
+            lo, hi = low + old.true_lb, high + old.true_ub
+            true_lb, true_ub = lo if true_lb is None else min(true_lb, lo), hi if true_ub is None else max(true_ub, hi)
+    if not kept:
+        return None, None
     uniform = uniforms.pop() if len(uniforms) == 1 else None
 
     def build():
         codes, offsets = [], []
-        for old, start, length in zip(kinds, starts, lengths):
+        for old, start, length in kept:
             disp = start + np.arange(length, dtype=np.int64) * old.extent
-            codes.append(np.tile(old.codes, int(length)))
+            codes.append(np.tile(old.codes, length))
             offsets.append((disp[:, None] + old.offsets[None, :]).reshape(-1))
         return np.concatenate(codes), np.concatenate(offsets)
 
-    return TypeMap(
-        (low + np.minimum(per["lb"], per["ub"])).min(), (high + np.maximum(per["lb"], per["ub"])).max(), align,
-        contents, size=int((lengths * per["size"]).sum()), nelem=int((lengths * per["nelem"]).sum()),
-        true_lb=int((low + per["true_lb"])[filled].min()) if filled.any() else 0,
-        true_ub=int((high + per["true_ub"])[filled].max()) if filled.any() else 0,
-        uniform=uniform, build=build)
+    if true_lb is None:  # no block has a basic element
+        true_lb = true_ub = 0
+    return (lb, ub, size, nelem, true_lb, true_ub, uniform), build
+
+
+def _repeated_bounds(old: TypeMap, starts: np.ndarray, lengths: np.ndarray):
+    """``_listed_bounds`` of many blocks of one datatype, with numpy."""
+    keep = lengths > 0
+    if not keep.any():
+        return None, None
+    starts, lengths = starts[keep], lengths[keep]
+    last = (lengths - 1) * old.extent
+    low, high = int((starts + np.minimum(0, last)).min()), int((starts + np.maximum(0, last)).max())
+    copies = int(lengths.sum())
+    bounds = _copies_bounds(old, low, high, copies)
+
+    def build():
+        first = np.cumsum(lengths) - lengths  # the index of each block's first copy
+        within = np.arange(copies, dtype=np.int64) - np.repeat(first, lengths)  # each copy's index in its block
+        disp = np.repeat(starts, lengths) + within * old.extent
+        return np.tile(old.codes, copies), (disp[:, None] + old.offsets[None, :]).reshape(-1)
+
+    return bounds, build
+
+
+def _grid(old: TypeMap, axes: list, strides: list[int], blocks: int, contents) -> TypeMap:
+    """Copies of ``old``, one at byte ``sum(i[k] * strides[k])`` for every
+    ``i[k]`` of ``axes[k]`` (an ascending range or array of integers), the
+    last axis fastest: the type map of a contiguous, vector, subarray or
+    darray type, as ``_blocks`` gives it with ``blocks`` blocks. The bounds
+    come from the grid's corners, so a type of many elements costs nothing
+    until a call moves it."""
+    align = old.align if blocks else 1
+    copies = math.prod(len(axis) for axis in axes)
+    if not copies:
+        return _map(None, align, contents, None)
+    low = high = 0
+    for axis, stride in zip(axes, strides):
+        first, last = (axis[0], axis[-1]) if isinstance(axis, range) else (int(axis.min()), int(axis.max()))
+        low, high = low + min(first * stride, last * stride), high + max(first * stride, last * stride)
+
+    def build():
+        disp = np.zeros(1, np.int64)
+        for axis, stride in zip(axes, strides):
+            values = np.arange(axis.start, axis.stop, dtype=np.int64) if isinstance(axis, range) else axis
+            disp = (disp[:, None] + values * stride).reshape(-1)
+        return np.tile(old.codes, copies), (disp[:, None] + old.offsets[None, :]).reshape(-1)
+
+    return _map(_copies_bounds(old, low, high, copies), align, contents, build)
 
 
 def contiguous(old: TypeMap, oldtype, count) -> TypeMap:
     count = _nonneg(count, "count", "Create_contiguous")
-    return _blocks(old, [0], [count], (CONTIGUOUS, [count], [], [oldtype]))
+    return _grid(old, [range(count)], [old.extent], 1, (CONTIGUOUS, [count], [], [oldtype]))
 
 
 def vector(old: TypeMap, oldtype, count, blocklength, stride, in_bytes: bool) -> TypeMap:
@@ -221,7 +316,7 @@ def vector(old: TypeMap, oldtype, count, blocklength, stride, in_bytes: bool) ->
         contents = (HVECTOR, [count, blocklength], [stride], [oldtype])
     else:
         contents = (VECTOR, [count, blocklength, stride], [], [oldtype])
-    return _blocks(old, np.arange(count, dtype=np.int64) * step, np.full(count, blocklength), contents)
+    return _grid(old, [range(count), range(blocklength)], [step, old.extent], count, contents)
 
 
 def indexed(old: TypeMap, oldtype, blocklengths, displacements, in_bytes: bool, block: int | None) -> TypeMap:
@@ -257,15 +352,9 @@ def struct(olds: list[TypeMap], oldtypes, blocklengths, displacements) -> TypeMa
     return tm
 
 
-def _grid_offsets(sizes: list[int], subsizes: list[int], starts: list[int], order: int) -> np.ndarray:
-    """The element index (in the full array) of every element of a sub-block, in memory order."""
-    if order == ORDER_FORTRAN:
-        sizes, subsizes, starts = sizes[::-1], subsizes[::-1], starts[::-1]
-    strides = [math.prod(sizes[k + 1:]) for k in range(len(sizes))]
-    index = np.zeros(1, np.int64)
-    for size, start, stride in zip(subsizes, starts, strides):
-        index = (index[:, None] + (start + np.arange(size, dtype=np.int64)) * stride).reshape(-1)
-    return index
+def _memory_strides(sizes: list[int], extent: int) -> list[int]:
+    """The byte stride of each dimension of an array of ``sizes`` (C order) of elements of ``extent`` bytes."""
+    return [math.prod(sizes[k + 1:]) * extent for k in range(len(sizes))]
 
 
 def subarray(old: TypeMap, oldtype, sizes, subsizes, starts, order) -> TypeMap:
@@ -280,10 +369,11 @@ def subarray(old: TypeMap, oldtype, sizes, subsizes, starts, order) -> TypeMap:
     for size, sub, start in zip(sizes, subsizes, starts):
         if size < 1 or sub < 1 or start < 0 or start + sub > size:
             raise MPIException(ERR_ARG, f"Datatype.{call}: subsize {sub} at start {start} does not fit in size {size}")
-    index = _grid_offsets(sizes, subsizes, starts, order)
     n = len(sizes)
     contents = (SUBARRAY, [n, *sizes, *subsizes, *starts, order], [], [oldtype])
-    tm = _blocks(old, index * old.extent, np.ones(index.size, np.int64), contents)
+    axes = [range(start, start + sub) for sub, start in zip(subsizes, starts)]
+    strides = _memory_strides(sizes[::-1] if order == ORDER_FORTRAN else sizes, old.extent)
+    tm = _grid(old, axes[::-1] if order == ORDER_FORTRAN else axes, strides, math.prod(subsizes), contents)
     tm.lb, tm.ub = old.lb, old.lb + math.prod(sizes) * old.extent
     return tm
 
@@ -319,11 +409,8 @@ def darray(old: TypeMap, oldtype, size, rank, gsizes, distribs, dargs, psizes, o
         rest %= below
     dims = [_darray_block(gsizes[k], distribs[k], dargs[k], psizes[k], coords[k], call) for k in range(n)]
     full, owned = (gsizes[::-1], dims[::-1]) if order == ORDER_FORTRAN else (gsizes, dims)
-    index = np.zeros(1, np.int64)
-    for k, mine in enumerate(owned):
-        index = (index[:, None] + mine * math.prod(full[k + 1:])).reshape(-1)
     contents = (DARRAY, [size, rank, n, *gsizes, *distribs, *dargs, *psizes, order], [], [oldtype])
-    tm = _blocks(old, index * old.extent, np.ones(index.size, np.int64), contents)
+    tm = _grid(old, owned, _memory_strides(full, old.extent), math.prod(len(mine) for mine in owned), contents)
     tm.lb, tm.ub = old.lb, old.lb + math.prod(gsizes) * old.extent
     return tm
 
@@ -337,10 +424,11 @@ def dup(old: TypeMap, oldtype) -> TypeMap:
     return old.moved(old.lb, old.ub, (DUP, [], [], [oldtype]))
 
 
-def envelope(tm: TypeMap) -> tuple[int, int, int, int, int]:
-    """``(ni, na, nc, nd, combiner)`` as Open MPI gives them (no large counts)."""
-    combiner, ints, addrs, types = tm.contents
-    return len(ints), len(addrs), 0, len(types), combiner
+def f90(old: TypeMap, combiner: int, ints: list) -> TypeMap:
+    """A Fortran 90 parameterized type: ``old``'s type map, the contents of ``combiner`` (committed, as MPI's)."""
+    tm = old.moved(old.lb, old.ub, (combiner, list(ints), [], []))
+    tm.committed = True
+    return tm
 
 
 def check_type(tm: TypeMap | None, name: str, call: str) -> TypeMap:

@@ -11,8 +11,9 @@ world rank over the world's context with bits 59-61 flipped, the serial as
 the tag; the accepting root answers with its own group and both roots
 broadcast what they learnt, as Create_intercomm's leaders do. A process
 that never comes to the meeting is a hang the engine reports, naming the
-call. The name service (``Publish_name``, ``Lookup_name``) is not
-simulated.
+call. A port name can also be found by a service name the process that
+opened it publishes (``MPI.Publish_name``, ``MPI.Lookup_name``: the name
+service of the run, in ``_nameservice``).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ _open: set[str] = set()  # the ports this process opened and has not closed
 
 def Open_port(info=None) -> str:
     """A new port name of this process."""
-    port = f"simdist-port:{_runtime.get().world.rank}:{next(_serials)}"
+    port = f"simdist-port:{_runtime.get().me}:{next(_serials)}"
     _open.add(port)
     return port
 
@@ -65,7 +66,7 @@ def _meet(engine, call: str, me: int, local: list, *, peer: int | None, tag: int
     """(remote group, context, whether the local group comes first), as this
     root learns them from ``peer`` (a world rank; None: whoever comes). The
     side that ``starts`` sends its group first; the other answers the sender."""
-    ctx = _runtime.get().world.transport.context ^ _MEETING
+    ctx = _runtime.get().universe.context ^ _MEETING
     proposal = new_context(me)
     mine = np.frombuffer(pickle.dumps((tuple(local), proposal, me)), np.uint8)
     if starts:
@@ -90,7 +91,7 @@ def accept(self, port_name: str, info=None, root: int = 0):
         owner, serial = _owner_and_serial(port_name, "Accept")
         if port_name not in _open:
             raise MPIException(ERR_PORT, f"Accept: {port_name!r} is not open in this process (world rank "
-                               f"{st.rt.world.rank}); the process that opened it accepts on it")
+                               f"{st.rt.me}); the process that opened it accepts on it")
         found = _meet(st.engine, f"Accept({port_name!r}) on {st.name}", owner, list(st.members), peer=None,
                       tag=serial, starts=False)
     return from_leader(self, found, root, "Accept")
@@ -104,7 +105,7 @@ def connect(self, port_name: str, info=None, root: int = 0):
     found = None
     if st.rank == root:
         owner, serial = _owner_and_serial(port_name, "Connect")
-        found = _meet(st.engine, f"Connect({port_name!r}) on {st.name}", st.rt.world.rank, list(st.members),
+        found = _meet(st.engine, f"Connect({port_name!r}) on {st.name}", st.rt.me, list(st.members),
                       peer=owner, tag=serial, starts=True)
     return from_leader(self, found, root, "Connect")
 
@@ -115,7 +116,7 @@ def join(cls, fd: int):
     if not is_int(fd) or fd < 0:
         raise MPIException(ERR_ARG, f"Join: fd={fd!r} is not a file descriptor")
     st = COMM_SELF._st()
-    me = st.rt.world.rank
+    me = st.rt.me
     os.write(fd, me.to_bytes(8, "little"))
     got = b""
     while len(got) < 8:

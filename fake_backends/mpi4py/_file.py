@@ -37,7 +37,7 @@ from ._buffers import parse
 from ._datatypes import TYPES
 from ._errors import ERR_ARG, SUCCESS, Exception as MPIException
 from ._fileview import View
-from ._handles import IntegerHandles
+from ._handles import Handle, IntegerHandles, check_handle, new_handle
 from ._hints import ERRORS_RETURN, Errhandler, Info
 from ._names import CONSTANTS
 from ._requests import Request
@@ -121,12 +121,12 @@ def _open_flags(amode: int) -> int:
     return os.O_WRONLY if amode & MODE_WRONLY else os.O_RDWR
 
 
-class File(IntegerHandles):
+class File(Handle, IntegerHandles):
     """An open file (``MPI.File``): see the module docstring."""
 
-    def __init__(self, file: "File | None" = None):
-        if file is not None and not isinstance(file, File):
-            raise TypeError(f"expected an MPI.File, got {type(file).__name__}")
+    def _init(self, file: "File | None" = None) -> None:
+        if file is not None:
+            check_handle(file, File, type(self))
         self._state = None if file is None else file._state
 
     def _open_state(self):
@@ -139,9 +139,6 @@ class File(IntegerHandles):
 
     def __ne__(self, other):
         return not self == other
-
-    def __hash__(self):
-        return id(self._open_state())
 
     def __bool__(self):
         return self._state is not None and not self._state.closed
@@ -196,11 +193,16 @@ class File(IntegerHandles):
             state.pointer = os.fstat(fd).st_size
             if rank == 0:
                 _pointer.write(shared, state.pointer)
-        file = cls()
+        file = new_handle(cls)
         file._state = state
         _runtime.get().at_close.append(state.release)  # a file the program leaves open
         _misuse.handle_made(state, "file", file)
         return file
+
+    def free(self) -> None:
+        """Close unless null (mpi4py's ``free``)."""
+        if self:
+            self.Close()
 
     def Close(self) -> None:
         """Close the file (collective); MODE_DELETE_ON_CLOSE removes it."""

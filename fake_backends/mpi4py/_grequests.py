@@ -21,6 +21,7 @@ import traceback
 
 from . import _errhandlers, _runtime
 from ._errors import ERR_OTHER, Exception as MPIException
+from ._handles import new_handle
 from ._requests import Request
 from ._status import Status
 
@@ -61,14 +62,14 @@ class Grequest(Request):
     _generalized = True
     _freed_op = None  # the operation of a handle freed before Complete
 
-    def __init__(self, request: "Request | None" = None):
+    def _init(self, request: "Request | None" = None) -> None:
         if request is not None and request and not isinstance(request, Grequest):
             raise TypeError(f"expected an MPI.Grequest, got {type(request).__name__}")
-        super().__init__(request)
+        super()._init(request)
 
     @classmethod
     def Start(cls, query_fn=None, free_fn=None, cancel_fn=None, args=None, kwargs=None) -> "Grequest":
-        request = cls()
+        request = new_handle(cls)
         request._engine = _runtime.get().engine
         request._op = _GrequestOp(query_fn, free_fn, cancel_fn, args, kwargs)
         request._comm = _errhandlers.current_owner()

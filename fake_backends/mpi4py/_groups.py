@@ -24,7 +24,7 @@ import copyreg
 from . import _misuse, _runtime
 from ._errors import ERR_ARG, ERR_GROUP, ERR_RANK, ERR_TAG, Exception as MPIException
 from ._groupcomm import create_group
-from ._handles import IntegerHandles, predefined
+from ._handles import Handle, IntegerHandles, check_handle, new_handle, predefined
 
 UNDEFINED = -32766
 PROC_NULL = -2
@@ -47,18 +47,17 @@ def _is_int(value) -> bool:
     return isinstance(value, int) or type(value).__name__.startswith(("int", "uint"))
 
 
-class Group(IntegerHandles):
+class Group(Handle, IntegerHandles):
     """A group of processes (see the module docstring); the calls are mpi4py's."""
 
-    def __init__(self, group: "Group | None" = None):
-        if group is not None and not isinstance(group, Group):
-            raise TypeError(f"Argument 'group' has incorrect type (expected mpi4py.MPI.Group, got "
-                            f"{type(group).__name__})")
+    def _init(self, group: "Group | None" = None) -> None:
+        if group is not None:
+            check_handle(group, Group, type(self))
         self._members = None if group is None else group._members
 
     @classmethod
     def _of(cls, members: _Members) -> "Group":
-        group = cls()
+        group = new_handle(cls)
         group._members = members
         _misuse.handle_made(group, "group", group)
         return group
@@ -76,9 +75,6 @@ class Group(IntegerHandles):
     def __ne__(self, other):
         result = self.__eq__(other)
         return result if result is NotImplemented else not result
-
-    def __hash__(self):
-        return id(self._members)
 
     def __bool__(self):
         return self._members is not None
@@ -98,7 +94,7 @@ class Group(IntegerHandles):
     def Get_rank(self) -> int:
         """This process's rank in the group, MPI.UNDEFINED if it is not a member."""
         ranks = self._ranks("Get_rank")
-        me = _runtime.get().world.rank
+        me = _runtime.get().me
         return ranks.index(me) if me in ranks else UNDEFINED
 
     size = property(Get_size)
@@ -117,7 +113,7 @@ class Group(IntegerHandles):
         """The ranks in ``group`` (default: COMM_WORLD's) of the processes of
         ``ranks`` here (default: all); MPI.UNDEFINED for those not in it."""
         mine = self._ranks("Translate_ranks")
-        theirs = (tuple(range(_runtime.get().world.size)) if group is None
+        theirs = (tuple(_runtime.get().world.transport.members) if group is None
                   else group._ranks("Translate_ranks"))
         ranks = list(range(len(mine))) if ranks is None else self._checked_ranks(ranks, "Translate_ranks", True)
         where = {world: i for i, world in enumerate(theirs)}

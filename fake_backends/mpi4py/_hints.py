@@ -20,12 +20,12 @@ import sys
 
 from ._errors import ERR_ARG, ERR_INFO, ERR_INFO_KEY, ERR_INFO_NOKEY, ERR_INFO_VALUE
 from ._errors import Exception as MPIException
-from ._handles import IntegerHandles
+from ._handles import Handle, IntegerHandles, check_handle, new_handle
 
 MAX_INFO_KEY, MAX_INFO_VAL = 36, 256
 
 
-class Errhandler(IntegerHandles):
+class Errhandler(Handle, IntegerHandles):
     """An error handler: ``Errhandler(other)`` is another handle on the same one.
 
     ``_name`` identifies it: "MPI_ERRORS_RETURN", ... for a predefined one,
@@ -35,7 +35,9 @@ class Errhandler(IntegerHandles):
 
     _constant = False  # True on MPI.ERRORS_RETURN, ...: Free leaves them as they are
 
-    def __init__(self, errhandler: "Errhandler | None" = None):
+    def _init(self, errhandler: "Errhandler | None" = None) -> None:
+        if errhandler is not None:
+            check_handle(errhandler, Errhandler, type(self))
         self._name = None if errhandler is None else errhandler._name  # None: MPI.ERRHANDLER_NULL
         self._function = None if errhandler is None else errhandler._function
 
@@ -61,9 +63,6 @@ class Errhandler(IntegerHandles):
         if not isinstance(other, Errhandler):
             return NotImplemented
         return self._name is other._name or self._name == other._name
-
-    def __hash__(self):
-        return hash(self._name)
 
     def __bool__(self):
         return self._name is not None
@@ -110,22 +109,21 @@ def _string(value, what: str) -> str:
     return value
 
 
-class Info(IntegerHandles):
+class Info(Handle, IntegerHandles):
     """An MPI info object: string keys to string values, with mpi4py's
     mapping methods. ``Info(other)`` is another handle on the same object."""
 
     _constant = False  # True on MPI.INFO_NULL and MPI.INFO_ENV
 
-    def __init__(self, info: "Info | None" = None):
+    def _init(self, info: "Info | None" = None) -> None:
+        if info is not None:
+            check_handle(info, Info, type(self))
         self._items = None if info is None else info._items  # None: MPI.INFO_NULL
 
     def __eq__(self, other):
         if not isinstance(other, Info):
             return NotImplemented
         return self._items is other._items
-
-    def __hash__(self):
-        return id(self._items)
 
     def __bool__(self):
         return self._items is not None
@@ -149,7 +147,7 @@ class Info(IntegerHandles):
     # -- MPI's calls --------------------------------------------------------------
     @classmethod
     def Create(cls, items=None) -> "Info":
-        info = cls()
+        info = new_handle(cls)
         info._items = {}
         if items is not None:
             info.update(items)
@@ -176,7 +174,7 @@ class Info(IntegerHandles):
             self.Free()
 
     def Dup(self) -> "Info":
-        info = type(self)()
+        info = new_handle(type(self))
         info._items = dict(self._live("Dup"))
         return info
 

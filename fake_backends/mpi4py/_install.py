@@ -30,7 +30,7 @@ import sys
 
 from simdist._errors import SimdistError
 
-from . import MPI, _comm, _misuse, _runtime, _thread_refusals
+from . import MPI, _comm, _misuse, _runtime, _thread_failures
 
 
 def _mpi4py_names() -> list:
@@ -54,7 +54,7 @@ class _Installation:
         _comm.COMM_WORLD._state = _comm.world_state(self.rt)
         _comm.COMM_SELF._state = _comm.self_state(self.rt)
         rc.__init__()
-        _thread_refusals.arm()
+        _thread_failures.arm()
         sys.modules["mpi4py"] = package
         sys.modules["mpi4py.MPI"] = MPI
         sys.modules["mpi4py.rc"] = rc
@@ -70,7 +70,7 @@ class _Installation:
             elif not ended_normally:
                 _misuse.at_failure()
         finally:
-            _thread_refusals.disarm()
+            _thread_failures.disarm()
             _runtime.current = None
             rt.close()
             _comm.COMM_WORLD._state = None

@@ -30,6 +30,7 @@ from . import _errhandlers, _runtime
 from ._comm import INTERCOMM_CLASS, Comm, Intracomm, _State
 from ._errors import ERR_ARG, ERR_COMM, ERR_GROUP, ERR_RANK, Exception as MPIException, unsupported
 from ._groupcomm import COLLECTIVE_BIT, HANDSHAKE_BIT, GroupComm, new_context
+from ._handles import new_handle
 from ._groups import Group, _Members
 from ._intercoll import InterCollectives
 from ._pickle import pickle
@@ -62,7 +63,7 @@ def _leaders_exchange(engine, ctx: int, rank: int, remote: tuple, tag: int, loca
     group whose first process has the lower world rank comes first, and its
     leader's context is taken."""
     remote_leader, remote_world = remote
-    proposal = new_context(_runtime.get().world.rank)
+    proposal = new_context(_runtime.get().me)
     payload = np.frombuffer(pickle.dumps((tuple(local), proposal, local[0])), np.uint8)
     send = engine.send(remote_world, ctx, rank, tag, payload, 0, False, desc)
     recv = engine.recv(ctx, remote_leader, tag, None, desc)
@@ -132,9 +133,8 @@ def create_from_groups(cls, local_group, local_leader: int, remote_group, remote
     local_comm = create_from_group(Intracomm, local_group, stringtag, info, errhandler)
     lst = local_comm._st()
     if lst.rank == local_leader:
-        world = _runtime.get().world
         desc = f"Intercomm.Create_from_groups(stringtag={stringtag!r})"
-        found = _leaders_exchange(lst.engine, lst.rt.world.transport.context ^ _FROM_GROUPS, world.rank,
+        found = _leaders_exchange(lst.engine, lst.rt.universe.context ^ _FROM_GROUPS, lst.rt.me,
                                   (remote[remote_leader], remote[remote_leader]), stringtag_tag(stringtag),
                                   local, desc)
     else:
@@ -152,7 +152,7 @@ def create_from_groups(cls, local_group, local_leader: int, remote_group, remote
 
 
 def _new_intercomm(st) -> "Intercomm":
-    comm = Intercomm()
+    comm = new_handle(Intercomm)
     comm._state = st
     return comm
 
@@ -160,8 +160,8 @@ def _new_intercomm(st) -> "Intercomm":
 class Intercomm(InterCollectives, Comm):
     """An intercommunicator (see the module docstring); the calls are mpi4py's."""
 
-    def __init__(self, comm: "Comm | None" = None):
-        super().__init__(comm)
+    def _init(self, comm: "Comm | None" = None) -> None:
+        super()._init(comm)
         if self._state is not None and not self._state.inter:
             raise TypeError("expecting an intercommunicator")
 
@@ -228,9 +228,12 @@ class Intercomm(InterCollectives, Comm):
         """A new intercommunicator between the same groups (collective over both)."""
         st = self._st()
         st.engine.progress()
-        union = st.sc.split(0, st.sc.rank)
-        first = st.local_offset == 0
-        return _new_intercomm(_inter_state(st, union, st.local_members, st.members, first, f"Dup of {st.name}"))
+        return _new_intercomm(self._same_groups(st, st.sc.split(0, st.sc.rank), "Dup"))
+
+    @staticmethod
+    def _same_groups(st, union, how: str) -> _InterState:
+        """The state of a new intercommunicator between the groups of ``st``'s, over ``union``."""
+        return _inter_state(st, union, st.local_members, st.members, st.local_offset == 0, f"{how} of {st.name}")
 
     Clone = Dup
 
@@ -320,6 +323,7 @@ class _Constructors(Intracomm):
 
 
 refuse_intracomm_calls()
+Intercomm._shrunk_class = Intercomm
 INTERCOMM_CLASS.append(Intercomm)
 _errhandlers.guard_calls(Intercomm)
 _errhandlers.guard_calls(_Constructors)

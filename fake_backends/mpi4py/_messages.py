@@ -5,19 +5,20 @@ from __future__ import annotations
 
 from . import _errhandlers
 from ._errors import ERR_REQUEST, Exception as MPIException
-from ._handles import IntegerHandles
+from ._handles import Handle, IntegerHandles, check_handle, is_constant
 from ._p2p import ANY_SOURCE, ANY_TAG
 from ._requests import DONE, Request
 from ._status import Status
 
-class Message(IntegerHandles):
+class Message(Handle, IntegerHandles):
     """A message taken by a matched probe (``Mprobe``/``mprobe``); receive
     it with ``Recv``/``recv`` (or ``Irecv``/``irecv``)."""
 
-    def __init__(self, message: "Message | None" = None, *, _engine=None, _env=None, _noproc=False):
+    def _init(self, message: "Message | None" = None, *, _engine=None, _env=None, _noproc=False) -> None:
         self._engine, self._env, self._noproc = _engine, _env, _noproc
         self._comm = _errhandlers.current_owner()  # of Mprobe: its receive's errors go to that handler
         if message is not None:
+            check_handle(message, Message, type(self))
             self._engine, self._env, self._noproc, self._comm = (message._engine, message._env, message._noproc,
                                                                  message._comm)
 
@@ -28,9 +29,6 @@ class Message(IntegerHandles):
         if not isinstance(other, Message):
             return NotImplemented
         return self._env is other._env and self._noproc == other._noproc
-
-    def __hash__(self):
-        return id(self._env)
 
     def _take(self, sink, unpack=None):
         if self._noproc:
@@ -62,7 +60,10 @@ class Message(IntegerHandles):
         return self._irecv(None)
 
     def free(self) -> None:
-        """Do nothing, as mpi4py's (a message has no MPI_Message_free)."""
+        """Make this handle null (a message has no MPI_Message_free); a
+        predefined message itself stays."""
+        if not is_constant(self):
+            self._engine, self._env, self._noproc = None, None, False
 
     @classmethod
     def Probe(cls, comm, source=ANY_SOURCE, tag=ANY_TAG, status=None) -> "Message":

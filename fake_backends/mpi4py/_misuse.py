@@ -75,7 +75,7 @@ def watching(kind: str) -> bool:
 def _rank() -> int:
     runtime = sys.modules[__package__ + "._runtime"]  # imported by then (it imports this module's users)
     rt = runtime.current
-    return rt.world.rank if rt is not None and rt.world is not None else -1
+    return rt.me if rt is not None and rt.world is not None else -1
 
 
 def user_site() -> tuple[str, int] | None:
@@ -510,9 +510,10 @@ def _drain(rt) -> bool:
     end marker after its last message and takes what arrives until it has
     everyone's (polling, for at most ``DRAIN_SECONDS``). False when a peer
     failed or the markers did not all come (then nothing is reported)."""
-    engine, me, size = rt.engine, rt.world.rank, rt.world.size
+    engine, me, members = rt.engine, rt.me, rt.world.transport.members
+    size = len(members)
     empty = np.empty(0, np.uint8)
-    for dest in range(size):
+    for dest in members:
         if dest != me:
             engine.send(dest, FIN_CTX, me, 0, empty, 0, False)
     deadline = time.monotonic() + DRAIN_SECONDS
@@ -521,7 +522,7 @@ def _drain(rt) -> bool:
             engine.progress()
             if sum(1 for env in engine._unexpected if env.ctx == FIN_CTX) >= size - 1:
                 return True
-            if time.monotonic() > deadline or _a_peer_failed(rt.world.transport, me):
+            if time.monotonic() > deadline or _a_peer_failed(rt.universe, me):
                 return False
             time.sleep(0.002)
     except SimdistError:  # a peer failed: the run is ending anyway
@@ -538,7 +539,7 @@ def _a_peer_failed(transport, me: int) -> bool:
 def _report_unreceived(rt) -> None:
     if not _drain(rt):
         return
-    me = rt.world.rank
+    me = rt.me
     for env in rt.engine._unexpected:
         if env.note is None:  # the stand-in's own messages (RMA, collectives), not the user's sends
             continue

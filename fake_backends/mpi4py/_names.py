@@ -11,7 +11,6 @@ usual AttributeError for names mpi4py does not have either.
 from __future__ import annotations
 
 from ._errors import unsupported
-from ._thread_refusals import refused_in_a_thread
 
 #: mpi4py's integer constants, as Open MPI defines them.
 CONSTANTS = {'UNDEFINED': -32766,
@@ -189,21 +188,17 @@ CONSTANTS = {'UNDEFINED': -32766,
  'MAX_PSET_NAME_LEN': 512,
  'MAX_STRINGTAG_LEN': 1024}
 
-_DYNAMIC = ("spawning processes is not simulated; start every rank with `simdist run -n N` and join groups of them "
-            "with Intracomm.Accept/Connect, Comm.Join or Intracomm.Create_intercomm")
-_NAMES = ("the name service is not simulated; pass the port name from MPI.Open_port to the connecting process "
-          "(a message, or a file)")
 _HANDLES = "the simulated MPI has no C or Fortran handles"
-_FT = "fault tolerance (ULFM) is not simulated: a failing rank fails the whole run"
+_REVOKE = ("revoking a communicator is not simulated: a rank waiting in a shared-memory collective cannot be "
+           "woken out of it; no process fails alone in a simulated run, and Agree, Shrink, Get_failed and "
+           "Ack_failed work without a revoke")
 
 
 def _comm_hint(name: str) -> str | None:
-    if name in ("Spawn", "Spawn_multiple", "Get_parent"):
-        return _DYNAMIC
     if name in ("Attach_buffer", "Detach_buffer", "Flush_buffer", "Iflush_buffer"):
         return "a communicator's own buffer (MPI 4.1) is not simulated; attach one for the process with MPI.Attach_buffer"
-    if name in ("Revoke", "Is_revoked", "Get_failed", "Ack_failed", "Agree", "Iagree", "Shrink", "Ishrink"):
-        return _FT
+    if name == "Revoke":
+        return _REVOKE
     if name in ("fromhandle", "handle"):
         return _HANDLES
     return None
@@ -218,7 +213,6 @@ _HANDLE_NAMES = ("py2f", "f2py", "toint", "fromint", "fromhandle", "handle", "to
 
 _MODULE_HINTS = {
     "Register_datarep": "user data representations of MPI-IO are not simulated ('native' and 'internal' are)",
-    "Publish_name": _NAMES, "Unpublish_name": _NAMES, "Lookup_name": _NAMES,
     "Iflush_buffer": "the nonblocking flush of the attached buffer is not simulated; use MPI.Flush_buffer",
     "Alloc_mem": "use numpy.empty (or bytearray)", "Free_mem": "use numpy.empty (or bytearray)",
     "Remove_error_class": "user error classes are not simulated",
@@ -229,11 +223,8 @@ _MODULE_HINTS = {
 
 
 def _refusal(call: str, hint: str) -> NotImplementedError:
-    """The refusal of ``call``; one that starts or joins processes, made in
-    another thread, fails the main thread too (``_thread_refusals``)."""
+    """The refusal of ``call``."""
     error = unsupported(call, hint)
-    if hint is _DYNAMIC:
-        refused_in_a_thread(error)
     return error
 
 

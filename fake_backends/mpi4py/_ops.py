@@ -27,7 +27,7 @@ from simdist._reduction import fold
 
 from . import _misuse
 from ._errors import ERR_OP, Exception as MPIException
-from ._handles import IntegerHandles
+from ._handles import Handle, IntegerHandles, check_handle, is_constant, new_handle
 
 
 def _op_max(x, y):
@@ -84,12 +84,13 @@ MAX_USER_OPS = 32
 _USER_OPS: set = set()  # the live user ops
 
 
-class Op(IntegerHandles):
+class Op(Handle, IntegerHandles):
     """An MPI reduction operation. Calling it on two objects applies it
     (``MPI.SUM(1, 2) == 3``), as mpi4py's ops do."""
 
-    def __init__(self, op: "Op | None" = None, *, _key: str = "OP_NULL", _function=None, _commute: bool = True):
+    def _init(self, op: "Op | None" = None, *, _key: str = "OP_NULL", _function=None, _commute: bool = True) -> None:
         if op is not None:
+            check_handle(op, Op, type(self))
             _key, _function, _commute = op._key, op._function, op._commute
         self._key = _key
         self._function = _function  # user ops: function(inbuf, inoutbuf, datatype)
@@ -110,9 +111,6 @@ class Op(IntegerHandles):
             return NotImplemented
         return self._id is other._id or self._id == other._id
 
-    def __hash__(self):
-        return hash(self._id)
-
     def __bool__(self):
         return self._key != "OP_NULL"
 
@@ -127,7 +125,8 @@ class Op(IntegerHandles):
             raise TypeError(f"Op.Create: function={function!r} is not callable")
         if len(_USER_OPS) >= MAX_USER_OPS:  # mpi4py's registry of user functions has room for 32
             raise RuntimeError("cannot create too many user-defined reduction operations")
-        op = cls(_key="USER", _function=function, _commute=commute)
+        op = new_handle(cls)
+        op._init(_key="USER", _function=function, _commute=commute)
         _USER_OPS.add(op._id)
         _misuse.handle_made(op._id, "op", op)
         return op
@@ -139,12 +138,15 @@ class Op(IntegerHandles):
             raise MPIException(ERR_OP, f"Op.Free of MPI.{self._key}, a predefined op")
         _USER_OPS.discard(self._id)
         _misuse.handle_freed(self._id)
-        self.__init__()
+        self._init()
 
     def free(self) -> None:
-        """Free unless null or predefined (mpi4py's ``free``)."""
+        """Free unless null or predefined (mpi4py's ``free``); a handle on a
+        predefined op becomes null, the predefined object stays."""
         if self._function is not None:
             self.Free()
+        elif not is_constant(self):
+            self._init()
 
     def Is_commutative(self) -> bool:
         return self._commute

@@ -80,18 +80,15 @@ pending request; any rank for ANY_SOURCE) through the transport's
 ``waiting_in``: the simulator's deadlock and hang reports then show
 ``rank 0 in Recv(source=1, tag=0) at prog.py:11 <- rank 1 in ...``, not
 its probe from any rank. A peer that failed unwinds the wait. Collectives run
-``progress()`` before they start. Nonblocking calls (Isend, Irecv) post
-their operation and write what has credit, and take nothing.
+``progress()`` before they start, and while the rank waits in one of the
+simulator's collectives the simulator calls ``_move`` at every wake-up (any
+record into the rank brings one), as long as a message is in flight: a
+large send freed or still pending before a Barrier is carried on, as MPI's
+progress rule has it. Nonblocking calls (Isend, Irecv) post their operation
+and write what has credit, and take nothing.
 
-Deliberate differences from an MPI library
-------------------------------------------
-* Point-to-point messages do not move while a rank sits in a collective:
-  a Wait for a large send whose receiver is in a Barrier (and not in a
-  point-to-point call) waits for the receiver to leave it. MPI libraries
-  progress messages inside collectives; a program that relies on that
-  hangs here, deterministically, and is reported.
-* Which message ANY_SOURCE matches when several are ready depends on
-  timing, as under MPI.
+Which message ANY_SOURCE matches when several are ready depends on timing,
+as under MPI.
 """
 
 from __future__ import annotations
@@ -275,10 +272,12 @@ class Engine:
         self.attached = None  # the buffer of MPI.Attach_buffer (see _buffered)
         self._buffered_lines: set = set()  # the user's lines of sends reported by ``release_sends``
         self.races = _schedule.new_log(self._me)
+        transport.move_in_collectives(self._move)
 
     def close(self) -> None:
         """Forget the transport and every message (the run is over): a
         request or message kept for a later run is refused there."""
+        self._transport.move_in_collectives(None)
         self._transport = _Ended(self._me)
         self._outq = []
         self._busy.clear()
@@ -413,6 +412,20 @@ class Engine:
                 break
             handle(hit[0], transport.recv(hit[0], TRANSPORT_TAG))
         self._settle()
+
+    def _move(self) -> bool:
+        """While this rank waits in a collective (``move_in_collectives``):
+        progress, and say whether a message is still in flight, one whose
+        next step needs this rank (a queued record or piece, a send awaiting
+        its CTS, a posted or matched receive, an ACK owed)."""
+        if not self._in_flight():
+            return False
+        self.progress()
+        return self._in_flight()
+
+    def _in_flight(self) -> bool:
+        return bool(self._busy or self._acks_due or self._local or self._posted or self._awaiting_cts
+                    or self._incoming)
 
     def _settle(self) -> None:
         """Handle the records to this rank itself and send what has credit

@@ -65,8 +65,8 @@ class PartitionedCalls:
 class Partitioned(Prequest):
     """A partitioned request (see the module docstring)."""
 
-    def __init__(self, post, partitions: int, engine, *, sending: bool, desc: str, peer: int = 0):
-        super().__init__(_start=post)
+    def _init(self, post, partitions: int, engine, *, sending: bool, desc: str, peer: int = 0) -> None:
+        super()._init(_start=post)
         self._engine, self._peer = engine, peer  # the world rank a send goes to
         self._partitions, self._sending, self._desc = partitions, sending, desc
         self._ready: set[int] = set()

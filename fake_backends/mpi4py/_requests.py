@@ -13,7 +13,7 @@ from __future__ import annotations
 from . import _errhandlers, _misuse
 from ._buffered import check_space
 from ._errors import ERR_REQUEST, SUCCESS, Exception as MPIException
-from ._handles import IntegerHandles
+from ._handles import Handle, IntegerHandles, check_handle, new_handle
 from ._p2p import ANY_SOURCE, ANY_TAG, PROC_NULL, RecvOp, SendOp
 from ._pickle import pickle
 from ._status import UNDEFINED, Status, _slots
@@ -52,22 +52,23 @@ def _ops(requests) -> list:
     return [req._op for req in requests if req._op is not None]
 
 
-class Request(IntegerHandles):
+class Request(Handle, IntegerHandles):
     """A nonblocking operation (``Isend``, ``Irecv``, ``isend``, ``irecv``, ...)."""
 
     _persistent = None  # the handle of a persistent request (Prequest), or of a copy of one
     _comm = None  # the communicator whose error handler the errors of completion go through
 
-    def __init__(self, request: "Request | None" = None):
+    def _init(self, request: "Request | None" = None) -> None:
         self._op = None
         self._engine = None
         if request is not None:
+            check_handle(request, Request, type(self))
             self._op, self._engine, self._persistent = request._op, request._engine, request._persistent
             self._comm = request._comm
 
     @classmethod
     def _of(cls, engine, op, comm=None) -> "Request":
-        req = cls()
+        req = new_handle(cls)
         req._engine, req._op = engine, op
         req._comm = comm if comm is not None else _errhandlers.current_owner()
         return req
@@ -92,9 +93,6 @@ class Request(IntegerHandles):
     def __ne__(self, other):
         result = self.__eq__(other)
         return result if result is NotImplemented else not result
-
-    def __hash__(self):
-        return id(self._handle())
 
     def __bool__(self):
         return self._handle() is not None
@@ -411,10 +409,10 @@ class Prequest(Request):
     with an empty status, and ``Start`` posts it again. Only ``Free`` makes
     it MPI.REQUEST_NULL."""
 
-    def __init__(self, request=None, *, _start=None, _buffered=None):
+    def _init(self, request=None, *, _start=None, _buffered=None) -> None:
         if getattr(request, "_generalized", False) and request:
             raise TypeError("expected an MPI.Prequest, got MPI.Grequest")
-        super().__init__(request)
+        super()._init(request)
         self._start = _start if request is None else getattr(request, "_start", None)
         # a buffered send's (engine, bytes of the attached buffer it takes)
         self._buffered = _buffered if request is None else getattr(request, "_buffered", None)

@@ -7,8 +7,8 @@ buffer spec (``buf``, ``[buf, datatype]``, ``[buf, count, datatype]``, ...);
 the target is None (displacement 0, the origin's count and datatype), an
 int (the displacement) or ``(disp, count, datatype)`` (shorter tuples keep
 the origin's values). The target's bytes are ``disp * disp_unit`` from the
-start of its window memory and must lie inside it (else MPI's
-``ERR_RMA_RANGE``); origin and target must have the same type signature
+start of its window memory (of a dynamic window: at the address ``disp``)
+and must lie inside it (else MPI's ``ERR_RMA_RANGE``); origin and target must have the same type signature
 (else ``ERR_TYPE``): the same basic datatype and as many elements, or, for
 Put and Get, the same number of bytes.
 
@@ -96,6 +96,8 @@ def target_access(win, spec: BufSpec, rank: int, target, call: str) -> Access:
     if nbytes != spec.raw.size:
         raise MPIException(ERR_TYPE, f"Win.{call}: the origin has {spec.count} x {spec.datatype.Get_name()} "
                            f"({spec.raw.size} bytes), the target {count} x {datatype.Get_name()} ({nbytes} bytes)")
+    if win.dynamic is not None and count >= 0:
+        return Access(rank, win.dynamic.locate(rank, disp, nbytes, call), nbytes, datatype, count)
     offset = disp * win.disp_units[rank]
     if count < 0 or disp < 0 or offset + nbytes > win.segment.sizes[rank]:
         raise MPIException(ERR_RMA_RANGE, f"Win.{call}: {nbytes} bytes at displacement {disp} (x disp_unit "

@@ -40,7 +40,14 @@ class Runtime:
 
     def __init__(self, world):
         self.world = world
-        self.engine = Engine(_transport_of_installation(world))
+        # The engine reaches every process of the universe: the world's, and
+        # those spawned (or their parents) beyond it. ``me`` is this
+        # process's rank there, the "world rank" groups and ports hold.
+        self.universe = world.transport.universe()
+        self.me = self.universe.rank
+        self.engine = Engine(_transport_of_installation(world, self.universe))
+        self.parent = None  # a spawned process's state of Comm.Get_parent() (``_spawn``)
+        self.appnum = 0  # which command of its Spawn_multiple a spawned process runs (MPI.APPNUM)
         self.finalized = False
         self._self_ctx = -1
         self.states: list = []  # every communicator state of the run (see close)
@@ -73,15 +80,15 @@ _last_world: weakref.ref | None = None
 _installations = 0
 
 
-def _transport_of_installation(world):
-    """The world's transport, as the run's next installation must use it."""
+def _transport_of_installation(world, universe):
+    """The ``universe`` transport of ``world``, as the run's next installation must use it."""
     global _last_world, _installations
     same_run = _last_world is not None and _last_world() is world
     _installations = _installations + 1 if same_run else 0
     _last_world = weakref.ref(world)
     if _installations == 0:
-        return world.transport
-    return _TaggedTransport(world.transport, TRANSPORT_TAG + (_installations << 32))
+        return universe
+    return _TaggedTransport(universe, TRANSPORT_TAG + (_installations << 32))
 
 
 class _TaggedTransport:
@@ -124,6 +131,6 @@ def check_world(comm) -> None:
             f"the mpi4py stand-in needs a simulator communicator (World(n, backend='sim')), not {comm!r}; "
             "on backend='mpi' programs use the real mpi4py"
         )
-    if list(transport.members) != list(range(transport.world_size)):
+    if transport.context != 0:  # the message key of a world's communicator (see Transport.universe)
         raise TypeError("the mpi4py stand-in needs the world communicator of the rank (simdist.comm()), "
                         "not a sub-communicator")

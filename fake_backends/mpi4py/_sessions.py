@@ -28,7 +28,7 @@ from ._comm import COMM_WORLD, Intracomm, _State
 from ._errors import ERR_ARG, ERR_GROUP, Exception as MPIException, unsupported
 from ._groupcomm import create_group
 from ._groups import Group
-from ._handles import IntegerHandles
+from ._handles import Handle, IntegerHandles, check_handle, new_handle
 from ._hints import INFO_NULL, Info
 from ._names import CONSTANTS
 from ._pointtopoint import TAG_UB
@@ -47,12 +47,12 @@ class _SessionState:
         self.errhandler, self.name = errhandler, "a session"
 
 
-class Session(IntegerHandles):
+class Session(Handle, IntegerHandles):
     """An MPI session (see the module docstring); the calls are mpi4py's."""
 
-    def __init__(self, session: "Session | None" = None):
-        if session is not None and not isinstance(session, Session):
-            raise TypeError(f"expected an MPI.Session, got {type(session).__name__}")
+    def _init(self, session: "Session | None" = None) -> None:
+        if session is not None:
+            check_handle(session, Session, type(self))
         self._state = None if session is None else session._state
 
     def __eq__(self, other):
@@ -63,9 +63,6 @@ class Session(IntegerHandles):
     def __ne__(self, other):
         result = self.__eq__(other)
         return result if result is NotImplemented else not result
-
-    def __hash__(self):
-        return id(self._state)
 
     def __bool__(self):
         return self._state is not None
@@ -88,7 +85,7 @@ class Session(IntegerHandles):
         _runtime.get()
         if errhandler is not None:
             errhandler = _errhandlers.checked(errhandler, "Session.Init")
-        session = cls()
+        session = new_handle(cls)
         session._state = _SessionState(errhandler if errhandler is not None else _errhandlers.default())
         return session
 
@@ -118,9 +115,9 @@ class Session(IntegerHandles):
         self._st()
         world = _runtime.get().world
         if pset_name in (PSETS[0], PSETS[2]):
-            return tuple(range(world.size))
+            return tuple(world.transport.members)
         if pset_name == PSETS[1]:
-            return (world.rank,)
+            return (_runtime.get().me,)
         raise MPIException(ERR_ARG, f"Session.{call}({pset_name!r}): the process sets are {', '.join(PSETS)}")
 
     def Get_pset_info(self, pset_name: str) -> Info:

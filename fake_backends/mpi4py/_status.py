@@ -7,6 +7,7 @@ import numpy as np
 
 from ._datatypes import TYPES
 from ._errors import SUCCESS
+from ._handles import Handle, check_handle
 from ._p2p import ANY_SOURCE, ANY_TAG
 
 UNDEFINED = -32766
@@ -17,7 +18,7 @@ def _field(index: int, kind=int) -> property:
     return property(lambda self: kind(self._c[index]), lambda self, value: self._c.__setitem__(index, int(value)))
 
 
-class Status:
+class Status(Handle):
     """The source, tag, size and error of a received message.
 
     The fields live in memory laid out as Open MPI's ``MPI_Status`` (source,
@@ -31,13 +32,11 @@ class Status:
     _nbytes = property(lambda self: int(self._c[4:6].view(np.int64)[0]),
                        lambda self, value: self._c[4:6].view(np.int64).__setitem__(0, int(value)))
 
-    def __init__(self, status: "Status | None" = None):
+    def _init(self, status: "Status | None" = None) -> None:
         self._c = np.zeros(6, dtype=np.intc)
         self.source, self.tag, self.error, self._nbytes, self.cancelled = ANY_SOURCE, ANY_TAG, SUCCESS, 0, False
-        if status is not None and not isinstance(status, Status):
-            raise TypeError(f"Argument 'status' has incorrect type (expected mpi4py.MPI.Status, got "
-                            f"{type(status).__name__})")
         if status is not None:
+            check_handle(status, Status, type(self))
             self.source, self.tag, self.error = status.source, status.tag, status.error
             self._nbytes, self.cancelled = status._nbytes, status.cancelled
 

@@ -27,6 +27,7 @@ import math
 from . import _errhandlers, _misuse
 from ._comm import CLASS_OF_TOPOLOGY, UNDEFINED, Intracomm
 from ._errors import ERR_ARG, ERR_DIMS, ERR_RANK, ERR_TOPOLOGY, Exception as MPIException
+from ._handles import new_handle
 from ._neighbors import NeighborCollectives
 
 CART, GRAPH, DIST_GRAPH = 1, 2, 3
@@ -144,8 +145,8 @@ class Topocomm(NeighborCollectives, Intracomm):
     _kinds = (CART, GRAPH, DIST_GRAPH)
     _expecting = "a topology communicator"
 
-    def __init__(self, comm=None):
-        super().__init__(comm)
+    def _init(self, comm=None) -> None:
+        super()._init(comm)
         st = self._live()
         if st is not None and (st.topo is None or st.topo.kind not in self._kinds):
             raise TypeError(f"expecting {self._expecting}")
@@ -269,7 +270,7 @@ CLASS_OF_TOPOLOGY.update({CART: Cartcomm, GRAPH: Graphcomm, DIST_GRAPH: Distgrap
 
 def _with_topology(comm, topo, cls, name: str):
     """The new communicator ``comm`` (or COMM_NULL) as a ``cls`` with ``topo``."""
-    out = cls()
+    out = new_handle(cls)
     if comm:
         out._state = comm._state
         out._state.topo, out._state.name = topo, name

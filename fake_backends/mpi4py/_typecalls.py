@@ -10,7 +10,10 @@ the datatype raises ``MPI.Exception(MPI.ERR_TYPE)``, as MPI says.
 
 from __future__ import annotations
 
+import operator
+
 from . import _derived, _misuse
+from ._attributes import copy_attributes
 from ._derived import TypeMap, basic_map, check_type
 from ._errors import ERR_TYPE, Exception as MPIException
 from ._handles import predefined
@@ -68,6 +71,24 @@ def _decode_params(combiner: int, ints: list, addrs: list, types: list) -> dict:
     return {}
 
 
+_PREDEFINED_COMBINERS = frozenset((_derived.NAMED, _derived.F90_INTEGER, _derived.F90_REAL, _derived.F90_COMPLEX))
+
+
+class _Query:
+    """A property of the datatype's type map (``field``), read directly for
+    a live handle; for any other, ``fallback(datatype)`` makes the guarded
+    MPI call, which gives the answer or raises through the error handler."""
+
+    def __init__(self, field: str, fallback):
+        self._read, self._fallback = operator.attrgetter(field), fallback
+
+    def __get__(self, datatype, owner=None):
+        if datatype is None:
+            return self
+        tm = _MAPS.get(datatype._id) or _BASIC.get(datatype._id)  # a predefined handle's ``_id`` is its key
+        return self._fallback(datatype) if tm is None else self._read(tm)
+
+
 def _recreate(basetype, combiner: str, params: dict):
     """A new committed datatype from mpi4py's decoded form (what a pickled one loads as)."""
     return getattr(basetype, f"Create_{combiner.lower()}")(**params).Commit()
@@ -80,22 +101,27 @@ class DerivedCalls:
 
     # -- the type map ----------------------------------------------------------------------
     def _typemap(self, call: str = "use") -> TypeMap:
+        tm = _MAPS.get(self._id)
+        if tm is not None:
+            return tm
         if self._predefined():
             tm = _BASIC.get(self._key)
             if tm is None:
                 tm = _BASIC[self._key] = basic_map(self)
             return tm
-        return check_type(_MAPS.get(self._id), self._name or "a datatype", call)
+        return check_type(None, self._name or "a datatype", call)
 
     def _is_derived(self) -> bool:
         return self._id in _MAPS
 
-    def _new(self, tm: TypeMap):
+    @classmethod
+    def _new(cls, tm: TypeMap):
         """A new derived datatype of type map ``tm``; its contents keep their
-        own handles on the datatypes it was made of (freeing those leaves it whole)."""
+        own handles on the derived datatypes it was made of (freeing those
+        leaves it whole), and the predefined ones as given (never freed)."""
         combiner, ints, addrs, types = tm.contents
-        tm.contents = (combiner, ints, addrs, [t._alias() for t in types])
-        datatype = type(self)()
+        tm.contents = (combiner, ints, addrs, [t._alias() if t._id in _MAPS else t for t in types])
+        datatype = cls()
         datatype._id, datatype._name, datatype._key = object(), "", "DERIVED"
         datatype._dtype = None
         _MAPS[datatype._id] = tm
@@ -106,10 +132,11 @@ class DerivedCalls:
     def _alias(self):
         """Another handle on this datatype, freed on its own (what Get_contents returns)."""
         alias = type(self)(self)
-        if self._is_derived():
+        tm = _MAPS.get(self._id)
+        if tm is not None:
             alias._id = object()
-            _MAPS[alias._id] = _MAPS[self._id]
-            _MAPS[alias._id].handles += 1
+            _MAPS[alias._id] = tm
+            tm.handles += 1
         return alias
 
     def _derived_dtype(self):
@@ -119,14 +146,13 @@ class DerivedCalls:
     # -- constructors ------------------------------------------------------------------------
     def Dup(self):
         """A new datatype of the same type map (not equal to this one, as in MPI)."""
-        from ._attributes import copy_attributes
-
-        old = self._typemap("Dup")
-        dup = self._new(_derived.dup(old, self))
+        tm = _derived.dup(self._typemap("Dup"), self)
+        tm.committed = True
+        dup = self._new(tm)
         # a Dup of a predefined datatype keeps its name and key: it pickles as a Dup of that one
         dup._name, dup._dtype, dup._key = self._name, self._dtype, self._key
-        _MAPS[dup._id].committed = True
-        copy_attributes(self, dup, "Datatype.Dup")
+        if self._has_attributes():
+            copy_attributes(self, dup, "Datatype.Dup")
         return dup
 
     Create_dup = Dup
@@ -168,7 +194,7 @@ class DerivedCalls:
     def Create_struct(cls, blocklengths, displacements, datatypes):
         types = list(datatypes)
         olds = [t._typemap("Create_struct") for t in types]
-        return cls()._new(_derived.struct(olds, types, blocklengths, displacements))
+        return cls._new(_derived.struct(olds, types, blocklengths, displacements))
 
     def Create_subarray(self, sizes, subsizes, starts, order: int = _derived.ORDER_C):
         tm = self._typemap("Create_subarray")
@@ -186,9 +212,7 @@ class DerivedCalls:
         for *limits, key in table:
             if all(want <= limit for want, limit in zip(ints, limits)):
                 base = predefined(key)
-                tm = _derived.dup(base._typemap(call), base)
-                tm.contents, tm.committed = (combiner, list(ints), [], []), True
-                datatype = base._new(tm)
+                datatype = base._new(_derived.f90(base._typemap(call), combiner, ints))
                 datatype._name, datatype._dtype, datatype._key = base._name, base._dtype, base._key
                 return datatype
         raise MPIException(ERR_TYPE, f"Datatype.{call}{tuple(ints)}: no predefined datatype has that range")
@@ -212,11 +236,11 @@ class DerivedCalls:
 
     def _free_map(self) -> None:
         tm = _MAPS.pop(self._id, None)
-        _misuse.handle_freed(self._id)
         if tm is None:
             return
+        _misuse.handle_freed(self._id)
         tm.handles -= 1
-        if not tm.handles:  # the last handle on it: its contents' handles go too
+        if not tm.handles:  # the last handle on it: its contents' handles on derived datatypes go too
             for part in tm.contents[3]:
                 part._free_map()
 
@@ -240,17 +264,18 @@ class DerivedCalls:
         lb, ub = self._typemap("Get_true_extent").true_bounds()
         return lb, ub - lb
 
-    size = property(lambda self: self.Get_size())
-    extent = property(lambda self: self.Get_extent()[1])
-    lb = property(lambda self: self.Get_extent()[0])
-    ub = property(lambda self: sum(self.Get_extent()))
-    true_extent = property(lambda self: self.Get_true_extent()[1])
-    true_lb = property(lambda self: self.Get_true_extent()[0])
-    true_ub = property(lambda self: sum(self.Get_true_extent()))
+    # The properties read the type map of a live handle directly (``_Query``).
+    size = _Query("size", lambda dt: dt.Get_size())
+    extent = _Query("extent", lambda dt: dt.Get_extent()[1])
+    lb = _Query("lb", lambda dt: dt.Get_extent()[0])
+    ub = _Query("ub", lambda dt: sum(dt.Get_extent()))
+    true_extent = _Query("true_extent", lambda dt: dt.Get_true_extent()[1])
+    true_lb = _Query("true_lb", lambda dt: dt.Get_true_extent()[0])
+    true_ub = _Query("true_ub", lambda dt: sum(dt.Get_true_extent()))
 
     # -- decoding ------------------------------------------------------------------------------
     def Get_envelope(self) -> tuple[int, int, int, int, int]:
-        return _derived.envelope(self._typemap("Get_envelope"))
+        return self._typemap("Get_envelope").envelope
 
     def Get_contents(self) -> tuple[list, list, list, list]:
         tm = self._typemap("Get_contents")
@@ -260,19 +285,27 @@ class DerivedCalls:
         return list(ints), list(addrs), [], [t._alias() for t in types]
 
     def decode(self):
-        """``(basetype, combiner name, parameters)``, as mpi4py's."""
+        """``(basetype, combiner name, parameters)``, as mpi4py's: one new
+        handle per datatype of the contents, the basetype being the only one
+        if there is one (a struct of one block lists it), else null."""
         combiner, ints, addrs, types = self._typemap("decode").contents
         if combiner == _derived.NAMED:
             return self, "NAMED", {}
-        base = types[0]._alias() if len(types) == 1 else type(self)()
-        return base, _COMBINER_NAMES[combiner], _decode_params(combiner, ints, addrs, [t._alias() for t in types])
+        handles = [t._alias() for t in types]
+        base = handles[0] if len(handles) == 1 else type(self)()
+        return base, _COMBINER_NAMES[combiner], _decode_params(combiner, ints, addrs, handles)
 
-    envelope = property(Get_envelope)
-    contents = property(Get_contents)
-    combiner = property(lambda self: self.Get_envelope()[-1])
+    envelope = _Query("envelope", lambda dt: dt.Get_envelope())
+    contents = property(lambda self: self.Get_contents())  # the guarded call: errors go through the handler
+    combiner = _Query("combiner", lambda dt: dt.Get_envelope()[-1])
     is_named = property(lambda self: self.combiner == _derived.NAMED)
-    is_predefined = property(lambda self: not self or self.combiner in (
-        _derived.NAMED, _derived.F90_INTEGER, _derived.F90_REAL, _derived.F90_COMPLEX))
+
+    @property
+    def is_predefined(self) -> bool:
+        tm = _MAPS.get(self._id) or _BASIC.get(self._id)  # a live handle (see ``_Query``), never null
+        if tm is None:
+            return not self or self.combiner in _PREDEFINED_COMBINERS
+        return tm.combiner in _PREDEFINED_COMBINERS
 
     def _reduce_derived(self):
         """How a derived datatype pickles: its decoded form, recreated (as mpi4py does)."""

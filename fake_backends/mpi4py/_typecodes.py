@@ -100,17 +100,18 @@ _TABLE = {
 }
 
 
-#: The same by handle: aliases (MPI.TWOINT, MPI.INT_INT) are one handle.
-_BY_HANDLE = {TYPES[name]: entry for name, entry in _TABLE.items() if name in TYPES}
+#: The same by handle (``_id``: a predefined handle's is its key): aliases (MPI.TWOINT, MPI.INT_INT) are one handle.
+_BY_HANDLE = {TYPES[name]._id: entry for name, entry in _TABLE.items() if name in TYPES}
 
 
 def _entry(datatype):
+    entry = _BY_HANDLE.get(getattr(datatype, "_id", None))  # only predefined handles have these ids
+    if entry is not None:
+        return entry
     if not getattr(datatype, "is_predefined", False):
         return None, None
-    entry = _BY_HANDLE.get(datatype)
-    if entry is None:  # a Fortran 90 parameterized type: a handle of its own on a predefined one's key
-        entry = _TABLE.get(getattr(datatype, "_key", None), (None, None))
-    return entry
+    # null, or a Fortran 90 parameterized type: a handle of its own on a predefined one's key
+    return _TABLE.get(getattr(datatype, "_key", None), (None, None))
 
 
 def _typecode(datatype) -> str | None:

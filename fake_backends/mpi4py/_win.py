@@ -7,11 +7,10 @@ target ever has to take part: passive-target epochs progress whatever the
 target does, also when it never calls MPI again. ``Win.Allocate`` and
 ``Win.Allocate_shared`` give that memory to the program (``tomemory``,
 ``Shared_query``); ``Win.Create`` keeps the program's buffer as the
-private copy of a separate-model window (``_winsync``). The epochs and
-their waits are ``_winsync``'s, the meaning of the arguments ``_rma``'s.
-``Win.Create_dynamic`` (and so ``Attach``/``Detach``) is refused: memory
-attached later is the program's private memory, which no other process
-can reach.
+private copy of a separate-model window (``_winsync``), as ``Attach``
+keeps the regions of a ``Win.Create_dynamic`` window (``_windynamic``).
+The epochs and their waits are ``_winsync``'s, the meaning of the
+arguments ``_rma``'s.
 """
 
 from __future__ import annotations
@@ -22,18 +21,20 @@ from . import _errhandlers, _misuse, _runtime
 from ._attributes import AttributeCalls, delete_attributes
 from ._buffers import BOTTOM, memory_bytes
 from ._errors import ERR_INFO, ERR_KEYVAL, ERR_OTHER, ERR_TYPE, Exception as MPIException
-from ._errors import earlier_run, unsupported
-from ._handles import FreeableHandles, IntegerHandles
+from ._errors import earlier_run
+from ._bufferexport import BufferExporter
+from ._handles import FreeableHandles, Handle, IntegerHandles, check_handle, new_handle
 from ._hints import Errhandler, Info
 from ._names import CONSTANTS
 from ._rma import ERR_RMA_FLAVOR, check_accumulate, check_rank, combine, origin_spec, plain, target_access
-from ._winmemory import Segment
+from ._windynamic import ERR_RMA_ATTACH, DynamicMemory
+from ._winmemory import PrivateCopy, Segment
 from ._winsync import Synchronization, sync_error
 
 WIN_BASE, WIN_SIZE, WIN_DISP_UNIT, WIN_CREATE_FLAVOR, WIN_MODEL = (
     CONSTANTS[k] for k in ("WIN_BASE", "WIN_SIZE", "WIN_DISP_UNIT", "WIN_CREATE_FLAVOR", "WIN_MODEL"))
-FLAVOR_CREATE, FLAVOR_ALLOCATE, FLAVOR_SHARED = (
-    CONSTANTS[k] for k in ("WIN_FLAVOR_CREATE", "WIN_FLAVOR_ALLOCATE", "WIN_FLAVOR_SHARED"))
+FLAVOR_CREATE, FLAVOR_ALLOCATE, FLAVOR_SHARED, FLAVOR_DYNAMIC = (
+    CONSTANTS[k] for k in ("WIN_FLAVOR_CREATE", "WIN_FLAVOR_ALLOCATE", "WIN_FLAVOR_SHARED", "WIN_FLAVOR_DYNAMIC"))
 WIN_SEPARATE, WIN_UNIFIED = CONSTANTS["WIN_SEPARATE"], CONSTANTS["WIN_UNIFIED"]
 PASSIVE, ACTIVE, FENCE = "passive", "active", "fence"
 _count = 0  # windows made by this process (for their names)
@@ -42,14 +43,15 @@ _count = 0  # windows made by this process (for their names)
 class _WinState:
     """What a window handle refers to on this rank."""
 
-    def __init__(self, rt, st, sc, segment, disp_units, flavor, private):
+    def __init__(self, rt, st, sc, segment, disp_units, flavor, private, dynamic):
         global _count
         _count += 1
         self.rt, self.engine, self.sc, self.segment = rt, st.engine, sc, segment
         self.members, self.rank, self.size = list(st.members), st.rank, st.size
         self.disp_units, self.flavor = disp_units, flavor
         self.private = private  # the program's buffer (Win.Create), else None
-        self.snapshot = None if private is None else np.array(private, copy=True)
+        self.copy = None if private is None else PrivateCopy(private)
+        self.dynamic = dynamic  # the attached regions (Win.Create_dynamic), else None
         self.name, self.info = "", {}
         self.errhandler = _errhandlers.default()
         self.attrs: dict = {}
@@ -62,6 +64,13 @@ class _WinState:
         self.deferred: list = []  # accumulates of the fence epoch, applied at the next Fence
         self.deferred_active: dict = {}  # of the PSCW access epoch, by target, applied at Complete
         self.label = f"window {_count} of {st.name}"
+        if dynamic is not None:
+            dynamic.label = f"rank {self.rank} of {self.label}"
+
+    @property
+    def separate(self) -> bool:
+        """Whether the program's memory is a private copy (MPI.WIN_SEPARATE)."""
+        return self.private is not None or self.dynamic is not None
 
     @property
     def memory(self) -> np.ndarray:
@@ -70,19 +79,16 @@ class _WinState:
 
     def to_public(self) -> None:
         """The bytes the program stored in its buffer since the last reconciliation go public."""
-        if self.private is None or not self.private.size:
-            return
-        changed = self.private != self.snapshot
-        if changed.any():
-            self.segment.memory(self.rank)[changed] = self.private[changed]
-            self.snapshot[changed] = self.private[changed]
+        if self.dynamic is not None:
+            self.dynamic.to_public()
+        if self.copy is not None:
+            self.copy.to_public(self.segment.memory(self.rank))
 
     def to_private(self) -> None:
-        if self.private is None or not self.private.size:
-            return
-        public = self.segment.memory(self.rank)
-        self.private[...] = public
-        self.snapshot[...] = self.private
+        if self.dynamic is not None:
+            self.dynamic.to_private()
+        if self.copy is not None:
+            self.copy.to_private(self.segment.memory(self.rank))
 
     def sync(self) -> None:
         self.to_public()
@@ -91,7 +97,9 @@ class _WinState:
     def release(self) -> None:
         self.freed = True
         self.segment.close()
-        self.private = self.snapshot = None
+        if self.dynamic is not None:
+            self.dynamic.close()
+        self.private = self.copy = None
 
 
 def _size(value, what: str, call: str) -> int:
@@ -103,7 +111,7 @@ def _size(value, what: str, call: str) -> int:
     return int(value)
 
 
-def _make(comm, nbytes: int, disp_unit: int, info, flavor: int, private, call: str) -> "Win":
+def _make(cls, comm, nbytes: int, disp_unit: int, info, flavor: int, private, call: str) -> "Win":
     """Collective over ``comm``: the window's communicator, its segment and its state."""
     from ._comm import COMM_SELF, Comm
 
@@ -118,14 +126,15 @@ def _make(comm, nbytes: int, disp_unit: int, info, flavor: int, private, call: s
     try:
         table = sc.allgather(np.array([nbytes, disp_unit], np.int64))
         segment = Segment(sc, [int(n) for n in table[:, 0]], private)
+        dynamic = DynamicMemory(sc, segment) if flavor == FLAVOR_DYNAMIC else None
     except BaseException:
         sc.free()
         raise
-    state = _WinState(_runtime.get(), st, sc, segment, [int(d) for d in table[:, 1]], flavor, private)
+    state = _WinState(_runtime.get(), st, sc, segment, [int(d) for d in table[:, 1]], flavor, private, dynamic)
     if flavor != FLAVOR_CREATE and info is not None and info and _info_items(info).get("alloc_shared_noncontig"):
         state.info["alloc_shared_noncontig"] = _info_items(info)["alloc_shared_noncontig"]
     state.rt.at_close.append(state.release)  # its shared memory goes at the run's end if not freed
-    win = Win()
+    win = new_handle(cls)
     win._state = state
     _misuse.handle_made(state, "window", win)
     return win
@@ -135,15 +144,25 @@ def _info_items(info) -> dict:
     return {info.Get_nthkey(i): info.Get(info.Get_nthkey(i)) for i in range(info.Get_nkeys())}
 
 
-class Win(FreeableHandles, IntegerHandles, AttributeCalls, Synchronization):
-    """A window for one-sided communication (see the module docstring); the calls are mpi4py's."""
+class Win(Handle, FreeableHandles, IntegerHandles, AttributeCalls, Synchronization, BufferExporter):
+    """A window for one-sided communication (see the module docstring); the calls are mpi4py's.
+
+    ``memoryview(win)`` (the buffer protocol, as mpi4py's Win has) is this
+    rank's window memory: the shared segment's for Allocate and
+    Allocate_shared, the program's buffer for Create."""
 
     _attr_kind = "Win"
 
-    def __init__(self, win: "Win | None" = None):
-        if win is not None and not isinstance(win, Win):
-            raise TypeError(f"expected an MPI.Win, got {type(win).__name__}")
+    def _init(self, win: "Win | None" = None) -> None:
+        if win is not None:
+            check_handle(win, Win, type(self))
         self._state = None if win is None else win._state
+
+    def _buffer_memory(self) -> tuple[int, int, object]:
+        """(address, bytes, what keeps them) of this rank's window memory;
+        raises for a null or freed window (``_bufferexport``)."""
+        memory = self._st().memory
+        return (memory.ctypes.data if memory.size else 0), memory.size, memory
 
     # -- identity --------------------------------------------------------------------------
     def __repr__(self):
@@ -177,7 +196,7 @@ class Win(FreeableHandles, IntegerHandles, AttributeCalls, Synchronization):
         raw = np.empty(0, np.uint8)
         if memory is not None and memory is not BOTTOM:
             raw = np.asarray(memory_bytes(memory, True, "memory")[0])  # a plain view, also of an MPI.buffer
-        win = _make(comm, raw.size, disp_unit, info, FLAVOR_CREATE, raw, "Create")
+        win = _make(cls, comm, raw.size, disp_unit, info, FLAVOR_CREATE, raw, "Create")
         win._state.user_memory = memory
         return win
 
@@ -185,25 +204,38 @@ class Win(FreeableHandles, IntegerHandles, AttributeCalls, Synchronization):
     def Allocate(cls, size: int, disp_unit: int = 1, info=None, comm=None) -> "Win":
         """A window over ``size`` new bytes of this rank (collective)."""
         nbytes, disp_unit = _size(size, "size", "Allocate"), _size(disp_unit, "disp_unit", "Allocate")
-        return _make(comm, nbytes, disp_unit, info, FLAVOR_ALLOCATE, None, "Allocate")
+        return _make(cls, comm, nbytes, disp_unit, info, FLAVOR_ALLOCATE, None, "Allocate")
 
     @classmethod
     def Allocate_shared(cls, size: int, disp_unit: int = 1, info=None, comm=None) -> "Win":
         """As Allocate; every rank can also load and store the others'
         memory directly (``Shared_query``); the ranks' memory is contiguous."""
         nbytes, disp_unit = _size(size, "size", "Allocate_shared"), _size(disp_unit, "disp_unit", "Allocate_shared")
-        return _make(comm, nbytes, disp_unit, info, FLAVOR_SHARED, None, "Allocate_shared")
+        return _make(cls, comm, nbytes, disp_unit, info, FLAVOR_SHARED, None, "Allocate_shared")
 
     @classmethod
-    def Create_dynamic(cls, info=None, comm=None):
-        raise unsupported("Win.Create_dynamic", "memory attached later is a process's private memory, which the "
-                          "simulated ranks (processes) cannot reach; use Win.Allocate or Win.Create")
+    def Create_dynamic(cls, info=None, comm=None) -> "Win":
+        """A window with no memory (collective); each rank attaches its own
+        later (``Attach``), and the target displacement of an access is an
+        absolute address (``MPI.Get_address``)."""
+        return _make(cls, comm, 0, 1, info, FLAVOR_DYNAMIC, None, "Create_dynamic")
+
+    def _dynamic(self, call: str) -> DynamicMemory:
+        st = self._st()
+        if st.dynamic is None:  # the class Open MPI gives
+            raise MPIException(ERR_RMA_ATTACH, f"Win.{call} on rank {st.rank} of {st.label}: the window was not "
+                               "made by Win.Create_dynamic")
+        return st.dynamic
 
     def Attach(self, memory) -> None:
-        raise unsupported("Win.Attach", "dynamic windows (Win.Create_dynamic) are not simulated")
+        """Attach the program's ``memory`` (local): the others reach it at its address."""
+        dynamic = self._dynamic("Attach")
+        dynamic.attach(np.asarray(memory_bytes(memory, True, "memory")[0]))
 
     def Detach(self, memory) -> None:
-        raise unsupported("Win.Detach", "dynamic windows (Win.Create_dynamic) are not simulated")
+        """Detach the region attached at ``memory``'s address (local)."""
+        dynamic = self._dynamic("Detach")
+        dynamic.detach(np.asarray(memory_bytes(memory, True, "memory")[0]))
 
     def Shared_query(self, rank: int):
         """(memory of ``rank``, its disp_unit) of an Allocate_shared window;
@@ -261,12 +293,14 @@ class Win(FreeableHandles, IntegerHandles, AttributeCalls, Synchronization):
         if keyval == CONSTANTS["KEYVAL_INVALID"]:
             raise MPIException(ERR_KEYVAL, "Win.Get_attr(MPI.KEYVAL_INVALID)")
         values = {WIN_BASE: self._base(st), WIN_SIZE: st.memory.size, WIN_DISP_UNIT: st.disp_units[st.rank],
-                  WIN_CREATE_FLAVOR: st.flavor, WIN_MODEL: WIN_SEPARATE if st.private is not None else WIN_UNIFIED}
+                  WIN_CREATE_FLAVOR: st.flavor, WIN_MODEL: WIN_SEPARATE if st.separate else WIN_UNIFIED}
         if keyval in values:
             return values[keyval]
         return self._user_attr(keyval)
 
     def _base(self, st) -> int:
+        if st.dynamic is not None:
+            return 0  # MPI.BOTTOM: its regions are wherever the program attached them
         if st.private is not None:
             return st.private.ctypes.data if st.private.size else 0
         return st.segment.address(st.rank)
@@ -282,7 +316,7 @@ class Win(FreeableHandles, IntegerHandles, AttributeCalls, Synchronization):
 
     @property
     def model(self) -> int:
-        return WIN_SEPARATE if self._st().private is not None else WIN_UNIFIED
+        return WIN_SEPARATE if self._st().separate else WIN_UNIFIED
 
     def tomemory(self):
         """This rank's window memory as an MPI.buffer."""
@@ -346,6 +380,8 @@ class Win(FreeableHandles, IntegerHandles, AttributeCalls, Synchronization):
         raise sync_error(st, call, f"no access epoch to rank {rank} is open (call Fence, Lock, Lock_all or Start)")
 
     def _target(self, st, access) -> np.ndarray:
+        if st.dynamic is not None:
+            return st.dynamic.target(access.rank, access.offset, access.nbytes)
         return st.segment.memory(access.rank)[access.offset:access.offset + access.nbytes]
 
     def Put(self, origin, target_rank: int, target=None) -> None:
@@ -500,4 +536,4 @@ def _single(buf, what: str, writable: bool, rank: int):
 
 _errhandlers.guard_calls(Win, lambda win: win)
 WIN_NULL = Win()
-Win._handle_base = Win  # its handles compare with each other (``FreeableHandles``)
+Win._handle_base = (Win,)  # its handles compare with each other (``FreeableHandles``)

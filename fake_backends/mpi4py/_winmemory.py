@@ -12,9 +12,10 @@ nothing can leak.
 
 Atomicity across processes uses ``fcntl`` record locks on the segment's
 file, on bytes past its end (a lock there holds no memory): one byte for
-the control area's mutex and one per target rank for the elementwise
-atomicity of accumulates. ``fcntl`` locks are released by the kernel when
-a process dies, so a killed rank never leaves one held.
+the control area's mutex, one per target rank for the elementwise
+atomicity of accumulates, and one per target rank for the table of the
+regions it attached to a dynamic window (``_windynamic``). ``fcntl``
+locks are released by the kernel when a process dies, so a killed rank never leaves one held.
 """
 
 from __future__ import annotations
@@ -86,6 +87,10 @@ class Segment:
         """Elementwise atomicity of the accumulates to ``target``'s memory."""
         return self._locked(1 + target)
 
+    def table_lock(self, target: int):
+        """The lock of ``target``'s table of attached regions (dynamic windows)."""
+        return self._locked(1 + self.size + target)
+
     def close(self) -> None:
         """Unmap and close (a view the program still holds keeps its pages
         until it goes)."""
@@ -98,3 +103,24 @@ class Segment:
             pass
         os.close(self._fd)
         self._fd = -1
+
+
+class PrivateCopy:
+    """The program's buffer as the private copy of a separate-model window's
+    memory (``Win.Create``, a region of ``Win.Create_dynamic``), with what it
+    held at the last reconciliation: only the bytes the program stored since
+    go public, so an origin's Put to other bytes is not overwritten."""
+
+    def __init__(self, private: np.ndarray):
+        self.private = private
+        self.snapshot = np.array(private, copy=True)
+
+    def to_public(self, public: np.ndarray) -> None:
+        changed = self.private != self.snapshot
+        if changed.any():
+            public[changed] = self.private[changed]
+            self.snapshot[changed] = self.private[changed]
+
+    def to_private(self, public: np.ndarray) -> None:
+        self.private[...] = public
+        self.snapshot[...] = self.private

@@ -10,19 +10,22 @@ from .._script import run_script
 from ._json import write as write_json
 
 
-_VALUED = ("-n", "--size", "--backend", "--timeout", "--host", "--hostfile", "--launcher", "--listen", "--check-json", "--race-runs")
+_VALUED = ("-n", "--size", "--backend", "--timeout", "--universe", "--host", "--hostfile", "--launcher", "--listen", "--check-json", "--race-runs")
 
 
 def add_parser(subparsers):
     parser = subparsers.add_parser(
         "run",
         help="run an SPMD script on N ranks (like mpiexec); inside, simdist.comm() is the rank's communicator",
-        usage="simdist run -n N [--backend sim|mpi] [--timeout S] [--host H1,H2 | --hostfile F] [--launcher CMD] "
+        usage="simdist run -n N [--backend sim|mpi] [--timeout S] [--universe U] [--host H1,H2 | --hostfile F] [--launcher CMD] "
               "[--listen ADDR[:PORT]] [--check[=LIST]] [--check-json F] [--race-runs K] (script.py | -m module) [args ...]",
     )
     parser.add_argument("-n", "--size", type=int, required=True, help="number of ranks")
     parser.add_argument("--backend", choices=("sim", "mpi"), default="sim", help="simulator (default) or real MPI")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds without progress before a hang is reported (default 60)")
+    parser.add_argument("--universe", type=int, metavar="U",
+                        help="slots in all, the N ranks' and spare ones that MPI Spawn starts processes in "
+                             "(simulator; default N: none spare)")
     found = parser.add_argument_group("correctness checks (simulator; see docs/correctness.md)")
     found.add_argument("--check", nargs="?", const="all", metavar="LIST",
                        help="find MPI bugs real MPI hides; LIST (after '='): comma-separated kinds or groups, "
@@ -82,6 +85,11 @@ def run(args) -> int:
     hosts = {name: getattr(args, name) for name in ("hosts", "hostfile", "launcher", "listen") if getattr(args, name)}
     if hosts and args.backend != "mpi":
         parser.error(f"--{'host' if 'hosts' in hosts else next(iter(hosts))} places MPI ranks: add --backend mpi")
+    if args.universe is not None:
+        if args.universe < args.size:
+            parser.error(f"--universe {args.universe}: give at least the {args.size} ranks of -n")
+        if args.backend != "sim":
+            parser.error("--universe is the simulator's: under --backend mpi, mpiexec's hosts and slots make the universe")
     checks = frozenset()
     if args.check is not None or args.check_json:
         try:
@@ -93,7 +101,8 @@ def run(args) -> int:
         if args.backend != "sim":
             parser.error("--check needs the simulator: it controls every message and schedule (drop --backend mpi)")
     outcome = run_script(target, rest, args.size, module=bool(args.target_module), backend=args.backend,
-                         timeout=args.timeout, hosts=hosts, checks=checks, race_runs=args.race_runs)
+                         timeout=args.timeout, hosts=hosts, checks=checks, race_runs=args.race_runs,
+                         universe=args.universe)
     if outcome.error:
         print(outcome.error, file=sys.stderr)
     if checks:

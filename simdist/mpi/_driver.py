@@ -38,7 +38,8 @@ from multiprocessing.connection import Connection
 
 from .. import _inherited
 from .. import _stdin as stdin
-from .._driver import Driver, ProcessEnd, interrupts_deferred
+from .._driver import Driver, ProcessEnd
+from .._interrupts import interrupts_deferred
 from .._errors import SimdistError
 from .._janitor import end_session, janitor
 from .._whereabouts import CALL, FAILED, RETURNED, USER
@@ -49,6 +50,7 @@ from ._tracking import Whereabouts
 
 _log = logging.getLogger("simdist")
 _ASK_EVERY = 0.25  # seconds between "where are you?" during a run
+MISMATCH_GRACE = 10.0  # seconds the ranks of a world of the wrong size get to greet before the job ends
 
 
 def find_mpiexec() -> str:
@@ -232,8 +234,17 @@ class MpiDriver(Driver):
         limit = max(self.timeout, 60.0)
         deadline = time.monotonic() + limit
         handshakes = Handshakes(self._listener, self._key)  # concurrent: no peer delays the ranks
+        # Ranks in a world of the wrong size (another MPI's mpiexec, srun's
+        # other PMI plugin) are each a world of their own. Each removes its
+        # segments before it says hello, so the job ends only once all have
+        # (or after a grace): ranks killed inside MPI_Init leave theirs.
+        mismatch, greeted, grace = None, 0, 0.0
         try:
             while None in self._conns:
+                if mismatch is not None and (greeted >= self.size or time.monotonic() > grace
+                                             or self._job.poll() is not None):
+                    self._kill_job()
+                    raise mismatch
                 if self._job.poll() is not None:
                     raise SimdistError(
                         f"backend 'mpi': mpiexec exited with status {self._job.returncode} before every rank "
@@ -246,9 +257,10 @@ class MpiDriver(Driver):
                 if admitted is not None:
                     try:
                         self._enrol(*admitted)
-                    except SimdistError:
-                        self._kill_job()
-                        raise
+                    except SimdistError as exc:
+                        if mismatch is None:
+                            mismatch, grace = exc, time.monotonic() + MISMATCH_GRACE
+                        greeted += 1
         finally:
             handshakes.close()
 

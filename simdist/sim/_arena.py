@@ -8,7 +8,11 @@ the memory goes away with the last mapping. It is also not bounded by the
 size of /dev/shm (often 64 MiB in containers). Pages of the control and
 collective regions are allocated up front (``posix_fallocate``) so a machine
 short of memory fails at world start with a clear error, never with SIGBUS
-in the middle of a collective.
+in the middle of a collective. Of the communicator contexts only the first
+64 are: a rank allocates its entry of a later context when its ``split``
+takes it (``reserve_context``), and the driver punches the whole sparse
+region out again between runs (``reset_control``), so a world commits
+memory for the contexts it uses, not for the 2048 it may use.
 
 Layout (all offsets in bytes, every region 64-byte aligned; ``_layout`` computes
 them and names the words)::
@@ -20,15 +24,19 @@ them and names the words)::
                               futex word (bell), p2p call info, the wait it
                               sleeps in, its call site, the MPI call an
                               engine over the transport states it is in
-    contexts  size x C x E    per world rank and communicator context:
+    contexts  size x 64 x E   per world rank and communicator context 0-63:
                               arrive epoch, done epoch (one line), then two
                               banks: the call's first epoch and signature
                               (576) and the payload of a small one-phase
                               call (3520 up to 16 ranks, 448 beyond);
                               E = 64 + 2 x bank
     p2p index size x size x 64  per ordered pair: head (sender), tail (receiver)
+    contexts  size x (C - 64) x E  per world rank: its entries of contexts
+                              64 to C - 1 (C = 2048), sparse until used
     p2p rings size x size x R   per ordered pair: a byte ring of messages
     slots     size x SLOT     per world rank: its collective buffer
+    names     past the end    the mpi4py stand-in's name service (Publish_name):
+                              grows on use, cut off before each run
 
 The p2p words of a status entry describe the point-to-point call a rank is
 in (``_p2p``): its kind (send, recv, probe), peer (world rank), tag, bytes
@@ -130,8 +138,9 @@ import numpy as np
 from .._errors import Aborted, CollectiveMismatch, SimdistError
 from .._inherited import close_fd, copies_of, disown, unmap_shared
 from ._layout import (
-    ABORT_DRIVER, ANY_RING, E_ARRIVE, FAILED, H_ABORT, H_MAGIC, H_SIZE, MAGIC, R_HEAD, RETURNED, S_BELL, S_BLOCK_TARGET,
-    S_BLOCK_WORD, S_BLOCKED, S_PROGRESS, S_SITE_FOR, S_STATE, S_WAITING_FOR, SITE_BYTES, Layout,
+    ABORT_DRIVER, ANY_RING, E_ARRIVE, FAILED, H_ABORT, H_MAGIC, H_SIZE, MAGIC, R_HEAD, R_MATCHED, R_TAIL, RETURNED,
+    S_BELL, S_BLOCK_TARGET, S_BLOCK_WORD, S_BLOCKED, S_CTX, S_P2P_KIND, S_P2P_NBYTES, S_P2P_PEER, S_P2P_SEQ, S_P2P_TAG,
+    S_PROGRESS, S_SITE_FOR, S_STATE, S_WAITING_FOR, SITE_BYTES, SPARE, STATUS, Layout,
 )
 from ._report import user_call_site
 
@@ -207,12 +216,23 @@ class Arena:
         # (done word indexes, epoch, their writers), or None.
         self.pending_release: list[tuple[list[int], int, list[int]] | None] = [None, None]
         # Contexts this rank can give a new sub-communicator (bit c: context c
-        # is free). Context 0 is the world's; bit 63 stays clear to fit int64.
-        self.initial_free_contexts = ((1 << min(layout.contexts, 63)) - 1) & ~1
+        # is free). Context 0 is the world's.
+        self.initial_free_contexts = ((1 << layout.contexts) - 1) & ~1
         self.free_contexts = self.initial_free_contexts
+        # 1 + the highest context this rank has used in the run: its entries
+        # of the contexts above are zero (``SimComm.split``).
+        self.contexts_used = 1
         # This rank's communicators of the current run not yet freed, by
         # context: closed when the run's function returns (``_comm.close_run``).
         self.live_comms: dict = {}
+        # An engine over the transport (the mpi4py stand-in) that moves its
+        # point-to-point messages while this rank waits in a collective, as
+        # MPI's progress rule has it: ``mover()`` never waits and returns True
+        # while it has messages in flight (``Transport.move_in_collectives``).
+        self.mover = None
+        self._status_words = [] if rank is None else [
+            layout.status_word(rank, w) for w in (S_STATE, S_PROGRESS, S_CTX, S_WAITING_FOR, S_P2P_KIND, S_P2P_PEER,
+                                                  S_P2P_TAG, S_P2P_NBYTES, S_P2P_SEQ, S_BLOCK_WORD, S_BLOCK_TARGET)]
 
     # -- creation -------------------------------------------------------
     @classmethod
@@ -220,8 +240,8 @@ class Arena:
         fd = os.memfd_create(f"simdist-{os.getpid()}", os.MFD_CLOEXEC)
         try:
             os.ftruncate(fd, layout.total)
-            try:  # reserve the pages that collectives touch; rings stay sparse
-                os.posix_fallocate(fd, 0, layout.rings)
+            try:  # reserve the pages that collectives touch; rings and later contexts stay sparse
+                os.posix_fallocate(fd, 0, layout.ctx_sparse)
                 os.posix_fallocate(fd, layout.slots, layout.total - layout.slots)
             except OSError as exc:
                 raise SimdistError(
@@ -263,11 +283,63 @@ class Arena:
         disown(self.copies)
         self.fd = close_fd(self.fd)
 
+    def start_run(self) -> None:
+        """In a worker, before a run: no slot readers pending, every context free."""
+        self.pending_release = [None, None]
+        self.free_contexts = self.initial_free_contexts
+        self.contexts_used = 1
+
     def reset_control(self) -> None:
-        """Zero sleeping flags, status, contexts and ring pointers; only while no worker runs."""
+        """Zero sleeping flags, status, contexts and ring pointers; only while no worker runs.
+
+        The sparse contexts are punched out rather than written: zeroing
+        them would commit their pages."""
         lay = self.layout
         self.q[H_ABORT] = 0
-        self.buf[lay.sleeping : lay.rings] = bytes(lay.rings - lay.sleeping)
+        self.buf[lay.sleeping : lay.ctx_sparse] = bytes(lay.ctx_sparse - lay.sleeping)
+        if lay.rings > lay.ctx_sparse:
+            self.mm.madvise(mmap.MADV_REMOVE, lay.ctx_sparse, lay.rings - lay.ctx_sparse)
+        os.ftruncate(self.fd, lay.total)  # the mpi4py stand-in's names of the last run, kept past the end
+
+    def reset_rank(self, rank: int, state: int) -> None:
+        """In the driver, before a new process takes the slot of ``rank``
+        during a run (a spawned one): zero its status and its context
+        entries, drop what its rings hold for it, and set its state.
+
+        The other ranks keep running; none of them waits on this slot, whose
+        last process has ended (or none has run)."""
+        lay, q = self.layout, self.q
+        q[lay.sleeping_word(rank)] = 0
+        self.buf[lay.status + rank * STATUS : lay.status + (rank + 1) * STATUS] = bytes(STATUS)
+        reserved = lay.ctx + rank * lay.reserved_contexts * lay.entry
+        self.buf[reserved : reserved + lay.reserved_contexts * lay.entry] = bytes(lay.reserved_contexts * lay.entry)
+        if lay.contexts > lay.reserved_contexts:  # punched out where whole pages, as reset_control does
+            sparse = lay.entry_offset(rank, lay.reserved_contexts)
+            length = (lay.contexts - lay.reserved_contexts) * lay.entry
+            if sparse % 4096 == 0 and length % 4096 == 0:
+                self.mm.madvise(mmap.MADV_REMOVE, sparse, length)
+            else:
+                self.buf[sparse : sparse + length] = bytes(length)
+        for src in range(self.size):  # records sent to the slot's last process are never read
+            line = lay.pair_word(src, rank)
+            q[line + R_TAIL] = q[line + R_HEAD]
+            q[line + R_MATCHED] = 0
+        q[lay.status_word(rank, S_STATE)] = state
+
+    def reserve_context(self, ctx: int) -> None:
+        """Allocate this rank's entry of context ``ctx`` if it lies in the
+        sparse region, so that a machine short of memory fails here with a
+        clear error, not with SIGBUS in a later call."""
+        lay = self.layout
+        if ctx < lay.reserved_contexts:
+            return
+        try:
+            os.posix_fallocate(self.fd, lay.entry_offset(self.rank, ctx), lay.entry)
+        except OSError as exc:
+            raise SimdistError(
+                f"rank {self.rank}: split: cannot reserve {lay.entry} bytes of shared memory for "
+                f"communicator context {ctx}: {exc.strerror}; free the communicators you no longer need"
+            ) from None
 
     # -- views ------------------------------------------------------------
     def array(self, offset: int, dtype, shape) -> np.ndarray:
@@ -277,11 +349,16 @@ class Arena:
         lay = self.layout
         return np.ndarray((lay.slot_bytes,), dtype=np.uint8, buffer=self.mm, offset=lay.slot_offset(rank))
 
-    def arrive_epochs(self, rank: int) -> np.ndarray:
-        """``rank``'s arrive epoch in every context (a view)."""
+    def arrive_epochs(self, rank: int, count: int) -> np.ndarray:
+        """``rank``'s arrive epochs in contexts 0 to ``count`` - 1 (a copy)."""
         lay = self.layout
-        entries = self.array(lay.entry_word(rank, 0) * 8, np.int64, (lay.contexts, lay.entry // 8))
-        return entries[:, E_ARRIVE]
+        words = lay.entry // 8
+        reserved = min(count, lay.reserved_contexts)
+        parts = [self.array(lay.entry_offset(rank, 0), np.int64, (reserved, words))[:, E_ARRIVE]]
+        if count > reserved:
+            sparse = self.array(lay.entry_offset(rank, reserved), np.int64, (count - reserved, words))
+            parts.append(sparse[:, E_ARRIVE])
+        return np.concatenate(parts)
 
     # -- publishing and waking ------------------------------------------------
     def publish(self, word: int, value: int, members) -> None:
@@ -317,11 +394,12 @@ class Arena:
                 self.wake(r)
 
     # -- waiting ------------------------------------------------------------
-    def wait_words(self, words, target: int, ranks) -> None:
+    def wait_words(self, words, target: int, ranks, collective: bool = False) -> None:
         """Wait until ``q[w] >= target`` for every ``w`` in ``words``.
 
         ``ranks[i]`` is the world rank that writes ``words[i]`` (for reports
-        and for noticing a peer that returned or failed).
+        and for noticing a peer that returned or failed). ``collective``: the
+        wait is a collective's, during which the ``mover`` moves messages.
         """
         q = self.q
         for w in words:
@@ -331,7 +409,7 @@ class Arena:
             return
         for i, w in enumerate(words):
             if q[w] < target:
-                self.wait_word(w, target, ranks[i])
+                self.wait_word(w, target, ranks[i], collective)
 
     def _check_peer(self, word: int, target: int, writer: int) -> None:
         """Raise instead of waiting forever: the run is aborting, or ``writer``
@@ -388,13 +466,14 @@ class Arena:
         self.check_abort()
         q = self.q
         lay = self.layout
-        others = sorted({w for w in writers if w != self.rank})
-        states = [q[lay.status_word(w, S_STATE)] for w in others]
-        for w, state in zip(others, states):
+        states = {w: state for w in sorted(set(writers) - {self.rank})  # a spare slot sends nothing
+                  if (state := q[lay.status_word(w, S_STATE)]) != SPARE}
+        for w, state in states.items():
             if state == FAILED:
                 raise Aborted(f"rank {w} failed")
-        if not others or any(state != RETURNED for state in states):
+        if not states or any(state != RETURNED for state in states.values()):
             return
+        others = list(states)
         if any(q[w] >= t for w, t in pairs):  # states first: a writer's last store precedes RETURNED
             return
         from ._report import current_call
@@ -407,18 +486,34 @@ class Arena:
             {self.rank: mine, **{w: "returned" for w in others}},
         )
 
-    def wait_word(self, word: int, target: int, writer: int) -> None:
+    def wait_word(self, word: int, target: int, writer: int, collective: bool = False) -> None:
         """Wait until ``q[word] >= target``; ``writer`` writes it (see ``wait_words``)."""
         q = self.q
         for _ in range(self.spin_iters):
             if q[word] >= target:
                 return
+        moving = collective and self.mover is not None and self.move_messages()
         for _ in range(self.yield_iters):
             os.sched_yield()
             if q[word] >= target:
                 return
+            moving = moving and self.move_messages()
         self._sleep_until(lambda: True if q[word] >= target else None,
-                          lambda: self._check_peer(word, target, writer), writer, word, target)
+                          lambda: self._check_peer(word, target, writer), writer, word, target, moving)
+
+    def move_messages(self) -> bool:
+        """Let the ``mover`` move this rank's messages, in the middle of a
+        collective: True while it has some in flight. The status words its
+        point-to-point calls write are put back, so that reports and the
+        hang watch still see the collective."""
+        q = self.q
+        words = self._status_words
+        saved = [q[w] for w in words]
+        try:
+            return bool(self.mover())
+        finally:
+            for w, v in zip(words, saved):
+                q[w] = v
 
     def heads_into(self, rank: int) -> int:
         """The sum of the heads of every ring into ``rank``: it grows with
@@ -426,7 +521,7 @@ class Arena:
         q, lay = self.q, self.layout
         return sum(int(q[lay.pair_word(src, rank) + R_HEAD]) for src in range(self.size))
 
-    def _sleep_until(self, ready, check, on: int | None, word: int, target: int = 0):
+    def _sleep_until(self, ready, check, on: int | None, word: int, target: int = 0, moving: bool = False):
         """The sleeping phase of a wait: return ``ready()`` once it is not None.
 
         Announce the sleep (the sleeping flag, which writers read to decide
@@ -443,6 +538,12 @@ class Arena:
         (a wait for a new record from any rank) the sum of the heads into
         this rank, read before that ``ready()``, in ``S_BLOCK_TARGET``. The
         rank's call site is recorded once, when it first sleeps.
+
+        With ``moving`` (a collective's wait while the ``mover`` has messages
+        in flight) the rank runs the mover at every wake-up, which any record
+        into it brings, and is not blocked for the driver until the mover has
+        nothing left in flight: till then a record could wake it and let it
+        send, which its condition word does not show.
         """
         q = self.q
         me = self.rank
@@ -469,7 +570,8 @@ class Arena:
                     return got
                 if word == ANY_RING:
                     q[lay.status_word(me, S_BLOCK_TARGET)] = level
-                if not q[blocked] & 1:
+                moving = moving and self.move_messages()
+                if not moving and not q[blocked] & 1:
                     q[blocked] += 1
                 check()
                 _sleep(addr, expected, ts)

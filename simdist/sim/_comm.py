@@ -35,7 +35,7 @@ from .._errors import InvalidValue, SimdistError
 from .._reduction import fold_ufunc
 from .. import _signature as sig
 from ._chunked import SMALL_REDUCTION, ChunkedCalls
-from ._layout import USER
+from ._layout import CONTEXTS, SPLIT_HEAD_WORDS, USER
 from ._one_phase import OnePhaseCalls
 from ._p2p import Mailboxes
 from ._phases import PhaseProtocol
@@ -48,17 +48,30 @@ _REDUCE_SCATTER, _BARRIER, _SPLIT, _FREE = _K["reduce_scatter"], _K["barrier"], 
 _BARRIER_CALL = (_BARRIER, 0, -1, 0, -1)  # its static signature (see _phases)
 
 # The words each member contributes to split, in its slot: its color, its
-# key, the contexts it has free, then its arrive epoch in every context.
-_COLOR, _KEY, _FREE_CONTEXTS, _ARRIVE_EPOCHS = 0, 1, 2, 3
-#: A message key holds the context index in its low bits (indexes are
-#: below 63: see ``Arena.initial_free_contexts``).
-_INDEX_BITS = 6
+# key, how many contexts it has used (``Arena.contexts_used``), the bitmap of
+# the contexts it has free (``Layout.contexts`` bits, 64 to a word), then its
+# arrive epoch in each context it has used: in the others it is 0.
+_COLOR, _KEY, _USED, _FREE_CONTEXTS = 0, 1, 2, SPLIT_HEAD_WORDS
+#: A message key holds the context index in its low bits, the epoch above:
+#: below bit 58 for epochs below 2**47 (the simulated mpi4py flips bits 58-61).
+_INDEX_BITS = (CONTEXTS - 1).bit_length()
 
 
 def message_context(ctx: int, epoch: int) -> int:
     """The key of a communicator's point-to-point messages: its context
     index ``ctx`` and the ``epoch`` it starts at (see ``SimComm.split``)."""
     return epoch << _INDEX_BITS | ctx
+
+
+def _lowest_common(bitmaps: np.ndarray) -> int:
+    """The lowest bit set in every row of ``bitmaps`` (int64 words, the
+    lowest bits first), or -1 if none is."""
+    common = np.bitwise_and.reduce(bitmaps, axis=0)
+    words = np.flatnonzero(common)
+    if not words.size:
+        return -1
+    word = int(common[words[0]]) & (1 << 64) - 1
+    return 64 * int(words[0]) + (word & -word).bit_length() - 1
 
 
 def close_run(arena) -> None:
@@ -213,31 +226,35 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
             color = check_int(color, self._rank, "split", "color", minimum=0)
         key = check_int(key, self._rank, "split", "key")
         arena = self._arena
+        contexts = arena.layout.contexts
+        epochs_at = _FREE_CONTEXTS + contexts // 64
         nbytes = self._begin("split", _SPLIT, None)
         try:
-            views = self._flat_views(np.dtype(np.int64), _ARRIVE_EPOCHS + arena.layout.contexts)
+            views = self._flat_views(np.dtype(np.int64), epochs_at + contexts)
             row = views[self._rank]
             row[_COLOR] = -1 if color is None else color
             row[_KEY] = key
-            row[_FREE_CONTEXTS] = arena.free_contexts
-            row[_ARRIVE_EPOCHS:] = arena.arrive_epochs(arena.rank)
+            row[_USED] = used = arena.contexts_used
+            free = arena.free_contexts.to_bytes(contexts // 8, "little")
+            row[_FREE_CONTEXTS:epochs_at] = np.frombuffer(free, np.int64)
+            row[epochs_at : epochs_at + used] = arena.arrive_epochs(arena.rank, used)
             self._arrive()
             self._check(nbytes)
-            table = np.array([v[:_ARRIVE_EPOCHS] for v in views])
-            arrive = np.array([v[_ARRIVE_EPOCHS:] for v in views])
+            table = np.array([v[:epochs_at] for v in views])
+            ctx = _lowest_common(table[:, _FREE_CONTEXTS:])
+            # Each member's epoch in that context, read before _done lets it
+            # write its slot again.
+            arrive = [int(v[epochs_at + ctx]) if 0 <= ctx < t[_USED] else 0 for v, t in zip(views, table)]
             self._done()
         finally:
             self._end()
         if color is None:
             return None
-        free = int(np.bitwise_and.reduce(table[:, _FREE_CONTEXTS]))
-        if free == 0:
+        if ctx < 0:
             raise SimdistError(
                 f"rank {self._rank}: split: every communicator context is in use "
-                f"({bin(arena.initial_free_contexts).count('1')} sub-communicators alive); "
-                "call free() on the ones you no longer need"
+                f"({contexts - 1} sub-communicators alive); call free() on the ones you no longer need"
             )
-        ctx = (free & -free).bit_length() - 1
         group = sorted((int(table[j, _KEY]), j) for j in range(self._size) if table[j, _COLOR] == color)
         ranks = [j for _, j in group]
         # Above every stale epoch of the new members' entries of that context.
@@ -245,8 +262,10 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
         # not that of any earlier one on the index whose message a member
         # could receive: that member freed the earlier one, arriving above
         # its first epoch, before this split.
-        epoch = int(arrive[ranks, ctx].max())
+        epoch = max(arrive[j] for j in ranks)
+        arena.reserve_context(ctx)
         arena.free_contexts &= ~(1 << ctx)
+        arena.contexts_used = max(arena.contexts_used, ctx + 1)
         return SimComm(arena, self._mail, [self._members[j] for j in ranks], ctx, epoch, self._order)
 
     def free(self):

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from ._layout import (
     ANY_RING, CALL, RETURNED, S_BLOCK_TARGET, S_BLOCK_WORD, S_BLOCKED, S_MPI_PEER, S_MPI_RELEASABLE, S_P2P_KIND,
-    S_RELEASE, S_STATE, S_WAITING_FOR,
+    S_RELEASE, S_STATE, S_WAITING_FOR, SPARE,
 )
 from ._p2p import PROBE
 from ._report import waits_for
@@ -58,7 +58,7 @@ def _states(arena) -> list[tuple[int, int]]:
 def deadlocked(arena) -> bool:
     """True if no rank of the run can ever move again (see the module docstring)."""
     before = _states(arena)
-    live = [r for r, (state, _) in enumerate(before) if state != RETURNED]
+    live = [r for r, (state, _) in enumerate(before) if state not in (RETURNED, SPARE)]
     if not live or any(before[r][0] != CALL or not before[r][1] & 1 for r in live):
         return False
     if any(_can_end(arena, r, before) for r in live):
@@ -81,7 +81,7 @@ def _can_end(arena, rank: int, states) -> bool:
         if q[word] >= target or writer < 0:
             return True
         writers = [writer]
-    return any(states[w][0] != CALL for w in writers)
+    return any(states[w][0] not in (CALL, SPARE) for w in writers)  # a spare slot starts only when spawned
 
 
 def wait_cycle(arena) -> tuple[list[int], bool]:

@@ -30,15 +30,16 @@ import time
 import weakref
 
 from .. import _inherited
-from .._driver import GRACE, Driver, ProcessEnd, interrupts_deferred
+from .._driver import GRACE, Driver, ProcessEnd
+from .._interrupts import interrupts_deferred
 from .._errors import Deadlock, RankDied, SimdistError
 from .._janitor import end_group, janitor
 from .._stdin import driver_stdin
 from ._arena import Arena
 from ._layout import (
-    ABORT_DRIVER, CALL, H_ABORT, H_SYNC_SENDS, S_CTX, S_P2P_KIND, S_P2P_PEER, S_PROGRESS, S_STATE, Layout,
+    ABORT_DRIVER, CALL, H_ABORT, H_SYNC_SENDS, S_CTX, S_P2P_KIND, S_P2P_PEER, S_PROGRESS, S_STATE, USER, Layout,
 )
-from . import _worker
+from . import _spares as spares, _worker
 from ._deadlock import deadlocked, release_buffered, wait_cycle
 from ._p2p import SEND, SSEND
 from ._report import call_location, short_call, whereabouts
@@ -92,23 +93,28 @@ class _Worker:
 
 class SimDriver(Driver):
     def __init__(self, size: int, timeout: float, start_method: str, slot_bytes: int | None, order: str = "fold",
-                 sync_sends: bool = False):
+                 sync_sends: bool = False, universe: int | None = None):
         super().__init__()
         self.order = order
         self.size = size
+        # The slots beyond the world's are spare: a rank's Spawn starts
+        # processes there, during a run (``serve``).
+        self.universe = universe or size
         self.timeout = timeout
         self.start_method = start_method
         self._mp = multiprocessing.get_context(start_method)
         if start_method == "forkserver":
             self._mp.set_forkserver_preload(["simdist.sim._worker"])
-        self._layout = Layout(size, slot_bytes)
+        self._layout = Layout(self.universe, slot_bytes)
         self.arena = Arena.create(self._layout)
         self.arena.q[H_SYNC_SENDS] = int(sync_sends)  # the ranks read it at each run
         # Workers block on reading the lifeline; only the driver holds its
         # write end, so they see end-of-file when the driver dies, however
         # it dies and whatever their parent process is.
         self._lifeline = os.pipe()
-        self._workers: list[_Worker | None] = [None] * size
+        self._workers: list[_Worker | None] = [None] * self.universe
+        self._spawned: list[int] = []  # the spare slots the current run has used, in order
+        self._waiting_spawns: list[tuple] = []  # (rank, request, since): Spawns waiting for slots to free
         self.close = weakref.finalize(self, _shutdown, self._workers, self.arena, self._lifeline)
         _inherited.track(self)
         try:
@@ -121,7 +127,10 @@ class SimDriver(Driver):
 
     @property
     def pids(self) -> list[int]:
-        return [w.pid for w in self._workers]
+        return [w.pid for w in self._workers[: self.size]]
+
+    def ranks(self) -> list[int]:
+        return [*range(self.size), *self._spawned]
 
     def connection(self, rank: int):
         return self._workers[rank].conn
@@ -185,14 +194,53 @@ class SimDriver(Driver):
             assert msg[0] == "ready", msg
 
     # -- a run --------------------------------------------------------------------
+    def run(self, payload_parts: tuple):
+        return super().run((*payload_parts, list(range(self.size))))  # the world's members
+
     def prepare(self) -> None:
-        gone = [r for r, w in enumerate(self._workers) if w.end.ended()]
+        gone = [r for r in range(self.size) if self._workers[r].end.ended()]
         if gone:  # died between runs: the last run had finished, so replace it
             for rank in gone:
                 _log.warning("rank %d %s between runs; starting a new worker", rank, self._workers[rank].stop())
             self._start(gone)
+        spares.end_run(self._workers, self._spawned)
+        self._spawned, self._waiting_spawns = [], []
         self.arena.reset_control()
+        spares.mark_spare(self.arena, range(self.size, self.universe))
         self._released = {}  # ranks released from a deadlock of the buffering check (``release_buffered``)
+
+    def serve(self, rank: int, request: tuple, outcomes: dict) -> None:
+        """A rank's ``Spawn``: start processes in spare slots (``_spares``),
+        or wait for spawned processes to return and free theirs."""
+        self._waiting_spawns.append((rank, request, time.monotonic()))
+        self._serve_spawns(outcomes)
+
+    def receive(self, outcomes: dict, dead: dict, timeout: float) -> None:
+        super().receive(outcomes, dead, timeout)
+        if self._waiting_spawns:
+            self._serve_spawns(outcomes)
+
+    def _serve_spawns(self, outcomes: dict) -> None:
+        patience = min(self.timeout / 2, spares.PATIENCE)
+        while self._waiting_spawns:
+            rank, request, since = self._waiting_spawns[0]
+            answer = spares.spawn(self, request, outcomes, waited=time.monotonic() - since >= patience)
+            if answer is None:
+                return
+            del self._waiting_spawns[0]
+            self._workers[rank].conn.send_bytes(pickle.dumps(answer))
+
+    def start_spawned(self, slots: list[int], run_message: bytes) -> None:
+        """Start a new worker in each of ``slots`` (spare, reset) and send it ``run_message``."""
+        for slot in slots:
+            if self._workers[slot] is not None:  # its last process has returned
+                self._workers[slot].stop()
+            self.arena.reset_rank(slot, USER)  # a rank now, before it starts: never a spare in a deadlock
+            if slot not in self._spawned:
+                self._spawned.append(slot)
+        self._start(slots)
+        for slot in slots:
+            self._workers[slot].conn.send_bytes(run_message)
 
     def hang_report(self, outcomes):
         """A Deadlock as soon as no rank can move (``_deadlock``), else at the
@@ -205,9 +253,10 @@ class SimDriver(Driver):
             return None
         if at_once and release_buffered(self.arena, self._released):  # sends run synchronous for the buffering check
             return None
+        ranks = self.ranks()
         if at_once:  # found within a poll of the last move: how long is not news
-            waited = dict.fromkeys(range(self.size))
-        report = {r: whereabouts(self.arena, r, w) for r, w in waited.items()}
+            waited = dict.fromkeys(ranks)
+        report = {r: whereabouts(self.arena, r, w) for r, w in waited.items() if r in ranks}
         chain, closed = wait_cycle(self.arena)
         if not at_once and not closed:
             return report
@@ -220,16 +269,16 @@ class SimDriver(Driver):
         self.arena.q[H_ABORT] = ABORT_DRIVER
         self.arena.wake_all()
         deadline = time.monotonic() + GRACE
-        while len(outcomes) + len(dead) < self.size and time.monotonic() < deadline:
+        while len(outcomes) + len(dead) < len(self.ranks()) and time.monotonic() < deadline:
             try:
                 self.receive(outcomes, dead, 0.05)
             except KeyboardInterrupt:
                 break
-        stuck = [r for r in range(self.size) if r not in outcomes]
+        stuck = [r for r in self.ranks() if r not in outcomes]
         for rank in stuck:
             self._workers[rank].stop()
-        if stuck:
-            self._start(stuck)
+        if restart := [r for r in stuck if r < self.size]:  # a spare slot starts again only when spawned
+            self._start(restart)
 
 
 def _positions(arena: Arena) -> list[tuple]:
@@ -281,18 +330,21 @@ def _reap(proc, end: ProcessEnd, within: float = 5.0) -> str:
 
 def _shutdown(workers: list, arena: Arena, lifeline: tuple[int, int]) -> None:
     """Stop the workers (politely, then by force) with whatever they
-    started, and unmap the arena."""
-    live = [w for w in workers if w is not None and w.how is None]
-    for w in live:
-        try:
-            w.conn.send_bytes(pickle.dumps(("exit",)))
-        except (OSError, ValueError):
-            pass
-    deadline = time.monotonic() + 2.0
-    for w in live:
-        w.end.wait(max(0.0, deadline - time.monotonic()))
-    for w in live:
-        w.stop()
-    arena.close()
-    for fd in lifeline:
-        os.close(fd)
+    started, and unmap the arena. A Ctrl-C meanwhile is delivered once all
+    is stopped: a finalizer runs once, and one cut short would leave its
+    processes behind."""
+    with interrupts_deferred(block=False):
+        live = [w for w in workers if w is not None and w.how is None]
+        for w in live:
+            try:
+                w.conn.send_bytes(pickle.dumps(("exit",)))
+            except (OSError, ValueError):
+                pass
+        deadline = time.monotonic() + 2.0
+        for w in live:
+            w.end.wait(max(0.0, deadline - time.monotonic()))
+        for w in live:
+            w.stop()
+        arena.close()
+        for fd in lifeline:
+            os.close(fd)

@@ -1,13 +1,14 @@
 """The arena's layout: where each region, entry and word lies, and their names.
 
 ``Layout`` is the arithmetic of the segment that ``_arena``'s design note
-draws (header, sleeping flags, status entries, context entries, the p2p
-index and rings, the slots): sizes and byte offsets, and int64 word indexes
-into ``Arena.q``. The constants name the words inside an entry (``H_*`` in
-the header, ``S_*`` in a rank's status entry, ``E_*`` in the first line of
-a context entry, ``R_*`` in a pair's line of the p2p index) and the values
-some of them hold (rank states, abort reasons). Nothing here maps memory or
-keeps state, so the driver's reports, the protocol and the tests share it.
+draws (header, sleeping flags, status entries, the reserved context entries,
+the p2p index, the sparse context entries, the rings, the slots): sizes and
+byte offsets, and int64 word indexes into ``Arena.q``. The constants name
+the words inside an entry (``H_*`` in the header, ``S_*`` in a rank's status
+entry, ``E_*`` in the first line of a context entry, ``R_*`` in a pair's
+line of the p2p index) and the values some of them hold (rank states, abort
+reasons). Nothing here maps memory or keeps state, so the driver's reports,
+the protocol and the tests share it.
 """
 
 from __future__ import annotations
@@ -48,6 +49,20 @@ S_BLOCKED, S_BLOCK_WORD, S_BLOCK_TARGET, S_SITE_FOR, S_SITE = 12, 13, 14, 15, 16
 SITE_BYTES = 384
 ANY_RING = -1  # the S_BLOCK_WORD of a wait for a record in any ring into the rank
 
+#: Contexts per rank: context 0 is the world's, each live sub-communicator
+#: holds one of the others (``SimComm.split``). A multiple of 64 (a word of
+#: the free-context bitmap), at most 2048 so that a message key (``message_context``)
+#: keeps bits 58-61 clear for the simulated mpi4py.
+CONTEXTS = 2048
+#: The first contexts, whose entries are reserved when the world starts;
+#: a rank reserves its entry of a later one when it first takes it.
+RESERVED_CONTEXTS = 64
+#: The words of a member's row in ``SimComm.split`` before its free-context
+#: bitmap, which an arrive epoch per context follows: the row fits in a slot,
+#: so a world whose slots have 16 KiB or less has fewer contexts (448 with
+#: the smallest, 4 KiB).
+SPLIT_HEAD_WORDS = 3
+
 # words of a context entry's first line, relative to the entry's first word
 E_ARRIVE, E_DONE = 0, 1
 
@@ -55,8 +70,9 @@ E_ARRIVE, E_DONE = 0, 1
 R_HEAD, R_TAIL = 0, 1  # the sender's and the receiver's byte counts
 R_MATCHED = 2  # the receiver's count of synchronous messages its recv took
 
-# rank states
-IDLE, USER, CALL, RETURNED, FAILED = 0, 1, 2, 3, 4
+# rank states; SPARE: a slot of the universe that runs no process of the run
+# (yet, or any more): it can start only when a running rank spawns it
+IDLE, USER, CALL, RETURNED, FAILED, SPARE = 0, 1, 2, 3, 4, 5
 
 # abort reasons (header word H_ABORT)
 ABORT_NONE, ABORT_PEER_FAILED, ABORT_DRIVER = 0, 1, 2
@@ -69,14 +85,20 @@ def _align(n: int, to: int = LINE) -> int:
 class Layout:
     """Sizes and offsets of an arena for ``size`` ranks."""
 
-    def __init__(self, size: int, slot_bytes: int | None = None, ring_bytes: int | None = None, contexts: int = 64):
+    def __init__(self, size: int, slot_bytes: int | None = None, ring_bytes: int | None = None,
+                 contexts: int = CONTEXTS):
+        if not (64 <= contexts <= CONTEXTS and contexts % 64 == 0):
+            raise ValueError(f"contexts={contexts}: a multiple of 64 from 64 to {CONTEXTS}")
         self.size = size
-        self.contexts = contexts
         if slot_bytes is None:  # 8 MiB per rank up to 16 ranks, then 128 MiB in all
             slot_bytes = max(256 << 10, min(8 << 20, (128 << 20) // size))
         if ring_bytes is None:
             ring_bytes = max(8 << 10, min(1 << 20, (64 << 20) // (size * size)))
         self.slot_bytes = _align(slot_bytes, 4096)
+        while SPLIT_HEAD_WORDS + contexts // 64 + contexts > self.slot_bytes // 8:
+            contexts -= 64
+        self.contexts = contexts
+        self.reserved_contexts = reserved = min(RESERVED_CONTEXTS, contexts)
         self.ring_bytes = _align(ring_bytes, 4096)
         # The payload a one-phase call carries in a bank: 3520 bytes up to 16
         # ranks (a 4 KiB bank), 448 beyond (1 KiB), so that the contexts of
@@ -87,8 +109,10 @@ class Layout:
         self.sleeping = HEADER
         self.status = _align(self.sleeping + size * 8, 4096)
         self.ctx = _align(self.status + size * STATUS, 4096)
-        self.p2p_index = _align(self.ctx + size * contexts * self.entry, 4096)
-        self.rings = _align(self.p2p_index + size * size * LINE, 4096)
+        self.p2p_index = _align(self.ctx + size * reserved * self.entry, 4096)
+        # The entries of the other contexts, sparse until used (``Arena``).
+        self.ctx_sparse = _align(self.p2p_index + size * size * LINE, 4096)
+        self.rings = _align(self.ctx_sparse + size * (contexts - reserved) * self.entry, 4096)
         self.slots = _align(self.rings + size * size * self.ring_bytes, 4096)
         self.total = self.slots + size * self.slot_bytes
 
@@ -98,7 +122,16 @@ class Layout:
 
     def entry_word(self, rank: int, ctx: int) -> int:
         """The first word of ``rank``'s entry for context ``ctx``."""
-        return (self.ctx + (rank * self.contexts + ctx) * self.entry) // 8
+        return self.entry_offset(rank, ctx) // 8
+
+    def entry_offset(self, rank: int, ctx: int) -> int:
+        """The byte offset of ``rank``'s entry for context ``ctx``: a rank's
+        entries lie side by side, the reserved ones in one region, the
+        others in the sparse one."""
+        reserved = self.reserved_contexts
+        if ctx < reserved:
+            return self.ctx + (rank * reserved + ctx) * self.entry
+        return self.ctx_sparse + (rank * (self.contexts - reserved) + ctx - reserved) * self.entry
 
     def arrive_word(self, rank: int, ctx: int) -> int:
         return self.entry_word(rank, ctx) + E_ARRIVE

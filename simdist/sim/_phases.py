@@ -147,9 +147,9 @@ class PhaseProtocol:
         mine = views[0]
         for word, other, peer in views[2]:
             if q[word] < epoch:
-                self._arena.wait_word(word, epoch, peer)
+                self._arena.wait_word(word, epoch, peer, True)
             if other != mine:
-                self._arena.wait_words(self._peer_arrive, epoch, self._peers)
+                self._arena.wait_words(self._peer_arrive, epoch, self._peers, True)
                 self._check(self._sig_bytes[bank])
                 return
 
@@ -170,7 +170,7 @@ class PhaseProtocol:
                 q = arena.q
                 for w in readers[0]:
                     if q[w] < readers[1]:
-                        arena.wait_words(*readers)
+                        arena.wait_words(*readers, True)
                         break
 
     def _publish(self, word: int, value: int) -> None:
@@ -196,7 +196,7 @@ class PhaseProtocol:
         q = self._arena.q
         for w in self._peer_arrive:
             if q[w] < epoch:
-                self._arena.wait_words(self._peer_arrive, epoch, self._peers)
+                self._arena.wait_words(self._peer_arrive, epoch, self._peers, True)
                 break
 
     def _done(self, half: int | None = None) -> None:

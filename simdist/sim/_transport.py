@@ -8,8 +8,12 @@ world ranks over the rank's ``Mailboxes`` (``_p2p``, the byte rings), and
 protocols and its progress engine over it, and uses nothing else of the
 simulator but the contract's collectives, ``split`` and ``free``: it needs
 to look at a message before taking it (``probe``), to send without ever
-waiting (``try_send``), to state the MPI call it waits in (``waiting_in``), the context id that keys a communicator's messages,
-the members' world ranks, and the ring size its flow control budgets.
+waiting (``try_send``), to state the MPI call it waits in (``waiting_in``),
+to move its messages while the rank waits in a collective
+(``move_in_collectives``), a shared file for what a run's ranks share
+(``run_file``), the context id that keys a communicator's
+messages, the members' world ranks, and the ring size its flow control
+budgets.
 
 Every method checks its arguments as the contract's ``send``/``recv`` do
 (``InvalidValue``/``InvalidType`` naming the rank and argument) and raises
@@ -19,9 +23,15 @@ earlier run (``close``).
 
 from __future__ import annotations
 
+import os
+import sys
+
+from .. import _pickling
 from .._arguments import as_input, check_int, check_rank_arg
+from .._driver import log_levels
 from .._errors import InvalidValue, SimdistError
 from ._p2p import Mailboxes, record_bytes
+from ._requests import ask_driver
 
 #: Why a communicator refuses every call (``closed_error``): ``free`` was
 #: called, or the run that made it has ended (the worker closes every
@@ -164,6 +174,53 @@ class Transport:
         or died): what it has not sent yet will never come. An engine that
         polls (``probe(block=False)``) asks this to stop waiting for it."""
         return self._mail.failed(world_rank)
+
+    def move_in_collectives(self, mover) -> None:
+        """Have ``mover()`` called while this rank waits in a collective of
+        any communicator (None: no longer), as MPI's progress rule wants an
+        engine's messages to move then: it must never wait, and returns
+        True while it has messages in flight. Until it returns False, such
+        a wait is not a deadlock for the driver (a record could wake the
+        rank and let it send); a hang still ends at the world's timeout."""
+        self._mail._arena.mover = mover
+
+    def run_file(self) -> tuple[int, int]:
+        """``(fd, offset)``: the world's shared-memory file, which every rank
+        maps, and the offset past the simulator's own bytes. An engine over
+        the transport may keep state there that all ranks of a run share
+        (the mpi4py stand-in's name service): it grows the file itself and
+        locks what it writes (``fcntl`` record locks past ``offset``). The
+        simulator cuts the file back to ``offset`` before each run, so
+        nothing written there outlives its run."""
+        self._check_open("run_file")
+        arena = self._mail._arena
+        return arena.fd, arena.layout.total
+
+    def universe(self) -> "Transport":
+        """The transport over every slot of the world's arena, the spare
+        slots of ``World(universe=U)`` included (``world_size`` of them, in
+        slot order; this rank is its slot), with the message key of the
+        run's first world: the one an engine uses to reach processes of
+        other worlds (spawned ones, their parents). When the arena holds
+        one world that is the world's own transport."""
+        self._check_open("universe")
+        members = tuple(range(self.world_size))
+        if self.context == 0 and self.members == members:
+            return self
+        return Transport(self._mail, list(members), 0, self._mail._arena.rank, self.world_size, self.ring_bytes)
+
+    def spawn(self, count: int, fn, args: tuple) -> list[int]:
+        """Start ``count`` processes in spare slots of the universe, each
+        running ``fn(comm, *args)`` as a rank of a world of their own (``comm``
+        its world communicator), with this process's ``sys.path`` and
+        working directory; return their slots, their ranks in
+        ``universe()``. Raises ``SimdistError`` when too few slots are free."""
+        self._check_open("spawn")
+        payload = _pickling.dumps((fn, tuple(args), {}))
+        kind, answer = ask_driver(("spawn", int(count), (payload, list(sys.path), os.getcwd(), log_levels())))
+        if kind != "ok":
+            raise SimdistError(f"rank {self.rank}: {answer}")
+        return answer
 
     def try_send(self, x, dest: int, tag: int = 0) -> bool:
         """``send`` if it would not wait, else nothing.

@@ -9,6 +9,7 @@ import pickle
 
 from .._stdin import take_stdin
 from .._worker import Channel, become_worker, execute, forward_logs, watch_lifeline
+from . import _requests
 from ._arena import Arena, _libc
 from ._layout import FAILED, RETURNED, S_STATE, USER, Layout
 from ._comm import SimComm, close_run
@@ -105,6 +106,7 @@ def main(rank: int, layout_args: dict, shared_fd, conn, lifeline, order: str = "
     watch_lifeline(lifeline)
     redirect_mpi4py()  # a simulated rank must never start a real MPI world of one
     channel = Channel(conn)
+    _requests.pipe = channel, conn
     arena = Arena(Layout(**layout_args), shared_fd.fd, rank)
     _pin(rank, arena.size)
     # A rank's BLAS gets one thread: a pinned rank's other threads could only
@@ -127,12 +129,12 @@ def main(rank: int, layout_args: dict, shared_fd, conn, lifeline, order: str = "
     arena.close()
 
 
-def _run(arena: Arena, rank: int, order: str, payload: bytes, sys_path, cwd, log_levels):
-    """Run one function on this rank; return (outcome, data)."""
+def _run(arena: Arena, rank: int, order: str, payload: bytes, sys_path, cwd, log_levels, members: list[int]):
+    """Run one function on this rank, whose world holds the slots ``members``;
+    return (outcome, data)."""
     q = arena.q
     state = arena.layout.status_word(rank, S_STATE)
-    arena.pending_release = [None, None]
-    arena.free_contexts = arena.initial_free_contexts
+    arena.start_run()
 
     def set_state(value):
         q[state] = value
@@ -142,7 +144,7 @@ def _run(arena: Arena, rank: int, order: str, payload: bytes, sys_path, cwd, log
     try:
         return execute(
             rank,
-            lambda: SimComm(arena, Mailboxes(arena), list(range(arena.size)), 0, order=order),
+            lambda: SimComm(arena, Mailboxes(arena), members, 0, order=order),
             payload, sys_path, cwd, log_levels,
             started=lambda: set_state(USER),
             failed=lambda: set_state(FAILED),

@@ -1,18 +1,17 @@
-"""A refused call made in another thread than the main one fails the main thread too.
+"""A failed Spawn made in another thread than the main one fails the main thread too.
 
 mpi4py's ``MPIPoolExecutor`` spawns its workers from a thread of its own; a
-refused ``Spawn`` there ends only that thread, and the program then waits
-for its futures for ever, in its own code, where no hang report reaches.
-So while the stand-in is installed, a refused dynamic-process call (the
-calls that start or join processes: Spawn, Connect, Accept, Join) made in
-another thread is raised in that thread as usual and is then raised in the
-main thread as well, through a signal (SIGUSR2) that interrupts whatever
-the main thread waits for. The handler is installed only where SIGUSR2 has
-none of its own.
+``Spawn`` that fails there (too few spare slots) ends only that thread, and
+the program then waits for its futures for ever, in its own code, where no
+hang report reaches. So while the stand-in is installed, such an error is
+raised in that thread as usual and is then raised in the main thread as
+well, through a signal (SIGUSR2) that interrupts whatever the main thread
+waits for. The handler is installed only where SIGUSR2 has none of its own.
 """
 
 from __future__ import annotations
 
+import copy
 import signal
 import threading
 
@@ -38,7 +37,7 @@ def disarm() -> None:
     _pending.clear()
 
 
-def refused_in_a_thread(error: BaseException) -> None:
+def failed_in_a_thread(error: BaseException) -> None:
     """Raise ``error`` in the main thread too, if this is another thread."""
     if _saved is None or threading.current_thread() is threading.main_thread():
         return
@@ -49,5 +48,7 @@ def refused_in_a_thread(error: BaseException) -> None:
 def _raise_pending(signum, frame) -> None:
     if _pending:
         error, thread = _pending.pop(0)
-        raise type(error)(f"{error} (called in thread {thread!r} of this rank; a refused call there "
-                          "would leave the program waiting for it)")
+        where = f"called in thread {thread!r} of this rank; a failed call there would leave the program waiting for it"
+        again = copy.copy(error)  # an MPI.Exception keeps its code; its detail says where
+        again.__notes__ = [*getattr(error, "__notes__", []), where]
+        raise again
