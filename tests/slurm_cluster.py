@@ -43,6 +43,8 @@ CredType=cred/munge
 AuthInfo=socket={munge_socket}
 StateSaveLocation={root}/state
 SlurmdSpoolDir={root}/spool
+TmpFS={root}/tmp
+FirstJobId={first_job}
 SlurmctldPidFile={root}/slurmctld.pid
 SlurmdPidFile={root}/slurmd.pid
 SlurmctldLogFile={root}/slurmctld.log
@@ -79,10 +81,26 @@ def why_not() -> str | None:
     return None
 
 
+def _first_job_id() -> int:
+    """Job ids no earlier cluster on this machine is likely to have used.
+    A step daemon of an earlier cluster that never ended still holds its
+    step's name (``spmix_appdir_UID_JOB.STEP``, PMIx's rendezvous), and a
+    new step of the same id fails to launch."""
+    return 1000 + int.from_bytes(os.urandom(3), "little") * 3  # below MaxJobId (0x3ff0000)
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError):
+        return 0
 
 
 class SlurmCluster:
@@ -120,7 +138,7 @@ class SlurmCluster:
         return self
 
     def _write_files(self) -> None:
-        for sub in ("state", "spool"):
+        for sub in ("state", "spool", "tmp"):
             os.makedirs(os.path.join(self.root, sub))
         key = os.path.join(self.root, "munge.key")
         with open(key, "wb") as fh:
@@ -129,7 +147,8 @@ class SlurmCluster:
         os.chmod(self.root, 0o755)
         with open(self.conf, "w") as fh:
             fh.write(CONFIG.format(host=self.host, ctld_port=_free_port(), slurmd_port=_free_port(),
-                                   munge_socket=self.munge_socket, root=self.root, cpus=self.cpus))
+                                   munge_socket=self.munge_socket, root=self.root, cpus=self.cpus,
+                                   first_job=_first_job_id()))
 
     def _spawn(self, name: str, command: list[str]) -> None:
         log = open(os.path.join(self.root, f"{name}.out"), "wb")
@@ -178,6 +197,7 @@ class SlurmCluster:
         if "slurmctld" in self._daemons and self._daemons["slurmctld"].poll() is None:
             self.run(["scancel", "--full", "--user", "root"], check=False)
             self.wait_strays_gone()
+        self.end_stuck_step_daemons()
         for name in reversed(DAEMONS):
             daemon = self._daemons.pop(name, None)
             if daemon is None:
@@ -215,6 +235,27 @@ class SlurmCluster:
             if marked and state != "Z" and int(ppid) not in ours and "simdist-janitor" not in command:
                 found.append(f"pid {entry}: {command[:120]}")
         return found
+
+    def end_stuck_step_daemons(self) -> list[str]:
+        """Kill (by pid) the step daemons with no task left: what they still
+        run is Slurm's own teardown. Slurm 22.05's step daemon can stay in
+        ``PMIx_server_finalize`` for good after a step whose tasks were
+        killed at once (an ``MPI_Abort``); seen with Debian's libpmix2 under
+        load, and reported upstream (openpmix issue 4269). Returns what was
+        killed."""
+        strays = self.strays()
+        tasks = {line for line in strays if "slurmstepd" not in line}
+        killed = []
+        for line in strays:
+            pid = int(line.split()[1].rstrip(":"))
+            if line in tasks or any(_parent(int(t.split()[1].rstrip(":"))) == pid for t in tasks):
+                continue
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(line)
+            except ProcessLookupError:
+                pass
+        return killed
 
     def wait_strays_gone(self, within: float = 30.0) -> list[str]:
         """Wait until nothing but the daemons runs; return what still does."""
