@@ -13,6 +13,7 @@ methods) is pinned in ``test_determinism.py``.
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 
@@ -23,8 +24,8 @@ import simdist
 from reference import LOGICAL, UFUNC, assert_bits, left_fold, on_rank, values
 
 SIZES = (1, 2, 3, 4)
-#: The fast tier runs every test on 2 and 3 ranks (an even and an odd world);
-#: the full suite adds 1 and 4.
+#: The fast tier runs every test on 2 and 3 ranks (an even and an odd world;
+#: the per-dtype tests each dtype on one of them); the full suite adds 1 and 4.
 FAST_SIZES = (2, 3)
 
 
@@ -143,7 +144,17 @@ def world4(worlds):
 
 
 def every_dtype(fn):
-    return pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)(fn)
+    """Every dtype on every size; in the fast tier each dtype on one of
+    ``FAST_SIZES`` (alternately), so that it still sees every dtype and
+    both an even and an odd world."""
+    fixture = "p2p_world" if "p2p_world" in inspect.signature(fn).parameters else "world"
+    sizes = SIZES[1:] if fixture == "p2p_world" else SIZES
+    cases = [
+        pytest.param(n, dtype, id=f"size{n}-{dtype_id(dtype)}",
+                     marks=() if n == FAST_SIZES[i % len(FAST_SIZES)] else pytest.mark.slow)
+        for n in sizes for i, dtype in enumerate(DTYPES)
+    ]
+    return pytest.mark.parametrize(f"{fixture}, dtype", cases, indirect=[fixture])(fn)
 
 
 # -- reductions ---------------------------------------------------------------
