@@ -3,7 +3,8 @@
 :class:`SlurmCluster` starts its own ``munged``, ``slurmctld`` and
 ``slurmd`` (Debian's ``slurm-wlm`` and ``munge``; as root) in a directory
 of its own: a fresh munge key and socket, a ``slurm.conf`` with ports the
-kernel found free, its state, spool, logs and pid files. Nothing of the
+kernel found free, its state, spool, temporary directory (``TmpFS``), logs
+and pid files, and job ids of its own (``FirstJobId``). Nothing of the
 machine's own Slurm or munge is used or changed, and clients reach the
 cluster through ``SLURM_CONF`` (:meth:`SlurmCluster.environment`).
 
@@ -14,7 +15,9 @@ through their parents, and ``task/none`` binds nothing.
 
 :meth:`SlurmCluster.stop` cancels every job, waits for the step daemons
 (``slurmstepd``, which slurmd leaves to init) to end, then ends the daemons
-it started, by the pids it holds, and removes the directory. Run as a script to try it by hand::
+it started, by the pids it holds, and removes the directory; a step daemon
+with no task left that has not ended by then is killed by its pid
+(:meth:`SlurmCluster.end_stuck_step_daemons`). Run as a script to try it by hand::
 
     python tests/slurm_cluster.py            # start, print the SLURM_CONF line, wait for Enter, stop
 """
