@@ -161,6 +161,67 @@ PSCW_AND_SHARED = """
 """
 
 
+DERIVED = """
+    # Derived datatypes on either side: the bytes their type maps cover, nothing else
+    n = 4 * size
+    mem = np.full(n, -1, np.int32)
+    win = MPI.Win.Create(mem, 4, comm=comm)
+    every_other = MPI.INT.Create_vector(size, 1, 2).Commit()          # elements 0, 2, 4, ...
+    but_mine = MPI.INT.Create_indexed([rank, size - rank - 1], [0, rank + 1]).Commit()
+    right, left = (rank + 1) % size, (rank - 1) % size
+    win.Fence()
+    win.Put(np.full(size, rank, np.int32), right, (1, 1, every_other))  # odd slots 1, 3, ... of the right
+    win.Fence()
+    assert mem[1:2 * size:2].tolist() == [left] * size and mem[0:2 * size:2].tolist() == [-1] * size, mem
+    got = np.full(2 * size, -7, np.int32)
+    win.Get([got, 1, every_other], left, (1, 1, every_other))          # into even slots of got
+    win.Fence()
+    assert got[0::2].tolist() == [(left - 1) % size] * size and got[1::2].tolist() == [-7] * size, got
+    # nxtval's counter: a Get of every slot but one's own, in an exclusive lock with an Accumulate
+    win.Fence()
+    mem[:] = 0
+    win.Fence()
+    seen = []
+    for step in range(3):
+        vals = np.zeros(size, np.int32)
+        win.Lock(0)
+        win.Accumulate([np.ones(1, np.int32), 1, MPI.INT], 0, [rank, 1, MPI.INT], MPI.SUM)
+        win.Get([vals, 1, but_mine], 0, [0, 1, but_mine])
+        win.Unlock(0)
+        vals[rank] = step
+        seen.append(int(vals.sum()))
+    seen = sorted(x for part in comm.allgather(seen) for x in part)
+    assert seen == list(range(3 * size)), seen
+    # accumulates and Get_accumulate through a derived target datatype of the same basic type
+    comm.Barrier()
+    win.Lock(right)
+    before = np.zeros(size, np.int32)
+    win.Get_accumulate(np.full(size, 10, np.int32), [before, size, MPI.INT], right, (0, 1, every_other), MPI.SUM)
+    win.Unlock(right)
+    comm.Barrier()
+    win.Lock(rank)
+    mine = np.zeros(n, np.int32)
+    win.Get(mine, rank)
+    win.Unlock(rank)
+    lefts = comm.allgather(before)[left]                                # what my left saw in my window
+    assert mine[0:2 * size:2].tolist() == [v + 10 for v in lefts.tolist()], (mine, lefts)
+    assert error_class(lambda: win.Accumulate(np.zeros(1, np.float64), 0, (0, 1, every_other))) == MPI.ERR_TYPE
+    past = MPI.INT.Create_vector(n, 1, 2).Commit()                     # reaches past the window's end
+    win.Lock(0)
+    assert error_class(lambda: win.Get(np.zeros(n, np.int32), 0, (0, 1, past))) == MPI.ERR_RMA_RANGE
+    win.Unlock(0)
+    comm.Barrier()
+    win.Free()
+    for t in (every_other, but_mine, past):
+        t.Free()
+"""
+
+
+@pytest.mark.parametrize("n", [2, pytest.param(3, marks=pytest.mark.slow), pytest.param(4, marks=pytest.mark.slow)])
+def test_derived_datatypes_on_either_side_move_exactly_their_type_maps_bytes(tmp_path, n):
+    ok(tmp_path, DERIVED, n)
+
+
 def test_fence_epochs_put_get_and_fold_accumulates_in_rank_order(tmp_path):
     ok(tmp_path, FENCE, 2)
 

@@ -38,12 +38,17 @@ ERR_RMA_SYNC, ERR_RMA_RANGE, ERR_RMA_FLAVOR = (CONSTANTS[name] for name in ("ERR
 
 class Access:
     """One access of a one-sided call: the target rank, the byte offset in
-    its window memory, the number of bytes, and the datatype of its elements."""
+    its window memory, the number of bytes, the datatype of its elements,
+    and for a derived target datatype ``index``, the bytes its type map
+    covers (in type-map order, from ``offset``), of the ``span`` bytes
+    from ``offset`` that hold them."""
 
-    __slots__ = ("rank", "offset", "nbytes", "datatype", "count")
+    __slots__ = ("rank", "offset", "nbytes", "datatype", "count", "index", "span")
 
-    def __init__(self, rank, offset, nbytes, datatype, count):
+    def __init__(self, rank, offset, nbytes, datatype, count, index=None):
         self.rank, self.offset, self.nbytes, self.datatype, self.count = rank, offset, nbytes, datatype, count
+        self.index = index
+        self.span = nbytes if index is None else (int(index.max()) + 1 if index.size else 0)
 
 
 def origin_spec(origin, writable: bool, target_rank: int, what: str = "origin") -> BufSpec | None:
@@ -96,13 +101,31 @@ def target_access(win, spec: BufSpec, rank: int, target, call: str) -> Access:
     if nbytes != spec.raw.size:
         raise MPIException(ERR_TYPE, f"Win.{call}: the origin has {spec.count} x {spec.datatype.Get_name()} "
                            f"({spec.raw.size} bytes), the target {count} x {datatype.Get_name()} ({nbytes} bytes)")
+    index = _target_index(datatype, count, call)
+    span = nbytes if index is None else (int(index.max()) + 1 if index.size else 0)
     if win.dynamic is not None and count >= 0:
-        return Access(rank, win.dynamic.locate(rank, disp, nbytes, call), nbytes, datatype, count)
+        return Access(rank, win.dynamic.locate(rank, disp, span, call), nbytes, datatype, count, index)
     offset = disp * win.disp_units[rank]
-    if count < 0 or disp < 0 or offset + nbytes > win.segment.sizes[rank]:
-        raise MPIException(ERR_RMA_RANGE, f"Win.{call}: {nbytes} bytes at displacement {disp} (x disp_unit "
-                           f"{win.disp_units[rank]}) past the {win.segment.sizes[rank]} bytes of rank {rank}'s window")
-    return Access(rank, offset, nbytes, datatype, count)
+    if count < 0 or disp < 0 or offset + span > win.segment.sizes[rank]:
+        raise MPIException(ERR_RMA_RANGE, f"Win.{call}: {count} x {datatype.Get_name() or 'a derived datatype'} "
+                           f"({span} bytes) at displacement {disp} (x disp_unit {win.disp_units[rank]}) past the "
+                           f"{win.segment.sizes[rank]} bytes of rank {rank}'s window")
+    return Access(rank, offset, nbytes, datatype, count, index)
+
+
+def _target_index(datatype, count: int, call: str):
+    """The bytes ``count`` elements of a derived ``datatype`` cover, from
+    the target displacement (None for a predefined datatype: contiguous)."""
+    if not datatype._is_derived() or count <= 0:
+        return None
+    tm = datatype._typemap(f"Win.{call}")
+    if not tm.committed:
+        raise MPIException(ERR_TYPE, f"Win.{call}: the target datatype is not committed; call its Commit() first")
+    index = tm.byte_index(count)
+    if index.size and index.min() < 0:
+        raise MPIException(ERR_RMA_RANGE, f"Win.{call}: the target datatype reaches before its displacement "
+                           f"(lower bound {tm.lb})")
+    return index
 
 
 def check_accumulate(op, spec: BufSpec, access: Access, call: str, rank: int) -> None:
@@ -113,11 +136,22 @@ def check_accumulate(op, spec: BufSpec, access: Access, call: str, rank: int) ->
         raise MPIException(ERR_OP, f"Win.{call}: op is MPI.OP_NULL")
     if op._function is not None:
         raise MPIException(ERR_OP, f"Win.{call}: user-defined ops are not allowed in one-sided accumulates (MPI)")
-    if access.datatype != spec.datatype and spec.count:
-        raise MPIException(ERR_TYPE, f"Win.{call}: origin datatype {spec.datatype.Get_name()} and target datatype "
-                           f"{access.datatype.Get_name()} differ")
+    if spec.count and _basic(spec.datatype, call) != _basic(access.datatype, call):
+        raise MPIException(ERR_TYPE, f"Win.{call}: origin datatype {spec.datatype.Get_name() or '(derived)'} and "
+                           f"target datatype {access.datatype.Get_name() or '(derived)'} are not built from one "
+                           "predefined datatype")
     if op._key not in ("REPLACE", "NO_OP") and access.count:
         validate(op, access.datatype, f"Win.{call}", rank)
+
+
+def _basic(datatype, call: str) -> int:
+    """The code of the one predefined datatype an accumulate's datatype is
+    built from (MPI: each is predefined, or derived from one predefined type)."""
+    uniform = datatype._typemap(f"Win.{call}").uniform
+    if uniform is None:
+        raise MPIException(ERR_TYPE, f"Win.{call}: an accumulate's derived datatype must be built from one "
+                           "predefined datatype")
+    return uniform
 
 
 def combine(op: Op, target: np.ndarray, origin: np.ndarray, datatype) -> None:

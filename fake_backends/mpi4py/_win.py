@@ -379,10 +379,23 @@ class Win(Handle, FreeableHandles, IntegerHandles, AttributeCalls, Synchronizati
             return FENCE
         raise sync_error(st, call, f"no access epoch to rank {rank} is open (call Fence, Lock, Lock_all or Start)")
 
-    def _target(self, st, access) -> np.ndarray:
+    def _region(self, st, access) -> np.ndarray:
+        """The target's window bytes that hold the access (all of them: a
+        derived target datatype picks its bytes with ``access.index``)."""
         if st.dynamic is not None:
-            return st.dynamic.target(access.rank, access.offset, access.nbytes)
-        return st.segment.memory(access.rank)[access.offset:access.offset + access.nbytes]
+            return st.dynamic.target(access.rank, access.offset, access.span)
+        return st.segment.memory(access.rank)[access.offset:access.offset + access.span]
+
+    @staticmethod
+    def _read(region, access) -> np.ndarray:
+        return region if access.index is None else region[access.index]
+
+    @staticmethod
+    def _write(region, access, data) -> None:
+        if access.index is None:
+            region[...] = data
+        else:
+            region[access.index] = data
 
     def Put(self, origin, target_rank: int, target=None) -> None:
         """Copy ``origin`` into ``target_rank``'s window memory."""
@@ -393,7 +406,7 @@ class Win(Handle, FreeableHandles, IntegerHandles, AttributeCalls, Synchronizati
             return
         access = target_access(st, spec, rank, target, "Put")
         self._epoch(st, rank, "Put")
-        self._target(st, access)[...] = spec.raw
+        self._write(self._region(st, access), access, spec.raw)
 
     def Get(self, origin, target_rank: int, target=None) -> None:
         """Copy from ``target_rank``'s window memory into ``origin``."""
@@ -404,7 +417,8 @@ class Win(Handle, FreeableHandles, IntegerHandles, AttributeCalls, Synchronizati
             return
         access = target_access(st, spec, rank, target, "Get")
         self._epoch(st, rank, "Get")
-        spec.raw[...] = self._target(st, access)
+        spec.raw[...] = self._read(self._region(st, access), access)
+        spec.store()  # a derived origin datatype: into the buffer's own bytes
 
     def _accumulate(self, st, call, origin, result, rank, target, op, compare=None):
         """The accumulates: ``result`` (a BufSpec or None) gets the target's
@@ -422,13 +436,17 @@ class Win(Handle, FreeableHandles, IntegerHandles, AttributeCalls, Synchronizati
         want = None if compare is None else np.array(compare.raw, copy=True)
 
         def apply():
-            memory = self._target(st, access)
+            region = self._region(st, access)
+            memory = self._read(region, access)  # a copy for a derived target datatype
             if sink is not None:
                 sink[...] = memory
+                result.store()
             if want is None:
                 combine(op, memory, data, access.datatype)
             elif np.array_equal(memory, want):
                 memory[...] = data
+            if access.index is not None:
+                self._write(region, access, memory)
 
         if epoch == FENCE:
             st.deferred.append(apply)
