@@ -265,3 +265,33 @@ def test_isendrecv_and_isendrecv_replace_complete_as_one_request(tmp_path):
         assert buf.tolist() == [2.0 * left] * 3
         comm.Isendrecv_replace(None, MPI.PROC_NULL, 0, MPI.PROC_NULL, 0).Wait()
     """)
+
+
+def test_ranks_tags_and_roots_convert_as_mpi4py_converts_a_c_int(tmp_path):
+    # mpi4py (Cython) takes any number with __int__, truncated: the OSU
+    # multi-latency demo passes size / 2 as a rank; a str or None is a TypeError.
+    ok(tmp_path, """
+        pairs = size / 2
+        partner = rank + pairs if rank < pairs else rank - pairs
+        assert comm.sendrecv(rank, dest=partner, source=partner, sendtag=1.0, recvtag=1.9) == int(partner)
+        r = np.zeros(1)
+        req = comm.Irecv(r, rank + 0.5, 2)
+        comm.Send(np.full(1, 3.0), rank + 0.9, np.float64(2.2))
+        req.Wait()
+        assert r[0] == 3.0
+        assert comm.bcast(rank, root=1.0) == 1 and comm.reduce(1, root=np.float32(0)) == (size if rank == 0 else None)
+        for bad in ("0", None):
+            for call in (lambda: comm.Send(r, bad, 1), lambda: comm.send(1, 0, tag=bad), lambda: comm.bcast(1, root=bad)):
+                try:
+                    call()
+                except TypeError as exc:
+                    assert "an integer is required" in str(exc)
+                else:
+                    raise AssertionError(f"{bad!r} accepted")
+        try:
+            comm.Irecv(r, size + True, 1)
+        except MPI.Exception as exc:
+            assert exc.Get_error_class() == MPI.ERR_RANK
+        else:
+            raise AssertionError("rank size + True accepted")
+    """)

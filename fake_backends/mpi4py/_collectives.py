@@ -22,6 +22,7 @@ from simdist._arguments import DTYPE_CODE
 from ._buffers import BufSpec, is_in_place, parse
 from ._nbschedule import Counted
 from ._ops import PREDEFINED, check, fold_arrays, simdist_op, validate
+from ._pointtopoint import c_int
 from ._unpacking import check_signatures, unpacking_class
 
 SUM = PREDEFINED["SUM"]
@@ -74,9 +75,10 @@ class BufferCollectives:
     def _root(self, st, root, call) -> int:
         from ._errors import ERR_ROOT, Exception as MPIException
 
-        if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < st.size:
+        root = c_int(root, "root")
+        if not 0 <= root < st.size:
             raise MPIException(ERR_ROOT, f"{call}: root={root!r} on {st.name} of {st.size} ranks")
-        return int(root)
+        return root
 
     def Barrier(self) -> None:
         """Return once every rank of the communicator has called it."""

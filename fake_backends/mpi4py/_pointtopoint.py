@@ -18,6 +18,7 @@ init, as mpi4py does, and post at each Start.
 from __future__ import annotations
 
 import functools
+import operator
 import warnings
 
 import numpy as np
@@ -39,6 +40,20 @@ TAG_UB = 2**31 - 1
 
 def is_int(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def c_int(value, what: str) -> int:
+    """``value`` converted as mpi4py's compiled calls convert a C ``int``
+    argument: an int (a bool too), or a number with ``__int__``, truncated
+    (a float rank 1.0 or 0.5 is rank 1 or 0 under mpi4py); anything else
+    is mpi4py's TypeError."""
+    if not isinstance(value, (str, bytes)):
+        try:
+            return operator.index(value)
+        except TypeError:
+            if hasattr(type(value), "__int__"):
+                return int(value)
+    raise TypeError(f"an integer is required ({what}={value!r})")
 
 
 def sent() -> SendOp:
@@ -79,13 +94,15 @@ class PointToPoint:
     @staticmethod
     def _peer(st, rank, call: str, what: str, any_ok: bool) -> int:
         peers = len(st.members)  # the remote group's on an intercommunicator
-        if not is_int(rank) or not (0 <= rank < peers or (any_ok and rank == ANY_SOURCE)):
+        rank = c_int(rank, what)
+        if not (0 <= rank < peers or (any_ok and rank == ANY_SOURCE)):
             raise MPIException(ERR_RANK, f"{call}: {what}={rank!r} on {st.name} of {peers} ranks")
-        return int(rank)
+        return rank
 
     @staticmethod
     def _tag(tag, call: str, any_ok: bool) -> int:
-        if not is_int(tag) or not (0 <= tag <= TAG_UB or (any_ok and tag == ANY_TAG)):
+        tag = c_int(tag, "tag")
+        if not (0 <= tag <= TAG_UB or (any_ok and tag == ANY_TAG)):
             raise MPIException(ERR_TAG, f"{call}: tag={tag!r}; tags are ints from 0 to MPI.TAG_UB ({TAG_UB})"
                                + (" or MPI.ANY_TAG" if any_ok else ""))
         return int(tag)
