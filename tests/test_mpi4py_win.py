@@ -206,13 +206,20 @@ DERIVED = """
     lefts = comm.allgather(before)[left]                                # what my left saw in my window
     assert mine[0:2 * size:2].tolist() == [v + 10 for v in lefts.tolist()], (mine, lefts)
     assert error_class(lambda: win.Accumulate(np.zeros(1, np.float64), 0, (0, 1, every_other))) == MPI.ERR_TYPE
+    below = MPI.INT.Create_indexed([1], [-1]).Commit()                 # one int below the displacement
+    win.Fence()
+    win.Put(np.array([rank + 100], np.int32), right, (1, 1, below))   # element 0 of the right's window
+    win.Fence()
+    assert mem[0] == left + 100, mem
+    assert error_class(lambda: win.Put(np.zeros(1, np.int32), right, (0, 1, below))) == MPI.ERR_RMA_RANGE
+    win.Fence()
     past = MPI.INT.Create_vector(n, 1, 2).Commit()                     # reaches past the window's end
     win.Lock(0)
     assert error_class(lambda: win.Get(np.zeros(n, np.int32), 0, (0, 1, past))) == MPI.ERR_RMA_RANGE
     win.Unlock(0)
     comm.Barrier()
     win.Free()
-    for t in (every_other, but_mine, past):
+    for t in (every_other, but_mine, below, past):
         t.Free()
 """
 

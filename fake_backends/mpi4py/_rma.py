@@ -38,17 +38,16 @@ ERR_RMA_SYNC, ERR_RMA_RANGE, ERR_RMA_FLAVOR = (CONSTANTS[name] for name in ("ERR
 
 class Access:
     """One access of a one-sided call: the target rank, the byte offset in
-    its window memory, the number of bytes, the datatype of its elements,
-    and for a derived target datatype ``index``, the bytes its type map
-    covers (in type-map order, from ``offset``), of the ``span`` bytes
-    from ``offset`` that hold them."""
+    its window memory, the number of bytes, the datatype of its elements;
+    for a derived target datatype, ``index``: the bytes its type map
+    covers, in type-map order, counted from ``offset`` (the lowest of
+    them), and ``span``, the bytes from ``offset`` to past the highest."""
 
     __slots__ = ("rank", "offset", "nbytes", "datatype", "count", "index", "span")
 
-    def __init__(self, rank, offset, nbytes, datatype, count, index=None):
+    def __init__(self, rank, offset, nbytes, datatype, count, index=None, span=None):
         self.rank, self.offset, self.nbytes, self.datatype, self.count = rank, offset, nbytes, datatype, count
-        self.index = index
-        self.span = nbytes if index is None else (int(index.max()) + 1 if index.size else 0)
+        self.index, self.span = index, nbytes if span is None else span
 
 
 def origin_spec(origin, writable: bool, target_rank: int, what: str = "origin") -> BufSpec | None:
@@ -101,31 +100,32 @@ def target_access(win, spec: BufSpec, rank: int, target, call: str) -> Access:
     if nbytes != spec.raw.size:
         raise MPIException(ERR_TYPE, f"Win.{call}: the origin has {spec.count} x {spec.datatype.Get_name()} "
                            f"({spec.raw.size} bytes), the target {count} x {datatype.Get_name()} ({nbytes} bytes)")
-    index = _target_index(datatype, count, call)
-    span = nbytes if index is None else (int(index.max()) + 1 if index.size else 0)
+    index, low, span = _type_map_bytes(datatype, count, nbytes, call)
     if win.dynamic is not None and count >= 0:
-        return Access(rank, win.dynamic.locate(rank, disp, span, call), nbytes, datatype, count, index)
-    offset = disp * win.disp_units[rank]
-    if count < 0 or disp < 0 or offset + span > win.segment.sizes[rank]:
+        return Access(rank, win.dynamic.locate(rank, disp + low, span, call), nbytes, datatype, count, index, span)
+    offset = disp * win.disp_units[rank] + low
+    if count < 0 or disp < 0 or offset < 0 or offset + span > win.segment.sizes[rank]:
         raise MPIException(ERR_RMA_RANGE, f"Win.{call}: {count} x {datatype.Get_name() or 'a derived datatype'} "
-                           f"({span} bytes) at displacement {disp} (x disp_unit {win.disp_units[rank]}) past the "
-                           f"{win.segment.sizes[rank]} bytes of rank {rank}'s window")
-    return Access(rank, offset, nbytes, datatype, count, index)
+                           f"({span} bytes from byte {offset}) at displacement {disp} (x disp_unit "
+                           f"{win.disp_units[rank]}) outside the {win.segment.sizes[rank]} bytes of rank {rank}'s window")
+    return Access(rank, offset, nbytes, datatype, count, index, span)
 
 
-def _target_index(datatype, count: int, call: str):
-    """The bytes ``count`` elements of a derived ``datatype`` cover, from
-    the target displacement (None for a predefined datatype: contiguous)."""
+def _type_map_bytes(datatype, count: int, nbytes: int, call: str):
+    """``(index, low, span)`` of ``count`` elements at a target displacement:
+    the bytes they cover, counted from ``low`` bytes past the displacement
+    (a type map may reach below it), and how many bytes from there hold
+    them. A predefined datatype is contiguous: ``(None, 0, nbytes)``."""
     if not datatype._is_derived() or count <= 0:
-        return None
+        return None, 0, nbytes
     tm = datatype._typemap(f"Win.{call}")
     if not tm.committed:
         raise MPIException(ERR_TYPE, f"Win.{call}: the target datatype is not committed; call its Commit() first")
     index = tm.byte_index(count)
-    if index.size and index.min() < 0:
-        raise MPIException(ERR_RMA_RANGE, f"Win.{call}: the target datatype reaches before its displacement "
-                           f"(lower bound {tm.lb})")
-    return index
+    if not index.size:
+        return None, 0, 0
+    low = int(index.min())
+    return index - low, low, int(index.max()) + 1 - low
 
 
 def check_accumulate(op, spec: BufSpec, access: Access, call: str, rank: int) -> None:
