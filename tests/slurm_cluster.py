@@ -98,14 +98,6 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _parent(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return int(fh.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError):
-        return 0
-
-
 class SlurmCluster:
     """A running private cluster; a context manager that stops it."""
 
@@ -215,9 +207,14 @@ class SlurmCluster:
         shutil.rmtree(self.root, ignore_errors=True)
 
     def strays(self) -> list[str]:
-        """What runs for this cluster but is no daemon of it: step daemons
-        (``slurmstepd``) and tasks, found by this cluster's ``SLURM_CONF`` in
-        their environment (slurmd's, which they inherit, or the client's).
+        """What runs for this cluster but is no daemon of it, a line each
+        (``pid N: command``): see ``_stray_processes``."""
+        return [f"pid {pid}: {command[:120]}" for pid, _, command in self._stray_processes()]
+
+    def _stray_processes(self) -> list[tuple[int, int, str]]:
+        """``(pid, ppid, command)`` of the step daemons (``slurmstepd``) and
+        tasks of this cluster, found by its ``SLURM_CONF`` in their
+        environment (slurmd's, which they inherit, or the client's).
         simdist's janitor, which outlives a world by design (one per
         process), is left out."""
         ours = {daemon.pid for daemon in self._daemons.values()}
@@ -236,7 +233,7 @@ class SlurmCluster:
             except OSError:
                 continue
             if marked and state != "Z" and int(ppid) not in ours and "simdist-janitor" not in command:
-                found.append(f"pid {entry}: {command[:120]}")
+                found.append((int(entry), int(ppid), command))
         return found
 
     def end_stuck_step_daemons(self) -> list[str]:
@@ -245,17 +242,16 @@ class SlurmCluster:
         ``PMIx_server_finalize`` for good after a step whose tasks were
         killed at once (an ``MPI_Abort``); seen with Debian's libpmix2 under
         load, and reported upstream (openpmix issue 4269). Returns what was
-        killed."""
-        strays = self.strays()
-        tasks = {line for line in strays if "slurmstepd" not in line}
+        killed, as ``strays`` shows it."""
+        strays = self._stray_processes()
+        parents = {ppid for _, ppid, command in strays if "slurmstepd" not in command}
         killed = []
-        for line in strays:
-            pid = int(line.split()[1].rstrip(":"))
-            if line in tasks or any(_parent(int(t.split()[1].rstrip(":"))) == pid for t in tasks):
+        for pid, _, command in strays:
+            if "slurmstepd" not in command or pid in parents:
                 continue
             try:
                 os.kill(pid, signal.SIGKILL)
-                killed.append(line)
+                killed.append(f"pid {pid}: {command[:120]}")
             except ProcessLookupError:
                 pass
         return killed

@@ -105,7 +105,7 @@ class PointToPoint:
         if not (0 <= tag <= TAG_UB or (any_ok and tag == ANY_TAG)):
             raise MPIException(ERR_TAG, f"{call}: tag={tag!r}; tags are ints from 0 to MPI.TAG_UB ({TAG_UB})"
                                + (" or MPI.ANY_TAG" if any_ok else ""))
-        return int(tag)
+        return tag
 
     # -- preparing (may raise) and posting (does not) ---------------------------------------
     def _checked_send(self, data_of, dest, tag, call: str):
