@@ -1,7 +1,9 @@
 """Shared test setup: Hypothesis profiles and a guard against leaked resources.
 
 Every test is checked for what it leaves behind: descendant processes of the
-pytest process, entries in /dev/shm, simdist memfds (open descriptors or
+pytest process, entries in /dev/shm (a /dev/shm of the pytest process's own
+where it can have one, so that other jobs' files are not taken for the
+test's: ``private_shm``), simdist memfds (open descriptors or
 mappings) held by the pytest process, and temporary directories of simdist
 (``simdist-*``) or multiprocessing (``pymp-*``). Multiprocessing's forkserver
 and resource_tracker helpers, and simdist's janitor, persist by design (one
@@ -26,6 +28,7 @@ import time
 import types
 from pathlib import Path
 
+import private_shm
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -44,11 +47,16 @@ for _name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_
 
 
 def pytest_configure(config):
-    """Compile the project's packages once, before any test: the tests start
+    """Give this pytest process a /dev/shm of its own where it can
+    (``private_shm``), so that other jobs on the machine cannot pass for a
+    test's leaks.
+
+    Then compile the project's packages once, before any test: the tests start
     hundreds of Python processes (``simdist run``, MPI ranks, workers of the
     spawn start method), and where bytecode is not written on import
     (``PYTHONDONTWRITEBYTECODE``, as on CI's machines) each of them compiled
     simdist and its mpi4py stand-in again: 0.4 s more per ``simdist run``."""
+    private_shm.make_private()
     if hasattr(config, "workerinput"):  # a pytest-xdist worker: its controller has compiled them
         return
     root = Path(__file__).resolve().parent.parent
@@ -228,7 +236,7 @@ def _leaks(before) -> list[str]:
     now = descendants()
     found = [f"process {desc}" for pid, desc in now.items() if pid not in procs]
     new = dev_shm() - shm
-    if new:
+    if new and not private_shm.is_private():
         new -= _mapped_by_others(new, {os.getpid(), *now})
     found += [f"/dev/shm/{name}" for name in sorted(new)]
     found += [f"memfd {what} (x{n})" for what, n in (memfds() - fds).items()]
