@@ -24,7 +24,7 @@ from ._collectives import _same
 from ._errors import ERR_TRUNCATE, Exception as MPIException
 from ._nbschedule import EMPTY, start
 from ._unpacking import deferred, repack
-from ._ops import PREDEFINED, check, fold_arrays, validate
+from ._ops import PREDEFINED, check, fold_arrays, fold_into, validate
 from ._requests import Prequest
 
 SUM = PREDEFINED["SUM"]
@@ -267,7 +267,7 @@ class NonblockingCollectives:
 
         def finish(parts):
             if recv is not None:
-                recv.raw[...] = self._fold(op, x, parts, call, me).view(np.uint8)
+                fold_into(op, parts, recv.raw, x.datatype, call, me)
 
         signature = (f"root={root}, " if root is not None else "") + \
             f"count={x.count}, {_typename(x.datatype)}, op={_op_name(op)}"
@@ -290,7 +290,7 @@ class NonblockingCollectives:
         validate(op, x.datatype, call, me)
 
         def finish(parts):
-            dest[...] = self._fold(op, x, parts, call, me).view(np.uint8)
+            fold_into(op, parts, dest, x.datatype, call, me)
 
         signature = f"count={x.count // n if n else 0}, {_typename(x.datatype)}, op={_op_name(op)}"
         return self._nbc(st, call, signature, lambda: [np.array(b, copy=True) for b in _blocks(x.raw, n)], finish)
@@ -356,7 +356,7 @@ class NonblockingCollectives:
 
         def finish(parts):
             if upto:  # Exscan leaves rank 0's recvbuf as it was, as MPI does
-                recv.raw[...] = self._fold(op, x, parts[:upto], call, me).view(np.uint8)
+                fold_into(op, parts[:upto], recv.raw, x.datatype, call, me)
 
         signature = f"count={x.count}, {_typename(x.datatype)}, op={_op_name(op)}"
         return self._nbc(st, call, signature, payloads, finish)
