@@ -63,6 +63,18 @@ def _same(send: BufSpec, recv: BufSpec, call: str, blocks: int = 1, moves: bool 
         raise ValueError(f"{call}: mismatch in send count {send.count} and receive count {recv.count * blocks}")
 
 
+def _check_sizes(sizes: np.ndarray, rank: int, call: str) -> None:
+    """Raise ``CollectiveMismatch`` unless every rank's buffer has this rank's size (bytes)."""
+    from simdist import CollectiveMismatch
+
+    mine = int(sizes[rank])
+    for j, theirs in enumerate(sizes.tolist()):
+        if theirs != mine:
+            raise CollectiveMismatch(
+                f"rank {rank}: {call} of {mine} bytes met rank {j}'s {call} of {theirs} bytes; every rank must "
+                "pass the same count", {rank: f"{call}({mine} bytes)", j: f"{call}({theirs} bytes)"})
+
+
 @unpacking_class(("Bcast", "Gather", "Scatter", "Allgather", "Alltoall", "Reduce", "Allreduce",
                   "Reduce_scatter_block", "Reduce_scatter", "Scan", "Exscan"))
 class BufferCollectives:
@@ -199,14 +211,16 @@ class BufferCollectives:
         Beside the buffers a rank holds one gathered chunk of every rank,
         ``FOLD_CHUNK`` bytes in all, however large the buffers.
 
-        The first chunk is the remainder, so that ranks whose counts differ
-        differ in their first gather's size, where the simulator names the
-        mismatch; the rest are whole chunks."""
+        Ranks whose sizes differ must not pair one's chunks with another's
+        next call: in one gather the simulator compares the sizes; before
+        several, the ranks compare them here."""
         raw, size = x.raw, sc.size
         item = max(1, x.typed.dtype.itemsize)  # a chunk holds whole elements for the op
         per = max(item, FOLD_CHUNK // size // item * item)
         lo, hi = span if span else (0, raw.size)
-        bounds = [0, *range(raw.size % per or min(per, raw.size), raw.size + 1, per)]
+        bounds = [0, *range(min(per, raw.size), raw.size, per), raw.size]
+        if len(bounds) > 2:
+            _check_sizes(sc.allgather(np.int64(raw.size)), rank, call)
         for a, b in zip(bounds, bounds[1:]):
             parts = sc.allgather(raw[a:b]) if root is None else sc.gather(raw[a:b], root)
             c, d = max(a, lo), min(b, hi)

@@ -61,7 +61,8 @@ def _launch(launcher: str, mib: int, mode: str) -> list[dict]:
         cmd = ["mpiexec", "--oversubscribe", "-n", "2", sys.executable, *program]
     else:
         cmd = [sys.executable, "-m", "simdist", "run", "-n", "2", *program]
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    # PMIx's shared-memory store would leave a file in /dev/shm behind each Open MPI run
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", PMIX_MCA_gds="hash")
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     rows = [json.loads(line[7:]) for line in done.stdout.splitlines() if line.startswith("USEROP ")]
     if len(rows) != 2:
