@@ -9,8 +9,11 @@ buffer holds ``size`` blocks in rank order, Scatter's send buffer likewise,
 Alltoall's block ``j`` goes to (comes from) rank ``j``, Reduce_scatter_block
 leaves block ``rank`` of the reduction on rank ``rank``. ``MPI.IN_PLACE``
 (or None) is accepted where MPI allows it. Reductions are the rank-order
-fold (see ``_ops``); Scan and Exscan gather every rank's buffer and fold
-the prefix, which gives the same bits as Allreduce on the last rank.
+fold (see ``_ops``); Scan and Exscan gather every rank's buffer, a chunk
+at a time, and fold the prefix, which gives the same bits as Allreduce on
+the last rank. A reduction the simulator's own collectives cannot do (a
+user op, ...) is folded chunk by chunk into the receive buffer
+(``_fold_chunks``), so it holds one gathered chunk beside the buffers.
 """
 
 from __future__ import annotations
