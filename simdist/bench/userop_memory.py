@@ -4,7 +4,8 @@ Each rank of a 2-rank run allocates a float64 buffer of the given size,
 fills it, and calls ``Allreduce`` once with a user op (``MPI.Op.Create``
 of a numpy sum over the operands' ``MPI.buffer`` objects), in place
 (``MPI.IN_PLACE``) or into a second buffer; it reports its peak resident
-memory (``VmHWM``) before and after the call and checks the result. The
+memory (``VmHWM``) before and after the call, the call's time, and checks
+the result. The
 program runs under Open MPI (``mpiexec --oversubscribe -n 2 python -m
 simdist.bench.userop_memory --rank ...``) and under the simulated mpi4py
 (``simdist run -n 2 -m simdist.bench.userop_memory --rank ...``), one
@@ -20,6 +21,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 MODES = ("in_place", "out_of_place")
 
@@ -46,13 +48,16 @@ def _rank(mib: int, mode: str) -> None:
     x = np.full((mib << 20) // 8, comm.rank + 1.0)
     out = x if mode == "in_place" else np.zeros_like(x)
     before = _vm_hwm_mib()
+    comm.Barrier()
+    start = time.perf_counter()
     comm.Allreduce(MPI.IN_PLACE if mode == "in_place" else x, out, op)
+    seconds = time.perf_counter() - start
     after = _vm_hwm_mib()
     expected = comm.size * (comm.size + 1) / 2
     ok = bool(out[0] == expected and out[-1] == expected and (out == expected).all())
     op.Free()
     print("USEROP " + json.dumps({"rank": comm.rank, "mib": mib, "mode": mode, "before_mib": round(before, 1),
-                                  "peak_mib": round(after, 1), "ok": ok}), flush=True)
+                                  "peak_mib": round(after, 1), "seconds": round(seconds, 3), "ok": ok}), flush=True)
 
 
 def _launch(launcher: str, mib: int, mode: str) -> list[dict]:
@@ -82,6 +87,7 @@ def main(argv: list[str]) -> None:
                 peak = max(row["peak_mib"] for row in rows)
                 print(f"{mib} MiB {mode:12} {launcher:11}: peak {peak:7.1f} MiB per rank "
                       f"(before the call {max(row['before_mib'] for row in rows):.1f}), "
+                      f"{max(row['seconds'] for row in rows):.2f} s, "
                       f"result {'ok' if all(row['ok'] for row in rows) else 'WRONG'}", flush=True)
                 results.append({"launcher": launcher, "ranks": rows})
     print(json.dumps(results))
