@@ -88,6 +88,21 @@ BY_ADDRESS = """
 
 PROGRAMS = {"user_op_by_address": BY_ADDRESS}
 
+#: The memory tests' start (indented as their bodies): a user op that sums float64, 64 MiB per
+#: rank in ``x``, and the peak memory.
+SUM_OF_64_MIB = """
+        def add(inbuf, inoutbuf, datatype):
+            b = np.frombuffer(inoutbuf, np.float64)
+            np.add(np.frombuffer(inbuf, np.float64), b, out=b)
+
+        def peak_mib():
+            with open("/proc/self/status") as status:
+                return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024
+
+        op = MPI.Op.Create(add, commute=True)
+        x = np.full(8 << 20, rank + 1.0)
+"""
+
 
 @pytest.mark.parametrize("n", [2, 3])
 def test_a_user_op_gets_mpi_buffers_over_the_operands_memory(tmp_path, n):
@@ -105,17 +120,7 @@ def test_a_user_op_reduction_holds_no_copy_of_every_ranks_buffer(tmp_path):
     grows each rank's peak memory by much less than the buffer: the fold
     writes into the receive buffer a chunk at a time (gathering whole
     buffers took about 7 times the buffer at 2 ranks)."""
-    ok(tmp_path, """
-        def add(inbuf, inoutbuf, datatype):
-            b = np.frombuffer(inoutbuf, np.float64)
-            np.add(np.frombuffer(inbuf, np.float64), b, out=b)
-
-        def peak_mib():
-            with open("/proc/self/status") as status:
-                return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024
-
-        op = MPI.Op.Create(add, commute=True)
-        x = np.full(8 << 20, rank + 1.0)  # 64 MiB
+    ok(tmp_path, SUM_OF_64_MIB + """
         out = np.zeros_like(x)
         comm.Allreduce(MPI.IN_PLACE, x[:1 << 20], op)  # the arena's slots touched once
         x[:1 << 20] = rank + 1.0
@@ -146,3 +151,33 @@ def test_ranks_whose_large_buffers_differ_raise_a_mismatch(tmp_path):
     assert outcome.status != 0
     assert "CollectiveMismatch: rank 0: Allreduce of 8388608 bytes met rank 1's Allreduce of 12582912 bytes" \
         in outcome.error, outcome.error
+
+
+def test_a_nonblocking_user_op_reduction_holds_one_copy_and_moves_while_its_rank_waits_elsewhere(tmp_path):
+    """Iallreduce of 64 MiB per rank in place: the peer's buffer received
+    is the one copy (the rank's own part is read from its buffer, the
+    payload sent from it); the payload's receive is posted at the start, so
+    rank 1's Wait completes while rank 0 waits in a Recv (MPI's progress
+    rule). A count that differs raises CollectiveMismatch, not a hang."""
+    ok(tmp_path, SUM_OF_64_MIB + """
+        import simdist
+
+        before = peak_mib()
+        request = comm.Iallreduce(MPI.IN_PLACE, x, op)
+        if rank == 0:
+            comm.Recv(np.zeros(1), 1, 5)
+            request.Wait()
+        else:
+            request.Wait()
+            comm.Send(np.ones(1), 0, 5)
+        grown = peak_mib() - before
+        assert grown < 96, f"rank {rank}: the peak grew by {grown:.0f} MiB in an Iallreduce of 64 MiB"
+        assert (x == 3.0).all()
+        try:
+            comm.Iallreduce(MPI.IN_PLACE, np.ones(1 << 17 if rank == 0 else 10), op).Wait()
+        except simdist.CollectiveMismatch as exc:
+            assert "count=131072" in str(exc) and "count=10," in str(exc), exc
+        else:
+            raise AssertionError("counts that differ did not raise")
+        op.Free()
+    """, 2, timeout=60.0)

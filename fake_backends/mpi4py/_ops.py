@@ -263,30 +263,41 @@ def mpibuf(raw: np.ndarray):
     return buffer.fromaddress(raw.ctypes.data, raw.nbytes)
 
 
-def fold_into(op: Op, parts: list[np.ndarray], dest: np.ndarray, datatype, call: str, rank: int) -> None:
+def fold_into(op: Op, parts: list[np.ndarray], dest: np.ndarray, datatype, call: str, rank: int,
+              spare=()) -> None:
     """Store the rank-order fold of ``parts`` (each rank's bytes, uint8, in
     rank order) with ``op`` into ``dest`` (uint8, as many bytes).
 
-    A user op folds ``inoutbuf = inbuf op inoutbuf`` with ``inoutbuf`` a
-    copy of the next part, and ``dest`` itself on the last step: the memory
-    it needs beside the parts is one part's bytes, and only from 3 parts
-    on. ``parts`` are only read (the first may be ``dest``'s own memory)."""
+    A user op folds ``inoutbuf = inbuf op inoutbuf`` with ``inoutbuf`` the
+    next part: a copy, or the part itself where its index is in ``spare``
+    (parts the caller lets the fold overwrite), and ``dest`` on the last
+    step, unless the running result is ``dest``'s own memory (the rank's
+    in-place input): then the last part if spare, a copy of the result
+    else. Other parts are only read."""
     if op._function is None:
         dtype = datatype.dtype
         dest.view(dtype)[...] = fold_arrays(op, [p.view(dtype) for p in parts], datatype, call, rank)
         return
     validate(op, datatype, call, rank)
     acc, last = parts[0], len(parts) - 1
-    if last and np.may_share_memory(acc, dest):
-        acc = acc.copy()  # the last step writes dest before the function reads inbuf
     for j in range(1, last + 1):
-        target = dest if j == last else np.array(parts[j], copy=True)
-        if j == last:
-            dest[...] = parts[j]
+        if j < last or (j in spare and np.may_share_memory(acc, dest)):
+            target = parts[j] if j in spare else np.array(parts[j], copy=True)
+        else:
+            if np.may_share_memory(acc, dest):
+                acc = acc.copy()  # dest is written before the function reads inbuf
+            target = dest
+            _store(dest, parts[j])
         op._function(mpibuf(acc), mpibuf(target), datatype)
         acc = target
-    if not last and not np.may_share_memory(acc, dest):
-        dest[...] = acc
+    _store(dest, acc)
+
+
+def _store(dest: np.ndarray, src: np.ndarray) -> None:
+    """``dest[...] = src``, nothing when they are the same bytes (numpy
+    would copy ``src`` to a temporary first: it overlaps ``dest``)."""
+    if src.ctypes.data != dest.ctypes.data or src.nbytes != dest.nbytes:
+        dest[...] = src
 
 
 def _fold_loc(key, parts, out):

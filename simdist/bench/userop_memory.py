@@ -3,7 +3,8 @@
 Each rank of a 2-rank run allocates a float64 buffer of the given size,
 fills it, and calls ``Allreduce`` once with a user op (``MPI.Op.Create``
 of a numpy sum over the operands' ``MPI.buffer`` objects), in place
-(``MPI.IN_PLACE``) or into a second buffer; it reports its peak resident
+(``MPI.IN_PLACE``) or into a second buffer (and an in-place
+``Iallreduce``, waited for at once); it reports its peak resident
 memory (``VmHWM``) before and after the call, the call's time, and checks
 the result. The
 program runs under Open MPI (``mpiexec --oversubscribe -n 2 python -m
@@ -23,7 +24,7 @@ import subprocess
 import sys
 import time
 
-MODES = ("in_place", "out_of_place")
+MODES = ("in_place", "out_of_place", "Iallreduce_in_place")
 
 
 def _vm_hwm_mib() -> float:
@@ -46,11 +47,14 @@ def _rank(mib: int, mode: str) -> None:
     comm = MPI.COMM_WORLD
     op = MPI.Op.Create(add, commute=True)
     x = np.full((mib << 20) // 8, comm.rank + 1.0)
-    out = x if mode == "in_place" else np.zeros_like(x)
+    out = np.zeros_like(x) if mode == "out_of_place" else x
     before = _vm_hwm_mib()
     comm.Barrier()
     start = time.perf_counter()
-    comm.Allreduce(MPI.IN_PLACE if mode == "in_place" else x, out, op)
+    if mode == "Iallreduce_in_place":
+        comm.Iallreduce(MPI.IN_PLACE, out, op).Wait()
+    else:
+        comm.Allreduce(MPI.IN_PLACE if mode == "in_place" else x, out, op)
     seconds = time.perf_counter() - start
     after = _vm_hwm_mib()
     expected = comm.size * (comm.size + 1) / 2
@@ -85,7 +89,7 @@ def main(argv: list[str]) -> None:
             for launcher in ("Open MPI", "simdist run"):
                 rows = _launch(launcher, mib, mode)
                 peak = max(row["peak_mib"] for row in rows)
-                print(f"{mib} MiB {mode:12} {launcher:11}: peak {peak:7.1f} MiB per rank "
+                print(f"{mib} MiB {mode:19} {launcher:11}: peak {peak:7.1f} MiB per rank "
                       f"(before the call {max(row['before_mib'] for row in rows):.1f}), "
                       f"{max(row['seconds'] for row in rows):.2f} s, "
                       f"result {'ok' if all(row['ok'] for row in rows) else 'WRONG'}", flush=True)
