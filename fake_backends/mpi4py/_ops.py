@@ -15,9 +15,9 @@ Every reduction of the stand-in is the rank-ascending left fold
   ``function(inbuf, inoutbuf, datatype)`` with two writable ``MPI.buffer``
   objects over the operands' memory (no ``obj``); ``inoutbuf`` holds the
   later rank's operand and receives ``inbuf op inoutbuf``, and on the fold's
-  last step it is the receive buffer itself (``Reduce_local``: the caller's
-  two buffers), so what the function writes through ``inoutbuf.address``
-  is the result;
+  last step it is the receive buffer itself or a buffer then copied into it
+  (``Reduce_local``: the caller's two buffers), so what the function writes
+  through ``inoutbuf.address`` is the result;
 * Python objects (lowercase ``reduce``, ``allreduce``, ``scan``, ``exscan``)
   are folded as mpi4py's "naive" reductions do: ``res = op(res, item)`` over
   the items in rank order, with mpi4py's functions for the predefined ops
