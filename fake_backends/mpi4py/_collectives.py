@@ -9,8 +9,11 @@ buffer holds ``size`` blocks in rank order, Scatter's send buffer likewise,
 Alltoall's block ``j`` goes to (comes from) rank ``j``, Reduce_scatter_block
 leaves block ``rank`` of the reduction on rank ``rank``. ``MPI.IN_PLACE``
 (or None) is accepted where MPI allows it. Reductions are the rank-order
-fold (see ``_ops``); Scan and Exscan gather every rank's buffer and fold
-the prefix, which gives the same bits as Allreduce on the last rank.
+fold (see ``_ops``); Scan and Exscan gather every rank's buffer, a chunk
+at a time, and fold the prefix, which gives the same bits as Allreduce on
+the last rank. A reduction the simulator's own collectives cannot do (a
+user op, ...) is folded chunk by chunk into the receive buffer
+(``_fold_chunks``), so it holds one gathered chunk beside the buffers.
 """
 
 from __future__ import annotations
@@ -21,11 +24,14 @@ from simdist._arguments import DTYPE_CODE
 
 from ._buffers import BufSpec, is_in_place, parse
 from ._nbschedule import Counted
-from ._ops import PREDEFINED, check, fold_arrays, simdist_op, validate
+from ._ops import PREDEFINED, check, fold_into, simdist_op, validate
 from ._pointtopoint import c_int
 from ._unpacking import check_signatures, unpacking_class
 
 SUM = PREDEFINED["SUM"]
+#: The bytes of all ranks' buffers one gather of a folded reduction moves
+#: (``_fold_chunks``): the memory such a reduction takes beside the buffers.
+FOLD_CHUNK = 8 << 20
 
 
 def _put(raw: np.ndarray, out: np.ndarray) -> None:
@@ -58,6 +64,18 @@ def _same(send: BufSpec, recv: BufSpec, call: str, blocks: int = 1, moves: bool 
         raise ValueError(f"{call}: mismatch in send and receive MPI datatypes")
     if send.count != recv.count:
         raise ValueError(f"{call}: mismatch in send count {send.count} and receive count {recv.count * blocks}")
+
+
+def _check_sizes(sizes: np.ndarray, rank: int, call: str) -> None:
+    """Raise ``CollectiveMismatch`` unless every rank's buffer has this rank's size (bytes)."""
+    from simdist import CollectiveMismatch
+
+    mine = int(sizes[rank])
+    for j, theirs in enumerate(sizes.tolist()):
+        if theirs != mine:
+            raise CollectiveMismatch(
+                f"rank {rank}: {call} of {mine} bytes met rank {j}'s {call} of {theirs} bytes; every rank must "
+                "pass the same count", {rank: f"{call}({mine} bytes)", j: f"{call}({theirs} bytes)"})
 
 
 @unpacking_class(("Bcast", "Gather", "Scatter", "Allgather", "Alltoall", "Reduce", "Allreduce",
@@ -163,25 +181,54 @@ class BufferCollectives:
 
     # -- reductions -------------------------------------------------------------------
     def _reduce_input(self, sendbuf, recv: BufSpec, call: str, blocks: int = 1) -> BufSpec:
+        # In place the input is the receive buffer itself: every path reads
+        # a part of it (a chunk, or the whole) before it writes that part.
         if is_in_place(sendbuf):
-            return BufSpec(recv.raw.copy(), recv.datatype, recv.count * blocks)
+            return BufSpec(recv.raw, recv.datatype, recv.count * blocks)
         send = parse(sendbuf, writable=False, blocks=blocks, what="sendbuf")
         _same(send, recv, call, blocks)
         return send
 
-    def _reduction(self, st, sc, x: BufSpec, op, root: int | None, call: str) -> np.ndarray | None:
-        """The rank-order reduction of every rank's ``x`` with ``op``, on
-        ``root`` (every rank when None); None elsewhere."""
+    def _reduction(self, st, sc, x: BufSpec, op, root: int | None, call: str, dest: np.ndarray | None,
+                   span: tuple[int, int] | None = None) -> None:
+        """Store bytes ``span`` (all: None) of the rank-order reduction of
+        every rank's ``x`` with ``op`` into ``dest`` on ``root`` (every rank
+        when None)."""
         op = check(op, call)
         name = simdist_op(op)
         typed = x.typed
         if name is not None and typed.dtype in DTYPE_CODE:
-            return sc.allreduce(typed, name) if root is None else sc.reduce(typed, root, name)
+            out = sc.allreduce(typed, name) if root is None else sc.reduce(typed, root, name)
+            if dest is not None:
+                _put(dest, out.reshape(-1).view(np.uint8)[slice(*span) if span else slice(None)])
+            return
         validate(op, x.datatype, call, st.rank)
-        parts = sc.allgather(x.raw) if root is None else sc.gather(x.raw, root)
-        if parts is None:
-            return None
-        return fold_arrays(op, [p.view(typed.dtype) for p in parts], x.datatype, call, st.rank)
+        self._fold_chunks(sc, x, op, call, st.rank, dest, root, span=span)
+
+    def _fold_chunks(self, sc, x: BufSpec, op, call: str, rank: int, dest: np.ndarray | None,
+                     root: int | None = None, ranks: int | None = None, span: tuple[int, int] | None = None):
+        """The reductions simdist's own cannot do (see ``_ops``): gather
+        every rank's ``x`` a chunk at a time (at ``root``; everywhere when
+        None) and fold the chunk's parts of ranks ``0..ranks-1`` (all: None)
+        into ``dest``, which holds bytes ``span`` of the result (all: None).
+        Beside the buffers a rank holds one gathered chunk of every rank,
+        ``FOLD_CHUNK`` bytes in all, however large the buffers.
+
+        Ranks whose sizes differ must not pair one's chunks with another's
+        next call: in one gather the simulator compares the sizes; before
+        several, the ranks compare them here."""
+        raw, size = x.raw, sc.size
+        item = max(1, x.typed.dtype.itemsize)  # a chunk holds whole elements for the op
+        per = max(item, FOLD_CHUNK // size // item * item)
+        lo, hi = span if span else (0, raw.size)
+        bounds = [0, *range(min(per, raw.size), raw.size, per), raw.size]
+        if len(bounds) > 2:
+            _check_sizes(sc.allgather(np.int64(raw.size)), rank, call)
+        for a, b in zip(bounds, bounds[1:]):
+            parts = sc.allgather(raw[a:b]) if root is None else sc.gather(raw[a:b], root)
+            c, d = max(a, lo), min(b, hi)
+            if parts is not None and ranks != 0 and (c < d or a == b):
+                fold_into(op, [p[c - a:d - a] for p in parts[:ranks]], dest[c - lo:d - lo], x.datatype, call, rank)
 
     def Reduce(self, sendbuf, recvbuf, op=SUM, root: int = 0) -> None:
         """Root's ``recvbuf`` gets the reduction of every rank's ``sendbuf``."""
@@ -189,18 +236,17 @@ class BufferCollectives:
         root = self._root(st, root, "Reduce")
         if st.rank == root:
             recv = parse(recvbuf, writable=True, what="recvbuf")
-            out = self._reduction(st, sc, self._reduce_input(sendbuf, recv, "Reduce"), op, root, "Reduce")
-            _put(recv.raw, out)
+            self._reduction(st, sc, self._reduce_input(sendbuf, recv, "Reduce"), op, root, "Reduce", recv.raw)
         else:
             send = parse(sendbuf, writable=False, what="sendbuf")
-            self._reduction(st, sc, send, op, root, "Reduce")
+            self._reduction(st, sc, send, op, root, "Reduce", None)
 
     def Allreduce(self, sendbuf, recvbuf, op=SUM) -> None:
         """Every rank's ``recvbuf`` gets the reduction of every rank's ``sendbuf``."""
         st, sc = self._coll()
         recv = parse(recvbuf, writable=True, what="recvbuf")
         x = self._reduce_input(sendbuf, recv, "Allreduce")
-        _put(recv.raw, self._reduction(st, sc, x, op, None, "Allreduce"))
+        self._reduction(st, sc, x, op, None, "Allreduce", recv.raw)
 
     def Reduce_scatter_block(self, sendbuf, recvbuf, op=SUM) -> None:
         """Rank ``r``'s ``recvbuf`` gets block ``r`` of the reduction of every
@@ -209,7 +255,7 @@ class BufferCollectives:
         call = "Reduce_scatter_block"
         if is_in_place(sendbuf):
             recv = parse(recvbuf, writable=True, blocks=st.size, what="recvbuf")
-            x = BufSpec(recv.raw.copy(), recv.datatype, recv.count * st.size)
+            x = BufSpec(recv.raw, recv.datatype, recv.count * st.size)
             dest = _blocks(recv.raw, st.size)[0]
         else:
             recv = parse(recvbuf, writable=True, what="recvbuf")
@@ -220,10 +266,9 @@ class BufferCollectives:
         name = simdist_op(op)
         typed = x.typed
         if name is not None and typed.dtype in DTYPE_CODE:
-            out = sc.reduce_scatter(_blocks(typed, st.size), name)
+            _put(dest, sc.reduce_scatter(_blocks(typed, st.size), name))
         else:
-            out = _blocks(self._reduction(st, sc, x, op, None, call), st.size)[st.rank]
-        _put(dest, out)
+            self._reduction(st, sc, x, op, None, call, dest, (st.rank * dest.size, (st.rank + 1) * dest.size))
 
     def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=SUM) -> None:
         """Rank ``r``'s ``recvbuf`` gets ``recvcounts[r]`` elements of the
@@ -244,7 +289,7 @@ class BufferCollectives:
         if in_place:
             if recv.count != total:
                 raise ValueError(f"{call}: mismatch in receive count {recv.count} and sum(counts) {total}")
-            x = BufSpec(recv.raw.copy(), recv.datatype, total)
+            x = BufSpec(recv.raw, recv.datatype, total)
         else:
             x = parse(sendbuf, writable=False, what="sendbuf")
             if x.datatype != recv.datatype:
@@ -254,9 +299,9 @@ class BufferCollectives:
             if recv.count != counts[st.rank]:
                 raise ValueError(f"{call}: mismatch in receive count {recv.count} and counts[{st.rank}] "
                                  f"{counts[st.rank]}")
-        out = self._reduction(st, sc, x, op, None, call)
         size = x.datatype.Get_size()
-        _put(recv.raw[:counts[st.rank] * size], out[start:start + counts[st.rank]])
+        lo, hi = start * size, (start + counts[st.rank]) * size
+        self._reduction(st, sc, x, op, None, call, recv.raw[:hi - lo], (lo, hi))
 
     def _prefix(self, sendbuf, recvbuf, op, call: str, inclusive: bool) -> None:
         st, sc = self._coll()
@@ -264,12 +309,8 @@ class BufferCollectives:
         x = self._reduce_input(sendbuf, recv, call)
         op = check(op, call)
         validate(op, x.datatype, call, st.rank)
-        parts = sc.allgather(x.raw)
-        upto = st.rank + 1 if inclusive else st.rank
-        if upto == 0:
-            return  # Exscan leaves rank 0's recvbuf as it was, as MPI does
-        dtype = x.typed.dtype
-        _put(recv.raw, fold_arrays(op, [p.view(dtype) for p in parts[:upto]], x.datatype, call, st.rank))
+        # Exscan leaves rank 0's recvbuf as it was, as MPI does (it folds no rank)
+        self._fold_chunks(sc, x, op, call, st.rank, recv.raw, ranks=st.rank + 1 if inclusive else st.rank)
 
     def Scan(self, sendbuf, recvbuf, op=SUM) -> None:
         """Rank ``r``'s ``recvbuf`` gets the reduction over ranks ``0..r``."""

@@ -24,7 +24,7 @@ from ._collectives import _same
 from ._errors import ERR_TRUNCATE, Exception as MPIException
 from ._nbschedule import EMPTY, start
 from ._unpacking import deferred, repack
-from ._ops import PREDEFINED, check, fold_arrays, validate
+from ._ops import PREDEFINED, check, fold_arrays, fold_into, validate
 from ._requests import Prequest
 
 SUM = PREDEFINED["SUM"]
@@ -40,6 +40,11 @@ def _place(dest: np.ndarray, data: np.ndarray, call: str, source: int) -> None:
         raise MPIException(ERR_TRUNCATE, f"{call}: rank {source} sent {data.size} bytes for a block of "
                                          f"{dest.size} bytes")
     dest[...] = data
+
+
+def _received(n: int, me: int) -> set[int]:
+    """The parts a fold may overwrite: those received (all but the rank's own)."""
+    return set(range(n)) - {me}
 
 
 def _op_name(op) -> str:
@@ -73,17 +78,18 @@ class _Post:
     ``_deferring``) are packed again at each start (sends) and stored when it
     completes (receives)."""
 
-    __slots__ = ("st", "call", "desc", "payloads", "finish", "specs")
+    __slots__ = ("st", "call", "desc", "payloads", "finish", "specs", "incoming")
 
-    def __init__(self, st, call, desc, payloads, finish):
+    def __init__(self, st, call, desc, payloads, finish, incoming=None):
         self.st, self.call, self.desc, self.payloads, self.finish = st, call, desc, payloads, finish
+        self.incoming = incoming  # the bytes each rank sends this one, where the call fixes them
         self.specs = ()
 
     def __call__(self):
         for spec, writable in self.specs:
             if not writable:
                 repack(spec)
-        return start(self.st, self.call, self.desc, self.payloads(), self._done)
+        return start(self.st, self.call, self.desc, self.payloads(), self._done, self.incoming)
 
     def _done(self, parts) -> None:
         self.finish(parts)
@@ -110,13 +116,14 @@ class NonblockingCollectives:
     ``_st()`` and ``_root()`` (``_collectives``)."""
 
     # -- preparing ----------------------------------------------------------------------------
-    def _nbc(self, st, call: str, signature: str, payloads, finish):
+    def _nbc(self, st, call: str, signature: str, payloads, finish, incoming=None):
         """``post()`` of one collective: ``payloads()`` gives each rank's
-        bytes (read at each post), ``finish(parts)`` the result."""
+        bytes (read at each post), ``finish(parts)`` the result;
+        ``incoming[j]`` the bytes rank ``j`` sends (see ``_nbschedule.start``)."""
         base = call.removesuffix("_init")
         if base[0] == "I" and base[1].islower():
             base = base[1:].capitalize()
-        return _Post(st, call, f"{base}({signature})", payloads, finish)
+        return _Post(st, call, f"{base}({signature})", payloads, finish, incoming)
 
     @_deferring
     def _barrier(self, call):
@@ -267,11 +274,11 @@ class NonblockingCollectives:
 
         def finish(parts):
             if recv is not None:
-                recv.raw[...] = self._fold(op, x, parts, call, me).view(np.uint8)
+                fold_into(op, parts, recv.raw, x.datatype, call, me, _received(n, me))
 
         signature = (f"root={root}, " if root is not None else "") + \
             f"count={x.count}, {_typename(x.datatype)}, op={_op_name(op)}"
-        return self._nbc(st, call, signature, payloads, finish)
+        return self._nbc(st, call, signature, payloads, finish, [x.raw.size if recv is not None else 0] * n)
 
     @_deferring
     def _reduce_scatter_block(self, call, sendbuf, recvbuf, op):
@@ -290,10 +297,11 @@ class NonblockingCollectives:
         validate(op, x.datatype, call, me)
 
         def finish(parts):
-            dest[...] = self._fold(op, x, parts, call, me).view(np.uint8)
+            fold_into(op, parts, dest, x.datatype, call, me, _received(n, me))
 
         signature = f"count={x.count // n if n else 0}, {_typename(x.datatype)}, op={_op_name(op)}"
-        return self._nbc(st, call, signature, lambda: [np.array(b, copy=True) for b in _blocks(x.raw, n)], finish)
+        return self._nbc(st, call, signature, lambda: [np.array(b, copy=True) for b in _blocks(x.raw, n)], finish,
+                         [x.raw.size // n] * n)
 
     @_deferring
     def _reduce_scatter(self, call, sendbuf, recvbuf, recvcounts, op):
@@ -339,7 +347,7 @@ class NonblockingCollectives:
             recv.raw[:mine * size] = out[start_:start_ + mine * size]
 
         signature = f"count={x.count}, {_typename(x.datatype)}, op={_op_name(op)}"
-        return self._nbc(st, call, signature, payloads, finish)
+        return self._nbc(st, call, signature, payloads, finish, [8 + x.raw.size] * n)
 
     @_deferring
     def _scan(self, call, sendbuf, recvbuf, op, inclusive: bool):
@@ -356,10 +364,10 @@ class NonblockingCollectives:
 
         def finish(parts):
             if upto:  # Exscan leaves rank 0's recvbuf as it was, as MPI does
-                recv.raw[...] = self._fold(op, x, parts[:upto], call, me).view(np.uint8)
+                fold_into(op, parts[:upto], recv.raw, x.datatype, call, me, _received(n, me))
 
         signature = f"count={x.count}, {_typename(x.datatype)}, op={_op_name(op)}"
-        return self._nbc(st, call, signature, payloads, finish)
+        return self._nbc(st, call, signature, payloads, finish, [x.raw.size if j <= me else 0 for j in range(n)])
 
     # -- the calls ----------------------------------------------------------------------------
     def Ibarrier(self):

@@ -8,7 +8,8 @@ user receive and no neighbour collective (bit 61) matches them. Each
 message carries the sender's *signature* of the call (its sequence number
 among the communicator's collectives, the collective, the root, the op,
 the datatype and counts MPI requires to agree) and the payload the
-receiver needs (a block, the whole buffer, or nothing). Since messages
+receiver needs (a block, the whole buffer, or nothing); a large payload
+follows in a message of its own, sent from the buffer without a copy. Since messages
 from one sender arrive in order, the k-th collective message a rank takes
 from a peer is that peer's k-th collective: collectives match in call
 order per communicator, whatever the order of the Waits.
@@ -34,7 +35,7 @@ import numpy as np
 from simdist._errors import CollectiveMismatch
 
 from ._errors import Exception as MPIException
-from ._p2p import ANY_TAG, SendOp
+from ._p2p import SendOp
 
 #: Flipped in a communicator's context to give that of its nonblocking collectives.
 NBC_CONTEXT_BIT = 1 << 60
@@ -65,27 +66,39 @@ class Counted:
         return getattr(self._sc, name)
 
 
-def _message(seq: int, signature: bytes, payload: np.ndarray) -> np.ndarray:
-    head = np.array([seq, len(signature)], np.int64).view(np.uint8)
-    return np.concatenate([head, np.frombuffer(signature, np.uint8), payload.reshape(-1).view(np.uint8)])
+#: A payload of more bytes, in a call whose receivers know the size of
+#: what each peer sends them (``start``'s ``incoming``: the reductions),
+#: travels in a message of its own (tag 1) after the signature's (tag 0),
+#: sent from the buffer itself: joining the two would copy the whole
+#: payload once more. Its receive is posted at the start, so the message
+#: moves while the rank waits in any call, as MPI's progress rule wants.
+SEPARATE = 256 << 10
 
 
-def _unpack(data: np.ndarray) -> tuple[int, str, np.ndarray]:
-    seq, length = (int(v) for v in data[:16].view(np.int64))
-    return seq, bytes(data[16:16 + length]).decode(), data[16 + length:]
+def _message(seq: int, signature: bytes, payload: np.ndarray, separate: bool) -> np.ndarray:
+    """The signature's message; the payload in it unless it is sent ``separate``ly."""
+    head = np.array([seq, len(signature), separate], np.int64).view(np.uint8)
+    inline = EMPTY if separate else payload.reshape(-1).view(np.uint8)
+    return np.concatenate([head, np.frombuffer(signature, np.uint8), inline])
+
+
+def _unpack(data: np.ndarray) -> tuple[int, str, bool, np.ndarray]:
+    seq, length, separate = (int(v) for v in data[:24].view(np.int64))
+    return seq, bytes(data[24:24 + length]).decode(), bool(separate), data[24 + length:]
 
 
 class CollectiveOp(SendOp):
     """One nonblocking collective in progress, as a request's operation."""
 
     __slots__ = ("recvs", "sends", "parts", "finish", "finished", "mismatch", "call", "where", "seq",
-                 "signature", "me", "members")
+                 "signature", "me", "members", "payloads")
     collective = True
 
     def __init__(self, call: str, where: str, seq: int, signature: str, me: int, finish):  # noqa: D107
         self.call, self.where, self.seq, self.signature, self.me = call, where, seq, signature, me
         self.finish, self.finished, self.mismatch, self.error = finish, False, None, None
         self.recvs, self.sends, self.parts = [], [], []
+        self.payloads: dict = {}  # rank -> the receive of its separate payload
 
     @property
     def desc(self) -> str:
@@ -101,39 +114,51 @@ class CollectiveOp(SendOp):
             raise self.mismatch
         if self.finished:
             return True
-        if not all(op.done for op in self.sends) or not all(op is None or op.done for op in self.recvs):
+        if (not all(op.done for op in self.sends) or not all(op is None or op.done for op in self.recvs)
+                or not all(op.done for op in self.payloads.values())):
+            if self.payloads:  # a peer that called another collective sends no separate payload: say so now
+                for rank, op in enumerate(self.recvs):
+                    if op is not None and op.done:
+                        self._payload(rank, op.data)
             return False
         self._finish()
         return True
 
+    def _payload(self, rank: int, data: np.ndarray) -> np.ndarray | None:
+        """``rank``'s payload, from its message (None: in a message of its own);
+        raises ``CollectiveMismatch`` if its call is not this one."""
+        seq, signature, separate, payload = _unpack(data)
+        if (seq, signature, separate) != (self.seq, self.signature, rank in self.payloads):
+            mine = f"{self.signature} (collective #{self.seq})"
+            theirs = f"{signature} (collective #{seq})"
+            self.mismatch = CollectiveMismatch(
+                f"{self.call} on {self.where}: rank {self.me} called {mine} but rank {rank} called {theirs} "
+                f"at the same position in the communicator's order of collectives",
+                {self.me: mine, rank: theirs})
+            raise self.mismatch
+        return None if separate else payload
+
     def _finish(self) -> None:
         parts = list(self.parts)
         for rank, op in enumerate(self.recvs):
-            if op is None:
-                continue
-            seq, signature, payload = _unpack(op.data)
-            if (seq, signature) != (self.seq, self.signature):
-                mine = f"{self.signature} (collective #{self.seq})"
-                theirs = f"{signature} (collective #{seq})"
-                self.mismatch = CollectiveMismatch(
-                    f"{self.call} on {self.where}: rank {self.me} called {mine} but rank {rank} called {theirs} "
-                    f"at the same position in the communicator's order of collectives",
-                    {self.me: mine, rank: theirs})
-                raise self.mismatch
-            parts[rank] = payload
+            if op is not None:
+                payload = self._payload(rank, op.data)
+                parts[rank] = self.payloads[rank].data if payload is None else payload
         self.finished = True
-        self.parts = []
+        self.parts, self.payloads = [], {}
         try:
             self.finish(parts)
         except MPIException as exc:
             self.error = exc
 
 
-def start(st, call: str, signature: str, payloads: list, finish):
+def start(st, call: str, signature: str, payloads: list, finish, incoming: list[int] | None = None):
     """Post the schedule of one collective of ``st``'s communicator:
     ``payloads[j]`` (uint8) goes to rank ``j`` (the rank's own entry is kept
     as its part); ``finish(parts)`` runs once all have arrived. Returns the
-    request. Posting never raises for the call's arguments."""
+    request. Posting never raises for the call's arguments. ``incoming[j]``:
+    the bytes rank ``j`` sends this rank, where the call's signature fixes
+    them (None: unknown); large payloads then travel ``SEPARATE``ly."""
     from ._requests import Request
 
     engine, me = st.engine, st.rank
@@ -141,12 +166,24 @@ def start(st, call: str, signature: str, payloads: list, finish):
     ctx = st.ctx ^ NBC_CONTEXT_BIT
     op = CollectiveOp(call, st.name, seq, signature, me, finish)
     op.parts = [None] * st.size
-    op.parts[me] = np.array(payloads[me], copy=True).reshape(-1).view(np.uint8)
+    own = payloads[me].reshape(-1).view(np.uint8)
+    # where the call fixes the sizes (the reductions), the rank's own part is
+    # read from its buffer at the end: MPI forbids changing it before
+    op.parts[me] = own if incoming is not None else own.copy()
     sig = signature.encode()
-    op.recvs = [None if rank == me else engine.recv(ctx, rank, ANY_TAG, None, f"{call} on {st.name}")
-                for rank in range(st.size)]
-    op.sends = [engine.send(st.members[rank], ctx, me, 0, _message(seq, sig, payloads[rank]), 0, False,
-                            f"{call} on {st.name}")
-                for rank in range(st.size) if rank != me]
+    desc = f"{call} on {st.name}"
+    op.recvs = [None if rank == me else engine.recv(ctx, rank, 0, None, desc) for rank in range(st.size)]
+    if incoming is not None:
+        op.payloads = {rank: engine.recv(ctx, rank, 1, None, desc)
+                       for rank, nbytes in enumerate(incoming) if rank != me and nbytes > SEPARATE}
+    for rank in range(st.size):
+        if rank != me:
+            payload = payloads[rank]
+            separate = incoming is not None and payload.nbytes > SEPARATE
+            op.sends.append(engine.send(st.members[rank], ctx, me, 0, _message(seq, sig, payload, separate), 0,
+                                        False, desc))
+            if separate:
+                op.sends.append(engine.send(st.members[rank], ctx, me, 1, payload.reshape(-1).view(np.uint8), 0,
+                                            False, desc))
     engine.progress()
     return Request._of(engine, op)

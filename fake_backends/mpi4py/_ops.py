@@ -8,8 +8,16 @@ Every reduction of the stand-in is the rank-ascending left fold
   that order, bit for bit;
 * Scan and Exscan, user ops (``Op.Create``), MAXLOC/MINLOC on pair
   datatypes (``MPI.DOUBLE_INT``, ...) and dtypes outside the contract
-  (``long double``) gather the buffers and fold them here, in rank order,
-  with the same fold (``simdist._reduction.fold``) where simdist has it;
+  (``long double``) gather the buffers a chunk at a time and fold each
+  chunk here into the receive buffer, in rank order, with the same fold
+  (``simdist._reduction.fold``) where simdist has it;
+* a user op's function is called as mpi4py calls it,
+  ``function(inbuf, inoutbuf, datatype)`` with two writable ``MPI.buffer``
+  objects over the operands' memory (no ``obj``); ``inoutbuf`` holds the
+  later rank's operand and receives ``inbuf op inoutbuf``, and on the fold's
+  last step it is the receive buffer itself or a buffer then copied into it
+  (``Reduce_local``: the caller's two buffers), so what the function writes
+  through ``inoutbuf.address`` is the result;
 * Python objects (lowercase ``reduce``, ``allreduce``, ``scan``, ``exscan``)
   are folded as mpi4py's "naive" reductions do: ``res = op(res, item)`` over
   the items in rank order, with mpi4py's functions for the predefined ops
@@ -120,7 +128,8 @@ class Op(Handle, IntegerHandles):
     @classmethod
     def Create(cls, function, commute: bool = False) -> "Op":
         """A user op: ``function(inbuf, inoutbuf, datatype)`` stores
-        ``inbuf op inoutbuf`` into ``inoutbuf`` (memoryviews of the bytes)."""
+        ``inbuf op inoutbuf`` into ``inoutbuf`` (``MPI.buffer`` objects over
+        the operands' bytes, as mpi4py passes them; see ``fold_into``)."""
         if not callable(function):
             raise TypeError(f"Op.Create: function={function!r} is not callable")
         if len(_USER_OPS) >= MAX_USER_OPS:  # mpi4py's registry of user functions has room for 32
@@ -162,7 +171,10 @@ class Op(Handle, IntegerHandles):
         dst = parse(inoutbuf, writable=True, what="inoutbuf")
         if src.raw.size != dst.raw.size:
             raise ValueError(f"mismatch in inbuf count {src.count} and inoutbuf count {dst.count}")
-        dst.typed[...] = fold_arrays(self, [src.typed, dst.typed.copy()], dst.datatype, "Reduce_local", 0)
+        if self._function is not None:  # as MPI_Reduce_local: the function on the two buffers themselves
+            self._function(mpibuf(src.raw), mpibuf(dst.raw), dst.datatype)
+            return
+        dst.typed[...] = fold_arrays(self, [src.typed, dst.typed], dst.datatype, "Reduce_local", 0)
 
 
     def __getattr__(self, name):
@@ -224,17 +236,12 @@ def validate(op: Op, datatype, call: str, rank: int) -> None:
 def fold_arrays(op: Op, parts: list[np.ndarray], datatype, call: str, rank: int) -> np.ndarray:
     """The rank-order fold of 1-D arrays ``parts`` (one per rank) with ``op``."""
     validate(op, datatype, call, rank)
+    if op._function is not None:
+        out = np.empty(parts[0].shape, parts[0].dtype)
+        fold_into(op, [p.view(np.uint8) for p in parts], out.view(np.uint8), datatype, call, rank)
+        return out
     out = np.array(parts[0], copy=True)
     if len(parts) == 1:
-        return out
-    if op._function is not None:  # user op: inoutbuf = inbuf op inoutbuf
-        for part in parts[1:]:
-            acc = np.array(part, copy=True)
-            # bytearrays, like mpi4py's MPI.buffer: writable, and slice assignment takes any bytes-like object
-            inoutbuf = bytearray(acc.view(np.uint8))
-            op._function(bytearray(out.view(np.uint8)), inoutbuf, datatype)
-            acc.view(np.uint8)[...] = np.frombuffer(inoutbuf, np.uint8)
-            out = acc
         return out
     if op._key in ("MAXLOC", "MINLOC"):
         return _fold_loc(op._key, parts, out)
@@ -246,6 +253,51 @@ def fold_arrays(op: Op, parts: list[np.ndarray], datatype, call: str, rank: int)
         for part in parts[1:]:
             ufunc(out, part, out=out)
     return out
+
+
+def mpibuf(raw: np.ndarray):
+    """What mpi4py passes a user op for an operand: a writable ``MPI.buffer``
+    over its bytes, ``obj`` None (mpi4py's ``mpibuf(base, count)``)."""
+    from ._mpibuffer import buffer  # _mpibuffer imports _buffers, which the ops come before
+
+    return buffer.fromaddress(raw.ctypes.data, raw.nbytes)
+
+
+def fold_into(op: Op, parts: list[np.ndarray], dest: np.ndarray, datatype, call: str, rank: int,
+              spare=()) -> None:
+    """Store the rank-order fold of ``parts`` (each rank's bytes, uint8, in
+    rank order) with ``op`` into ``dest`` (uint8, as many bytes).
+
+    A user op folds ``inoutbuf = inbuf op inoutbuf`` with ``inoutbuf`` the
+    next part: a copy, or the part itself where its index is in ``spare``
+    (parts the caller lets the fold overwrite), and ``dest`` on the last
+    step, unless the running result is ``dest``'s own memory (the rank's
+    in-place input): then the last part if spare, a copy of the result
+    else. Other parts are only read."""
+    if op._function is None:
+        dtype = datatype.dtype
+        dest.view(dtype)[...] = fold_arrays(op, [p.view(dtype) for p in parts], datatype, call, rank)
+        return
+    validate(op, datatype, call, rank)
+    acc, last = parts[0], len(parts) - 1
+    for j in range(1, last + 1):
+        if j < last or (j in spare and np.may_share_memory(acc, dest)):
+            target = parts[j] if j in spare else np.array(parts[j], copy=True)
+        else:
+            if np.may_share_memory(acc, dest):
+                acc = acc.copy()  # dest is written before the function reads inbuf
+            target = dest
+            _store(dest, parts[j])
+        op._function(mpibuf(acc), mpibuf(target), datatype)
+        acc = target
+    _store(dest, acc)
+
+
+def _store(dest: np.ndarray, src: np.ndarray) -> None:
+    """``dest[...] = src``, nothing when they are the same bytes (numpy
+    would copy ``src`` to a temporary first: it overlaps ``dest``)."""
+    if src.ctypes.data != dest.ctypes.data or src.nbytes != dest.nbytes:
+        dest[...] = src
 
 
 def _fold_loc(key, parts, out):
