@@ -31,7 +31,8 @@ from simdist._arguments import DTYPE_CODE
 from ._datatypes import Datatype, lookup, of_array, of_format
 from ._errors import ERR_TYPE, Exception as MPIException
 from ._interfaces import memory
-from ._unpacking import absolute_memory, register
+from ._addressed import absolute_memory, beyond_claim, claimed_only
+from ._unpacking import register
 
 
 from ._bufferexport import (BOTTOM, BUFFER_AUTOMATIC, IN_PLACE, BottomType,  # noqa: E402,F401 - MPI's names
@@ -197,11 +198,11 @@ def parse(spec, *, writable: bool, blocks: int = 0, what: str = "buf") -> BufSpe
             raise ValueError(f"message: negative diplacement {displ}")
         if displ > 0 and not datatype:
             raise ValueError("message: cannot handle displacement, datatype is null")
-        if displ * extent > length:
+        if displ * extent > length and not claimed_only(o_buf):
             raise ValueError(f"message: displacement {displ} out of bounds, number of datatype entries "
                              f"{length // max(extent, 1)}")
         offset = displ * extent
-        length -= offset
+        length = max(length - offset, 0)
     if o_count is not None:
         count = operator.index(o_count)
         if count < 0:
@@ -229,6 +230,9 @@ def parse(spec, *, writable: bool, blocks: int = 0, what: str = "buf") -> BufSpe
     if not datatype:
         datatype.Get_size()  # MPI's ERR_TYPE, as the call would give
     need = count * max(blocks, 1) * extent
+    if need > length and claimed_only(o_buf):
+        memory = beyond_claim(o_buf, np.array([offset, offset + need - 1]), writable, what)[0]
+        return BufSpec(memory, datatype, count)
     if need > length:
         raise ValueError(
             f"message: {what} has {length} bytes but count={count}"
@@ -268,17 +272,19 @@ class VecSpec:
 
     store = BufSpec.store
 
-    def _pack(self, writable: bool, what: str) -> None:
+    def _pack(self, writable: bool, what: str, obj) -> None:
         """For a derived datatype: keep the blocks packed, one after another (see BufSpec)."""
         tm = self.datatype._typemap(what)
         if not tm.committed:
             raise MPIException(ERR_TYPE, f"{what}: the datatype is not committed; call its Commit() first")
         index = np.concatenate([np.empty(0, np.int64)] + [tm.byte_index(c) + d * tm.extent
                                                           for c, d in zip(self.counts, self.displs)])
-        if index.size and (index.min() < 0 or index.max() >= self.raw.size):
+        memory = self.raw
+        if index.size and (index.min() < 0 or index.max() >= memory.size) and claimed_only(obj):
+            memory, index = beyond_claim(obj, index, writable, what)
+        elif index.size and (index.min() < 0 or index.max() >= memory.size):
             raise ValueError(f"message: the blocks of {what} (counts {self.counts}, displacements {self.displs}) "
                              f"do not fit in its {self.raw.size} bytes")
-        memory = self.raw
         self.raw, self.index, self.target = memory[index], index, memory
         register(self, writable)
 
@@ -328,10 +334,14 @@ def parse_vector(spec, *, writable: bool, blocks: int, what: str = "buf") -> Vec
         displs = [operator.index(o_displs) * i for i in range(blocks)]
     else:
         displs = _ints(o_displs, blocks, f"the displacements of {what}")
-    vec = VecSpec(raw, datatype, counts, displs)
     if datatype._is_derived():
-        vec._pack(writable, what)
+        vec = VecSpec(raw, datatype, counts, displs)
+        vec._pack(writable, what, o_buf)
         return vec
+    end = max([(d + c) * extent for c, d in zip(counts, displs)], default=0)
+    if end > raw.size and claimed_only(o_buf) and min(counts + displs, default=0) >= 0:
+        raw = beyond_claim(o_buf, np.array([0, end - 1]), writable, what)[0]
+    vec = VecSpec(raw, datatype, counts, displs)
     for j in range(blocks):
         if counts[j] < 0 or displs[j] < 0 or (displs[j] + counts[j]) * extent > raw.size:
             raise ValueError(f"message: block {j} of {what} (count {counts[j]}, displacement {displs[j]}) does not "
@@ -370,7 +380,9 @@ def typed_spec(o_buf, o_count, o_displ, raw, datatype, writable: bool, blocks: i
         count = 0
     index = tm.byte_index(count * blocks) + offset
     if o_buf is None or o_buf is BOTTOM:
-        raw, index = absolute_memory(index, writable)
+        raw, index = absolute_memory(index, writable, what)
+    elif index.size and (index.min() < 0 or index.max() >= raw.size) and claimed_only(o_buf):
+        raw, index = beyond_claim(o_buf, index, writable, what)
     elif index.size and (index.min() < 0 or index.max() >= raw.size):
         raise ValueError(f"message: {what} has {raw.size} bytes but count={count}"
                          + (f" x {blocks} blocks" if blocks >= 2 else "")
@@ -403,17 +415,20 @@ def parse_w(spec, n: int, *, writable: bool, what: str) -> list[BufSpec]:
     types = [types] * n if isinstance(types, Datatype) else list(types)
     if len(types) != n:
         raise ValueError(f"message: expecting {n} datatypes in {what}, got {len(types)}")
-    return [_w_block(raw, bottom, count, displ, lookup(datatype), writable, f"block {j} of {what}")
+    return [_w_block(buf, raw, bottom, count, displ, lookup(datatype), writable, f"block {j} of {what}")
             for j, (count, displ, datatype) in enumerate(zip(counts, displs, types))]
 
 
-def _w_block(raw, bottom: bool, count: int, displ: int, datatype, writable: bool, what: str) -> BufSpec:
+def _w_block(buf, raw, bottom: bool, count: int, displ: int, datatype, writable: bool, what: str) -> BufSpec:
     if count < 0:
         raise ValueError(f"message: {what} has the negative count {count}")
     if not datatype._is_derived():
         nbytes = count * datatype.Get_size()
+        span = np.array([displ, displ + nbytes - 1]) if nbytes else np.empty(0, np.int64)
         if bottom:
-            raw, displ = absolute_memory(np.arange(displ, displ + nbytes, dtype=np.int64), writable)[0], 0
+            raw, displ = absolute_memory(span, writable, what)[0], 0
+        elif (displ < 0 or displ + nbytes > raw.size) and claimed_only(buf):
+            raw, displ = beyond_claim(buf, span, writable, what)[0], 0
         if displ < 0 or displ + nbytes > raw.size:
             raise ValueError(f"message: {what} (count {count}, displacement {displ} bytes) does not fit in its "
                              f"{raw.size} bytes")
@@ -423,7 +438,9 @@ def _w_block(raw, bottom: bool, count: int, displ: int, datatype, writable: bool
         raise MPIException(ERR_TYPE, f"{what}: the datatype is not committed; call its Commit() first")
     memory, index = raw, tm.byte_index(count) + displ
     if bottom:
-        memory, index = absolute_memory(index, writable)
+        memory, index = absolute_memory(index, writable, what)
+    elif index.size and (index.min() < 0 or index.max() >= raw.size) and claimed_only(buf):
+        memory, index = beyond_claim(buf, index, writable, what)
     elif index.size and (index.min() < 0 or index.max() >= raw.size):
         raise ValueError(f"message: {what} (count {count}, displacement {displ} bytes) does not fit in its "
                          f"{raw.size} bytes")

@@ -37,6 +37,8 @@ class buffer(np.ndarray):
     def __array_finalize__(self, obj):
         self._obj, self._address, self._released = None, None, False
         self._kind = getattr(obj, "_kind", 0)  # device memory: mpi4py's BufferError on CPU access
+        # Made from an address: its length is a claim, and a datatype may reach past it (see _addressed).
+        self._claimed = getattr(obj, "_claimed", False)
 
     # -- making one ----------------------------------------------------------------------------
     @staticmethod
@@ -65,7 +67,9 @@ class buffer(np.ndarray):
         if size > 0 and address == 0:
             raise ValueError("expecting non-NULL address")
         raw = np.ctypeslib.as_array((ctypes.c_ubyte * size).from_address(address)) if size else np.empty(0, np.uint8)
-        return _wrap(raw, None, readonly, address=address)
+        buf = _wrap(raw, None, readonly, address=address)
+        buf._claimed = True
+        return buf
 
     # -- properties ----------------------------------------------------------------------------
     @property

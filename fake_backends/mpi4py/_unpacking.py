@@ -15,14 +15,13 @@ stores the receive buffers when it completes and packs the send buffers
 again at each start (``repack``), so a persistent request sends what the
 buffer holds when it is started.
 
-``absolute_memory`` gives the memory of ``MPI.BOTTOM`` with a datatype
-whose displacements are addresses (``MPI.Get_address``).
+The memory of ``MPI.BOTTOM`` (a datatype whose displacements are
+addresses) and of ``MPI.buffer.fromaddress`` is in ``_addressed``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 
 import numpy as np
@@ -113,16 +112,3 @@ def check_signatures(sendtype, sendcount: int, recvtype, recvcount: int, call: s
         raise MPIException(ERR_TYPE, f"{call}: the send's type signature (basic types) differs from the receive's")
     if sent.size != wanted.size:
         raise MPIException(ERR_TRUNCATE, f"{call}: {sent.size} basic elements sent for {wanted.size} received")
-
-
-def absolute_memory(index: np.ndarray, writable: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The memory ``index`` (absolute addresses) spans, and ``index`` relative to it."""
-    if not index.size:
-        return np.empty(0, np.uint8), index
-    base, end = int(index.min()), int(index.max()) + 1
-    if base <= 0:
-        raise ValueError(f"message: MPI.BOTTOM with a datatype whose displacement {base} is not an address")
-    memory = np.ctypeslib.as_array((ctypes.c_ubyte * (end - base)).from_address(base))
-    if not writable:
-        memory.flags.writeable = False
-    return memory, index - base
