@@ -27,25 +27,38 @@ def claimed_only(obj) -> bool:
     return getattr(obj, "_claimed", False)
 
 
-def beyond_claim(obj, index: np.ndarray, writable: bool, what: str) -> tuple[np.ndarray, np.ndarray]:
-    """The memory that ``index`` (bytes relative to ``obj``'s address, any
-    sign) reaches, and ``index`` relative to it (see ``absolute_memory``)."""
-    return absolute_memory(index + obj.address, writable, what, relative_to=obj.address)
+def placed(obj, memory: np.ndarray, layout, bottom: bool, writable: bool, what: str, too_far):
+    """The memory a buffer's ``layout`` (see ``_layouts``) lies in, and the
+    layout placed there: addresses for ``MPI.BOTTOM`` (``bottom``), past the
+    claimed length of memory made from an address, else within ``memory``,
+    which must hold it (a ValueError with the message ``too_far()`` if not)."""
+    if bottom:
+        return absolute_memory(layout, writable, what)
+    if layout.nbytes and (layout.lo < 0 or layout.hi >= memory.size):
+        if not claimed_only(obj):
+            raise ValueError(too_far())
+        return beyond_claim(obj, layout, writable, what)
+    return memory, layout
 
 
-def absolute_memory(index: np.ndarray, writable: bool, what: str = "buf", *,
-                    relative_to: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The memory ``index`` (absolute addresses) spans, and ``index`` relative to it."""
-    if not index.size:
-        return np.empty(0, np.uint8), index
-    base, end = int(index.min()), int(index.max()) + 1
+def beyond_claim(obj, layout, writable: bool, what: str):
+    """The memory ``layout`` (see ``_layouts``; bytes relative to ``obj``'s
+    address, any sign) reaches, and the layout placed in it."""
+    return absolute_memory(layout.at(obj.address), writable, what, relative_to=obj.address)
+
+
+def absolute_memory(layout, writable: bool, what: str = "buf", *, relative_to: int | None = None):
+    """The memory ``layout`` (absolute addresses) reaches, and the layout placed in it."""
+    if not layout.nbytes:
+        return np.empty(0, np.uint8), layout
+    base, end = layout.lo, layout.hi + 1
     if base <= 0:
         raise ValueError(f"message: MPI.BOTTOM with a datatype whose displacement {base} is not an address")
     _check_mapped(base, end, writable, what, relative_to)
     memory = np.ctypeslib.as_array((ctypes.c_ubyte * (end - base)).from_address(base))
     if not writable:
         memory.flags.writeable = False
-    return memory, index - base
+    return memory, layout.at(-base)
 
 
 def _check_mapped(base: int, end: int, writable: bool, what: str, relative_to: int | None) -> None:

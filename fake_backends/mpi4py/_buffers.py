@@ -31,7 +31,8 @@ from simdist._arguments import DTYPE_CODE
 from ._datatypes import Datatype, lookup, of_array, of_format
 from ._errors import ERR_TYPE, Exception as MPIException
 from ._interfaces import memory
-from ._addressed import absolute_memory, beyond_claim, claimed_only
+from ._addressed import absolute_memory, beyond_claim, claimed_only, placed
+from ._layouts import Blocks, Grid
 from ._unpacking import register
 
 
@@ -77,22 +78,22 @@ class BufSpec:
     writes), ``datatype`` and ``count`` (elements per block).
 
     For a derived datatype ``raw`` is the packed bytes (a copy, in type-map
-    order) of the ``index`` bytes of ``target``, the buffer's memory;
-    ``store()`` writes them back (see ``_unpacking``)."""
+    order) of the bytes of ``target``, the buffer's memory, that ``layout``
+    places (see ``_layouts``); ``store()`` writes them back (see
+    ``_unpacking``)."""
 
-    __slots__ = ("raw", "datatype", "count", "target", "index")
+    __slots__ = ("raw", "datatype", "count", "target", "layout")
 
-    def __init__(self, raw: np.ndarray, datatype: Datatype, count: int, target=None, index=None):
+    def __init__(self, raw: np.ndarray, datatype: Datatype, count: int, target=None, layout=None):
         self.raw = raw
         self.datatype = datatype
         self.count = count
-        self.target, self.index = target, index
+        self.target, self.layout = target, layout
 
     def store(self, nbytes: int | None = None) -> None:
         """Write the first ``nbytes`` packed bytes (all: None) back where the type map puts them."""
         if self.target is not None:
-            n = self.raw.size if nbytes is None else nbytes
-            self.target[self.index[:n]] = self.raw[:n]
+            self.layout.scatter(self.target, self.raw, self.raw.size if nbytes is None else nbytes)
 
     @property
     def typed(self) -> np.ndarray:
@@ -231,7 +232,7 @@ def parse(spec, *, writable: bool, blocks: int = 0, what: str = "buf") -> BufSpe
         datatype.Get_size()  # MPI's ERR_TYPE, as the call would give
     need = count * max(blocks, 1) * extent
     if need > length and claimed_only(o_buf):
-        memory = beyond_claim(o_buf, np.array([offset, offset + need - 1]), writable, what)[0]
+        memory = beyond_claim(o_buf, Grid(offset, (), (), need), writable, what)[0]
         return BufSpec(memory, datatype, count)
     if need > length:
         raise ValueError(
@@ -256,16 +257,16 @@ class VecSpec:
     """A parsed vector buffer (Gatherv, Scatterv, Allgatherv, Alltoallv):
     block ``j`` is ``counts[j]`` elements at ``displs[j]`` (in elements)."""
 
-    __slots__ = ("raw", "datatype", "counts", "displs", "target", "index")
+    __slots__ = ("raw", "datatype", "counts", "displs", "target", "layout")
 
     def __init__(self, raw, datatype, counts, displs):
         self.raw, self.datatype, self.counts, self.displs = raw, datatype, counts, displs
-        self.target = self.index = None
+        self.target = self.layout = None
 
     def block(self, j: int) -> np.ndarray:
         """The bytes of block ``j`` (packed, for a derived datatype)."""
         size = self.datatype.Get_size()
-        if self.index is not None:
+        if self.layout is not None:
             start = sum(self.counts[:j]) * size
             return self.raw[start:start + self.counts[j] * size]
         return self.raw[self.displs[j] * size:(self.displs[j] + self.counts[j]) * size]
@@ -277,15 +278,11 @@ class VecSpec:
         tm = self.datatype._typemap(what)
         if not tm.committed:
             raise MPIException(ERR_TYPE, f"{what}: the datatype is not committed; call its Commit() first")
-        index = np.concatenate([np.empty(0, np.int64)] + [tm.byte_index(c) + d * tm.extent
-                                                          for c, d in zip(self.counts, self.displs)])
-        memory = self.raw
-        if index.size and (index.min() < 0 or index.max() >= memory.size) and claimed_only(obj):
-            memory, index = beyond_claim(obj, index, writable, what)
-        elif index.size and (index.min() < 0 or index.max() >= memory.size):
-            raise ValueError(f"message: the blocks of {what} (counts {self.counts}, displacements {self.displs}) "
-                             f"do not fit in its {self.raw.size} bytes")
-        self.raw, self.index, self.target = memory[index], index, memory
+        layout = Blocks([tm.layout(c).at(d * tm.extent) for c, d in zip(self.counts, self.displs)])
+        memory, layout = placed(obj, self.raw, layout, False, writable, what, lambda: (
+            f"message: the blocks of {what} (counts {self.counts}, displacements {self.displs}) "
+            f"do not fit in its {self.raw.size} bytes"))
+        self.raw, self.layout, self.target = layout.gather(memory), layout, memory
         register(self, writable)
 
 
@@ -340,7 +337,7 @@ def parse_vector(spec, *, writable: bool, blocks: int, what: str = "buf") -> Vec
         return vec
     end = max([(d + c) * extent for c, d in zip(counts, displs)], default=0)
     if end > raw.size and claimed_only(o_buf) and min(counts + displs, default=0) >= 0:
-        raw = beyond_claim(o_buf, np.array([0, end - 1]), writable, what)[0]
+        raw = beyond_claim(o_buf, Grid(0, (), (), end), writable, what)[0]
     vec = VecSpec(raw, datatype, counts, displs)
     for j in range(blocks):
         if counts[j] < 0 or displs[j] < 0 or (displs[j] + counts[j]) * extent > raw.size:
@@ -378,17 +375,12 @@ def typed_spec(o_buf, o_count, o_displ, raw, datatype, writable: bool, blocks: i
         count = length // extent // blocks
     else:
         count = 0
-    index = tm.byte_index(count * blocks) + offset
-    if o_buf is None or o_buf is BOTTOM:
-        raw, index = absolute_memory(index, writable, what)
-    elif index.size and (index.min() < 0 or index.max() >= raw.size) and claimed_only(o_buf):
-        raw, index = beyond_claim(o_buf, index, writable, what)
-    elif index.size and (index.min() < 0 or index.max() >= raw.size):
-        raise ValueError(f"message: {what} has {raw.size} bytes but count={count}"
-                         + (f" x {blocks} blocks" if blocks >= 2 else "")
-                         + f" of a datatype spanning bytes {int(index.min())} to {int(index.max())}; MPI would "
-                           f"read or write past its end")
-    spec = BufSpec(raw[index], datatype, count, raw, index)
+    layout = tm.layout(count * blocks).at(offset)
+    size = raw.size
+    raw, layout = placed(o_buf, raw, layout, o_buf is None or o_buf is BOTTOM, writable, what, lambda: (
+        f"message: {what} has {size} bytes but count={count}" + (f" x {blocks} blocks" if blocks >= 2 else "")
+        + f" of a datatype spanning bytes {layout.lo} to {layout.hi}; MPI would read or write past its end"))
+    spec = BufSpec(layout.gather(raw), datatype, count, raw, layout)
     register(spec, writable)
     return spec
 
@@ -424,7 +416,7 @@ def _w_block(buf, raw, bottom: bool, count: int, displ: int, datatype, writable:
         raise ValueError(f"message: {what} has the negative count {count}")
     if not datatype._is_derived():
         nbytes = count * datatype.Get_size()
-        span = np.array([displ, displ + nbytes - 1]) if nbytes else np.empty(0, np.int64)
+        span = Grid(displ, (), (), nbytes)
         if bottom:
             raw, displ = absolute_memory(span, writable, what)[0], 0
         elif (displ < 0 or displ + nbytes > raw.size) and claimed_only(buf):
@@ -436,14 +428,8 @@ def _w_block(buf, raw, bottom: bool, count: int, displ: int, datatype, writable:
     tm = datatype._typemap(what)
     if not tm.committed:
         raise MPIException(ERR_TYPE, f"{what}: the datatype is not committed; call its Commit() first")
-    memory, index = raw, tm.byte_index(count) + displ
-    if bottom:
-        memory, index = absolute_memory(index, writable, what)
-    elif index.size and (index.min() < 0 or index.max() >= raw.size) and claimed_only(buf):
-        memory, index = beyond_claim(buf, index, writable, what)
-    elif index.size and (index.min() < 0 or index.max() >= raw.size):
-        raise ValueError(f"message: {what} (count {count}, displacement {displ} bytes) does not fit in its "
-                         f"{raw.size} bytes")
-    block = BufSpec(memory[index], datatype, count, memory, index)
+    memory, layout = placed(buf, raw, tm.layout(count).at(displ), bottom, writable, what, lambda: (
+        f"message: {what} (count {count}, displacement {displ} bytes) does not fit in its {raw.size} bytes"))
+    block = BufSpec(layout.gather(memory), datatype, count, memory, layout)
     register(block, writable)
     return block

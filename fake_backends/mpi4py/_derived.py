@@ -25,6 +25,7 @@ import operator
 import numpy as np
 
 from ._errors import ERR_ARG, ERR_TYPE, Exception as MPIException
+from ._layouts import Grid, layout_of
 
 # the combiners of MPI (MPI.COMBINER_*), as Open MPI numbers them
 NAMED, DUP, CONTIGUOUS, VECTOR, HVECTOR, INDEXED, HINDEXED = 0, 1, 2, 3, 5, 6, 8
@@ -39,6 +40,9 @@ _CODES: dict = {}  # a predefined datatype's key -> its code
 _MAX_FIELDS = 4096  # a packed element of more mixed basic elements is opaque bytes to numpy
 
 
+_CACHED_INDEX_BYTES = 1 << 20  # a scattered layout's index is kept for messages up to this size
+
+
 class TypeMap:
     """The type map of a datatype (see the module docstring). ``contents``
     is ``(combiner, integers, addresses, datatypes)``; ``combiner`` is its
@@ -48,7 +52,7 @@ class TypeMap:
     nothing until a call moves it."""
 
     __slots__ = ("lb", "ub", "align", "contents", "combiner", "committed", "size", "nelem", "true_lb", "true_ub",
-                 "uniform", "handles", "_build", "_codes", "_offsets", "_index", "_sizes")
+                 "uniform", "handles", "_build", "_codes", "_offsets", "_index", "_sizes", "_layouts")
 
     def __init__(self, lb: int, ub: int, align: int, contents, *, size: int, nelem: int, true_lb: int,
                  true_ub: int, uniform, build=None, codes=None, offsets=None):
@@ -64,6 +68,7 @@ class TypeMap:
         self._offsets = None if offsets is None else np.asarray(offsets, np.int64)
         self._index = None
         self._sizes = None
+        self._layouts = {}  # count -> its layout (see _layouts), the last few used
 
     def _materialize(self) -> None:
         if self._codes is None:
@@ -122,6 +127,17 @@ class TypeMap:
         if count == 1:
             return self._index
         return (np.arange(count, dtype=np.int64)[:, None] * self.extent + self._index[None, :]).reshape(-1)
+
+    def layout(self, count: int = 1):
+        """Where the bytes of ``count`` elements lie, from displacement 0 (see ``_layouts``)."""
+        found = self._layouts.get(count)
+        if found is None:
+            found = layout_of(self.byte_index(count))
+            if isinstance(found, Grid) or found.nbytes <= _CACHED_INDEX_BYTES:  # a grid is a few numbers
+                if len(self._layouts) >= 8:
+                    self._layouts.clear()
+                self._layouts[count] = found
+        return found
 
     def basic_dtype(self):
         """The numpy dtype of the basic elements if they are all of one datatype, else None."""

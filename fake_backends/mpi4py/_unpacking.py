@@ -49,7 +49,7 @@ def deferred():
 
 def repack(spec) -> None:
     """Refresh a send buffer's packed bytes from its memory, in place."""
-    spec.raw[...] = spec.target[spec.index]
+    spec.raw[...] = spec.layout.gather(spec.target)
 
 
 def unpacking(method):

@@ -1,0 +1,159 @@
+"""Where the bytes of a derived datatype lie in a buffer's memory, and
+moving them between that memory and their packed copy.
+
+A type map is the displacement of every byte it covers, in packed order
+(``TypeMap.byte_index``). Moving a message through that index costs a
+numpy fancy-index step per byte, and finding its bounds a pass over it.
+The type maps programs really send (a vector: the column of a matrix; a
+subarray: the pencil or slab of a 3-D array that a parallel FFT
+transposes) are a regular grid of equal contiguous runs: ``start +
+sum(k_i * stride_i)`` for ``k_i < shape_i``, each run ``run`` bytes
+long. Such a layout (``Grid``) moves as one strided numpy copy, in units
+of up to 8 bytes, at the speed of a copy of the array; any other type map
+(``Scattered``) moves through its byte index. Both are found once per
+type map and count (``layout_of``, cached on the type map) and placed at a
+displacement with ``at``, so a call neither builds an index nor scans one.
+``Blocks`` is the layouts of a vector call's blocks, one after another.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+_UNITS = {8: np.uint64, 4: np.uint32, 2: np.uint16, 1: np.uint8}
+
+
+class Scattered:
+    """Any type map: the displacement of every byte, in packed order."""
+
+    __slots__ = ("index", "lo", "hi")
+
+    def __init__(self, index: np.ndarray, lo: int | None = None, hi: int | None = None):
+        self.index = index
+        if lo is None:
+            lo, hi = (int(index.min()), int(index.max())) if index.size else (0, -1)
+        self.lo, self.hi = lo, hi  # the lowest and highest byte reached (hi < lo: none)
+
+    @property
+    def nbytes(self) -> int:
+        return self.index.size
+
+    def at(self, displacement: int) -> "Scattered":
+        if not displacement:
+            return self
+        return Scattered(self.index + displacement, self.lo + displacement, self.hi + displacement)
+
+    def gather(self, memory: np.ndarray) -> np.ndarray:
+        return memory[self.index]
+
+    def scatter(self, memory: np.ndarray, packed: np.ndarray, nbytes: int) -> None:
+        memory[self.index[:nbytes]] = packed[:nbytes]
+
+
+class Grid:
+    """Equal runs of ``run`` bytes at ``start + sum(k_i * strides_i)``."""
+
+    __slots__ = ("start", "shape", "strides", "run", "unit", "lo", "hi", "nbytes")
+
+    def __init__(self, start: int, shape: tuple, strides: tuple, run: int):
+        self.start, self.shape, self.strides, self.run = start, shape, strides, run
+        self.nbytes = math.prod(shape) * run
+        self.unit = next(u for u in _UNITS if run % u == 0 and all(s % u == 0 for s in strides))
+        below = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
+        above = sum((n - 1) * s for n, s in zip(shape, strides) if s > 0)
+        self.lo, self.hi = start + below, start + above + run - 1
+
+    def at(self, displacement: int) -> "Grid":
+        if not displacement:
+            return self
+        return Grid(self.start + displacement, self.shape, self.strides, self.run)
+
+    def _view(self, memory: np.ndarray) -> np.ndarray:
+        # An array over the memory itself: its offset makes the lowest byte
+        # reached index 0 of nothing, so negative strides need no rebasing.
+        return np.ndarray(self.shape + (self.run // self.unit,), _UNITS[self.unit], memory, self.start,
+                          self.strides + (self.unit,))
+
+    def gather(self, memory: np.ndarray) -> np.ndarray:
+        return self._view(memory).copy().reshape(-1).view(np.uint8)
+
+    def scatter(self, memory: np.ndarray, packed: np.ndarray, nbytes: int) -> None:
+        if nbytes == self.nbytes:
+            view = self._view(memory)
+            view[...] = packed[:nbytes].view(view.dtype).reshape(view.shape)
+        else:  # a receive shorter than the type: the first bytes only
+            runs = np.zeros(1, np.int64)  # the runs' starts, in row-major order
+            for n, stride in zip(self.shape, self.strides):
+                runs = (runs[:, None] + np.arange(n, dtype=np.int64) * stride).reshape(-1)
+            index = (self.start + runs[:, None] + np.arange(self.run)).reshape(-1)
+            memory[index[:nbytes]] = packed[:nbytes]
+
+
+class Blocks:
+    """The layouts of several blocks, packed one after another."""
+
+    __slots__ = ("parts", "lo", "hi")
+
+    def __init__(self, parts: list):
+        self.parts = [p for p in parts if p.nbytes]
+        self.lo = min((p.lo for p in self.parts), default=0)
+        self.hi = max((p.hi for p in self.parts), default=-1)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.parts)
+
+    def at(self, displacement: int) -> "Blocks":
+        return Blocks([p.at(displacement) for p in self.parts])
+
+    def gather(self, memory: np.ndarray) -> np.ndarray:
+        if not self.parts:
+            return np.empty(0, np.uint8)
+        return np.concatenate([p.gather(memory) for p in self.parts])
+
+    def scatter(self, memory: np.ndarray, packed: np.ndarray, nbytes: int) -> None:
+        done = 0
+        for part in self.parts:
+            if done >= nbytes:
+                return
+            take = min(part.nbytes, nbytes - done)
+            part.scatter(memory, packed[done:done + part.nbytes], take)
+            done += part.nbytes
+
+
+def layout_of(index: np.ndarray) -> Grid | Scattered:
+    """The layout of a byte index (a Grid where it is one)."""
+    if index.size == 0:
+        return Scattered(index)
+    breaks = np.flatnonzero(np.diff(index) != 1) + 1
+    bounds = np.concatenate(([0], breaks, [index.size]))
+    runs = np.diff(bounds)
+    if (runs != runs[0]).any():
+        return Scattered(index)
+    grid = _grid(index[bounds[:-1]])
+    if grid is None:
+        return Scattered(index)
+    shape, strides = grid
+    return Grid(int(index[0]), shape, strides, int(runs[0]))
+
+
+def _grid(starts: np.ndarray) -> tuple[tuple, tuple] | None:
+    """``(shape, strides)`` with ``starts == starts[0] + sum(k_i * strides_i)``
+    in row-major order of ``k``, or None."""
+    shape, strides = [], []
+    while starts.size > 1:
+        step = int(starts[1] - starts[0])
+        steps = np.diff(starts)
+        off = np.flatnonzero(steps != step)
+        k = int(off[0]) + 1 if off.size else starts.size
+        if starts.size % k:
+            return None
+        rows = starts.reshape(-1, k)
+        if not (rows == rows[:, :1] + np.arange(k, dtype=np.int64) * step).all():
+            return None
+        shape.insert(0, k)
+        strides.insert(0, step)
+        starts = rows[:, 0]
+    return tuple(shape), tuple(strides)
