@@ -1,5 +1,6 @@
 """Misuse checks of the stand-in (``simdist run --check``): type-mismatch,
-buffer-in-use, request-leak, handle-leak, unreceived, finalize-pending.
+buffer-in-use, request-leak, handle-leak, unreceived, finalize-pending,
+handle-at-finalize.
 
 The stand-in's modules call the hooks below where a request or handle is
 made, completed or freed, where a message is sent and matched; each hook
@@ -15,9 +16,7 @@ rank's program ends normally (MPI.Finalize, or the end of its script),
 * ``unreceived`` must see every message sent to the rank: each rank's end
   sends every other rank an end marker after its last message, and takes
   what arrives until it has all of them (``_drain``, bounded in time).
-* A handle leaks when the user's last reference to it goes (a weak
-  reference's callback) while the user's code runs, unfreed, for the second
-  time from one line; handles kept to the end are MPI.Finalize's to free.
+* Handles (handle-leak, handle-at-finalize) are ``_handleleaks``'s.
 
 What counts as the user's
 -------------------------
@@ -36,7 +35,6 @@ import json
 import os
 import sys
 import time
-import weakref
 
 import numpy as np
 
@@ -44,8 +42,11 @@ from simdist import checks
 from simdist._errors import SimdistError
 from simdist._frames import _is_library, caller_site
 
+from . import _handleleaks
+
 #: The kinds of this module.
-KINDS = ("type-mismatch", "buffer-in-use", "request-leak", "handle-leak", "unreceived", "finalize-pending")
+KINDS = ("type-mismatch", "buffer-in-use", "request-leak", "handle-leak", "unreceived", "finalize-pending",
+         "handle-at-finalize")
 _INSIDE = (os.path.dirname(os.path.abspath(__file__)) + os.sep,  # the stand-in and simdist
            os.path.dirname(os.path.dirname(os.path.abspath(checks.__file__))) + os.sep)
 _WRAPPERS = "_errhandlers.py"  # the error handlers' wrapper of every call (not the call's name)
@@ -55,8 +56,6 @@ _NOT_USER = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.se
 #: hook returns at once when not, so a run without them costs a call per hook.
 ON = False
 _requests: dict[int, tuple] = {}  # id(operation, or persistent handle) -> (operation, Prequest or None, Call)
-_handles: dict[int, list] = {}  # id(what Free releases) -> [kind, Call, weak reference to the user's handle]
-_dropped: dict = {}  # Call -> how many of its handles were dropped unfreed
 _truncated: list = []  # truncation findings, reported if the program then fails (``at_failure``)
 _buffers: dict[int, tuple] = {}  # id(op) -> (op, view, digest, Call): send buffers a request owns
 
@@ -171,115 +170,6 @@ def completed(op) -> None:
     check = getattr(op, "check", None)
     if check is not None and not op.cancelled and op.sink is not None:
         check.completed(op.sink)
-
-
-# -- handles -------------------------------------------------------------------------------
-#: The calls that make each kind of handle: a handle counts only when the
-#: user called one of these (not when the stand-in made it for another call,
-#: as the private duplicate of a communicator that File.Open makes).
-MAKERS = {
-    "communicator": {"Dup", "Dup_with_info", "Idup", "Idup_with_info", "Split", "Split_type", "Create",
-                     "Create_group", "Create_intercomm", "Merge", "Create_cart", "Create_graph", "Create_dist_graph",
-                     "Create_dist_graph_adjacent", "Sub", "Clone", "Create_from_group", "Accept", "Connect",
-                     "Spawn", "Spawn_multiple", "Join"},
-    "group": {"Get_group", "Get_remote_group", "Incl", "Excl", "Range_incl", "Range_excl", "Union", "Intersection",
-              "Intersect", "Difference", "Dup", "Create_from_session_pset", "Get_group_of"},
-    "datatype": {"Dup", "Create_dup", "Create_contiguous", "Create_vector", "Create_hvector", "Create_indexed",
-                 "Create_hindexed", "Create_indexed_block", "Create_hindexed_block", "Create_struct",
-                 "Create_subarray", "Create_darray", "Create_resized"},  # not Create_f90_*: predefined
-    "window": {"Create", "Allocate", "Allocate_shared", "Create_dynamic"},
-    "op": {"Create"},
-    "file": {"Open"},
-}
-
-
-def handle_made(key, kind: str, handle=None) -> None:
-    """A handle of ``kind`` (a key of ``MAKERS``) the user made; ``key`` is
-    what its Free releases, ``handle`` the object the user holds (or later
-    ``handle_given``)."""
-    if not ON:
-        return
-    if watching("handle-leak"):
-        found = _entry()
-        if found is not None and _makes(found[2], found[3], kind):
-            path, line, name, _ = found
-            article = "an" if kind[0] in "aeiou" else "a"
-            _handles[id(key)] = [kind, _call(f"{name} ({article} {kind})", (path, line)), None]
-            if handle is not None:
-                handle_given(handle, key)
-
-
-#: The classes (by name) whose calls make each kind, for a call name several kinds share (Dup, Create).
-_CLASSES = {"communicator": "Comm", "group": "Group", "datatype": "Datatype", "window": "Win", "op": "Op",
-            "file": "File"}
-_SHARED = {name for kind in MAKERS for name in MAKERS[kind]
-           if sum(name in names for names in MAKERS.values()) > 1}
-
-
-def _makes(name: str, receiver, kind: str) -> bool:
-    """Whether the user's call ``name`` on ``receiver`` makes a handle of ``kind``."""
-    if name not in MAKERS[kind]:
-        return False
-    if name not in _SHARED:
-        return True
-    cls = receiver if isinstance(receiver, type) else type(receiver)
-    return any(c.__name__ == _CLASSES[kind] for c in cls.__mro__)
-
-
-def handle_given(handle, key) -> None:
-    """``handle`` is the user's object for ``key``: losing it unfreed is a
-    leak. The stand-in may wrap a new communicator more than once in the
-    call that makes it (Sub: a Split, then a Cartcomm); the last object
-    made in that call is the user's."""
-    entry = _handles.get(id(key)) if _handles else None
-    if entry is None:
-        return
-    if entry[2] is not None and user_site() != (entry[1].path, entry[1].line):
-        return
-    entry[2] = weakref.ref(handle, functools.partial(_lost, id(key)))
-
-
-def handle_freed(key) -> None:
-    if _handles:
-        _handles.pop(id(key), None)
-
-
-def _lost(key_id: int, ref) -> None:
-    """The user's last reference to a handle not freed went away. While the
-    user's code runs (a user frame on the stack) it can never be freed: a
-    leak, reported when the same line has leaked twice (a leak that grows:
-    a handle made in a loop or in a function called again and again). At
-    the program's end (its globals going) it is a handle MPI frees at
-    Finalize: not one."""
-    entry = _handles.get(key_id)
-    if entry is None or entry[2] is not ref:  # freed, or an object the stand-in replaced
-        return
-    del _handles[key_id]
-    if not _user_running():
-        return
-    kind, call, _ = entry
-    _dropped[call] = _dropped.get(call, 0) + 1
-    if _dropped[call] < 2:  # once: a bounded leak, which MPI.Finalize frees
-        return
-    checks.record(checks.Finding(
-        "handle-leak", f"the {kind}s made by {call.call.split(' (')[0]} are dropped without being freed, one after "
-                       "another: the leak grows with the run",
-        "Free each one when done (or make one, keep it and reuse it)", (call,)))
-
-
-def _user_running() -> bool:
-    """Whether the program's own code runs: a user frame inside the
-    stand-in's caller, before any frame of simdist (which runs the program:
-    frames further out, a driver script or a test, are not the program's)."""
-    frame = sys._getframe(2)
-    while frame is not None:
-        path = frame.f_code.co_filename
-        if path.startswith(_INSIDE[1]):
-            return False
-        if not path.startswith(_INSIDE[0]) and _users_path(path) is not None:
-            return True
-        frame = frame.f_back
-    return False
 
 
 # -- buffers of nonblocking sends ------------------------------------------------------------
@@ -480,6 +370,7 @@ def at_end(rt) -> None:
         else:
             rt.engine.progress()  # a receive whose message has arrived is not pending
         _report_requests()
+        _handleleaks.report_held()
     finally:
         _forget()
 
@@ -494,7 +385,8 @@ def at_failure() -> None:
 def _forget() -> None:
     global ON
     ON = False
-    for books in (_requests, _handles, _buffers, _dropped, _truncated, _signatures):
+    _handleleaks.forget()
+    for books in (_requests, _buffers, _truncated, _signatures):
         books.clear()
 
 
