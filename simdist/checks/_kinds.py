@@ -9,6 +9,7 @@ KINDS = {
     "race": "a wildcard receive or probe whose other admissible matches change the program's result",
     "type-mismatch": "a receive whose datatype or count differs from the matched send's (truncation, reinterpretation)",
     "buffer-in-use": "the buffer of a nonblocking call written before Wait completes it",
+    "read-before-wait": "a nonblocking receive's buffer read before Wait completes it (the result depends on timing)",
     "request-leak": "a request never completed (waited, tested true or freed)",
     "handle-leak": "a communicator, group, datatype, window, file or op dropped unfreed again and again",
     "handle-at-finalize": "a communicator, group, datatype, window, file or op still unfreed at MPI.Finalize",
@@ -20,7 +21,7 @@ KINDS = {
 #: Names that stand for several kinds.
 GROUPS = {
     "all": tuple(KINDS),
-    "misuse": ("type-mismatch", "buffer-in-use", "request-leak", "handle-leak", "handle-at-finalize", "unreceived",
+    "misuse": ("type-mismatch", "buffer-in-use", "read-before-wait", "request-leak", "handle-leak", "handle-at-finalize", "unreceived",
                "collective-order", "finalize-pending"),
     "leaks": ("request-leak", "handle-leak", "handle-at-finalize", "unreceived"),
 }

@@ -1,0 +1,89 @@
+"""Reads of a pending receive's buffer (``--check=read-before-wait``).
+
+MPI writes a nonblocking receive's message into its buffer at some time
+between the post and the completion; a program that reads the buffer in
+between depends on timing (under Open MPI it usually reads the old
+contents). Python cannot see a read of a numpy array, so the check looks
+at what a read changes: the result. The original run lists each rank's
+nonblocking receives into plain buffers by the line that posted them
+(``fake_backends.mpi4py._latereads``); if there are any, a re-run makes
+every one of them land as late as MPI allows (its buffer holds a pattern
+until Wait or a true Test completes it) with every wildcard receive
+matching what it matched in the original. A result that differs (each
+rank's output, the exit status, a failure), and still differs from a
+control run of the original schedule, depends on when a message lands;
+with several post lines each is then deferred alone to find which (at
+most the race bound of re-runs). A finding names the post and the
+completion of the receive, and the difference.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ._findings import Call, Finding
+
+FIX = "read (or copy) the receive buffer only after Wait, or a Test that returns True, completes the receive"
+
+
+def _listed(directory: str, size: int) -> dict:
+    """rank -> the nonblocking receives it posted, by site (``late-R.json``)."""
+    found = {}
+    for rank in range(size):
+        try:
+            with open(os.path.join(directory, f"late-{rank}.json"), encoding="utf-8") as f:
+                found[rank] = {tuple(e["site"]): e for e in json.load(f)}
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def explore(explorer, base, rerun) -> tuple[list[Finding], str]:
+    """The findings of the late re-runs of the original run ``base`` (a
+    ``_races.Result``), and the line that summarises them."""
+    from ._races import _all_forced, _difference, _noise
+
+    sites = sorted({site for entries in _listed(base.directory, explorer.size).values() for site in entries})
+    if not sites:
+        return [], ""
+    forced = _all_forced(base)
+    late = explorer.run(rerun, forced, "all")
+    runs = 1
+    if _difference(base, late) is not None and not base.noise:  # what differs whatever lands when: not compared
+        base.noise = _noise(base, explorer.run(rerun, forced))
+        runs += 1
+    diff = _difference(base, late)
+    culprits = []
+    if diff is not None and len(sites) == 1:
+        culprits = [(sites[0], diff, late)]
+    elif diff is not None:
+        for site in sites[:max(explorer.bound, 1)]:
+            alone = explorer.run(rerun, forced, list(site))
+            runs += 1
+            if (found := _difference(base, alone)) is not None:
+                culprits.append((site, found, alone))
+        culprits = culprits or [(site, diff, late) for site in sites]  # only together: each has a part
+    summary = (f"simdist --check read-before-wait: {len(sites)} lines post nonblocking receives, "
+               f"{runs} re-runs with late landing")
+    return [_finding(site, diff, result) for site, diff, result in culprits], summary
+
+
+def _finding(site: tuple, diff: str, result) -> Finding:
+    entries = {rank: e[site] for rank, e in _listed(result.directory, len(result.outputs) or 1).items() if site in e}
+    if not entries:  # the re-run ended before the post: name the site alone
+        return Finding("read-before-wait", _message("a nonblocking receive", diff), FIX, (Call(-1, "receive", *site),))
+    calls = []
+    for rank, entry in sorted(entries.items()):
+        calls.append(Call(rank, entry["call"], *site))
+        if entry.get("completed"):
+            calls.append(Call(rank, "its completion (Wait, Test, ...)", *entry["completed"]))
+    first = entries[min(entries)]
+    return Finding("read-before-wait", _message(first["call"], diff), FIX, tuple(calls),
+                   {"post": list(site), "completion": first.get("completed"), "difference": diff})
+
+
+def _message(call: str, diff: str) -> str:
+    return (f"the buffer of {call} is read before the request completes: with the message landing at the "
+            f"completion (MPI may write it at any time until then) the result differs: {diff} "
+            "(landing early vs at the completion)")
