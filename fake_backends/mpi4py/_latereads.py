@@ -95,9 +95,7 @@ def unpack_of(op):
 
 def completed(op) -> None:
     """The request of ``op`` completed (or was freed): its message lands now."""
-    if not _deferred:
-        return
-    entry = _deferred.pop(id(op), None)
+    entry = _deferred.pop(id(op), None) if _deferred else None
     if entry is None:
         return
     _, sink, before, site = entry
