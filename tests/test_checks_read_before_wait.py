@@ -15,20 +15,20 @@ from simdist._script import run_script
 pytestmark = pytest.mark.slow  # each runs a world of ranks and re-runs it
 
 
+#: The first lines of each program (its line numbers count them).
+PRELUDE = "from mpi4py import MPI\nimport numpy as np\ncomm = MPI.COMM_WORLD\npeer = 1 - comm.rank\n"
+
+
 def _late(tmp_path, source: str, size: int = 2):
     """The run's outcome and its findings as (rank, line) of each call."""
     program = tmp_path / "prog.py"
-    program.write_text(textwrap.dedent(source))
+    program.write_text(PRELUDE + textwrap.dedent(source))
     outcome = run_script(str(program), [], size, timeout=60, checks=checks.parse("read-before-wait"))
     return outcome, [sorted((c.rank, c.line) for c in f.calls) for f in outcome.findings]
 
 
 def test_of_two_receives_the_one_read_before_wait_is_found_with_its_post_and_completion(tmp_path):
     outcome, found = _late(tmp_path, """\
-        from mpi4py import MPI
-        import numpy as np
-        comm = MPI.COMM_WORLD
-        peer = 1 - comm.rank
         early, late = np.zeros(4), np.zeros(4)
         first = comm.Irecv(early, source=peer, tag=0)
         second = comm.Irecv(late, source=peer, tag=1)
@@ -48,10 +48,6 @@ def test_of_two_receives_the_one_read_before_wait_is_found_with_its_post_and_com
 
 def test_persistent_and_matched_receives_read_before_wait_are_found(tmp_path):
     outcome, found = _late(tmp_path, """\
-        from mpi4py import MPI
-        import numpy as np
-        comm = MPI.COMM_WORLD
-        peer = 1 - comm.rank
         kept, taken = np.zeros(2, dtype="i4"), np.zeros(2, dtype="i4")
         persistent = comm.Recv_init(kept, source=peer, tag=0)
         persistent.Start()
@@ -71,10 +67,6 @@ def test_persistent_and_matched_receives_read_before_wait_are_found(tmp_path):
 def test_reads_after_the_completion_and_a_buffer_longer_than_the_message_give_no_finding(tmp_path):
     """The bytes past the message keep their old contents, as under MPI."""
     outcome, found = _late(tmp_path, """\
-        from mpi4py import MPI
-        import numpy as np
-        comm = MPI.COMM_WORLD
-        peer = 1 - comm.rank
         buf = np.arange(8.0)
         request = comm.Irecv(buf, source=peer, tag=0)
         comm.Send(np.full(2, -1.0), dest=peer, tag=0)
