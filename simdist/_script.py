@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass, field
 
 from . import checks as _checks
-from .checks import _races
+from .checks import _latereads, _races
 from ._errors import CollectiveMismatch, CollectiveTimeout, Deadlock, RankDied, RankError, SimdistError
 from ._main import run_main
 from ._world import World
@@ -86,8 +86,10 @@ def run_script(target: str, argv: list[str], size: int, *, module: bool = False,
         outcome = _run_once(target, argv, size, module, backend, timeout, world_options, checks, found.path,
                             races.original())
         rerun = min(timeout, _races.RERUN_TIMEOUT)
-        raced = races.explore(outcome, lambda race: _run_once(target, argv, size, module, backend, rerun,
-                                                              world_options, checks, None, race))
+        def quiet_run(race):
+            return _run_once(target, argv, size, module, backend, rerun, world_options, checks, None, race)
+
+        raced = races.explore(outcome, quiet_run) + _latereads.explore(races, quiet_run)
         outcome.findings = found.collect(outcome.findings + raced)
     outcome.summary = races.summary
     if outcome.findings and outcome.status == 0:

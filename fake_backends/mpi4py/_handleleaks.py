@@ -3,8 +3,8 @@
 The stand-in's modules call ``handle_made`` where a handle is made,
 ``handle_given`` when the user's object for it exists and ``handle_freed``
 where Free releases it; each returns at once unless one of the two checks
-is on (``_misuse.ON``). Only handles the user's own line made count (see
-"What counts as the user's" in ``_misuse``): predefined handles, and those
+is on (``ON``, set by ``start``). Only handles the user's own line made count (see
+``_usercode``): predefined handles, and those
 the stand-in or mpi4py's own modules make, are not the program's.
 
 * handle-leak: the user's last reference to a handle goes (a weak
@@ -24,11 +24,18 @@ import weakref
 
 from simdist import checks
 
-from . import _misuse
+from . import _usercode
 
 _handles: dict[int, list] = {}  # id(what Free releases) -> [kind, Call, weak reference to the user's handle]
 _dropped: dict = {}  # Call -> how many of its handles the user's code dropped unfreed
 _KINDS = ("handle-leak", "handle-at-finalize")
+#: Whether either is on in this installation (``start``): every hook returns at once when not.
+ON = False
+
+
+def start() -> None:
+    global ON
+    ON = any(checks.enabled(kind) for kind in _KINDS)
 
 #: The calls that make each kind of handle: a handle counts only when the
 #: user called one of these (not when the stand-in made it for another call,
@@ -53,16 +60,15 @@ def handle_made(key, kind: str, handle=None) -> None:
     """A handle of ``kind`` (a key of ``MAKERS``) the user made; ``key`` is
     what its Free releases, ``handle`` the object the user holds (or later
     ``handle_given``)."""
-    if not _misuse.ON:
+    if not ON:
         return
-    if any(_misuse.watching(kind) for kind in _KINDS):
-        found = _misuse._entry()
-        if found is not None and _makes(found[2], found[3], kind):
-            path, line, name, _ = found
-            article = "an" if kind[0] in "aeiou" else "a"
-            _handles[id(key)] = [kind, _misuse._call(f"{name} ({article} {kind})", (path, line)), None]
-            if handle is not None:
-                handle_given(handle, key)
+    found = _usercode.entry()
+    if found is not None and _makes(found[2], found[3], kind):
+        path, line, name, _ = found
+        article = "an" if kind[0] in "aeiou" else "a"
+        _handles[id(key)] = [kind, _usercode.call_at(f"{name} ({article} {kind})", (path, line)), None]
+        if handle is not None:
+            handle_given(handle, key)
 
 
 #: The classes (by name) whose calls make each kind, for a call name several kinds share (Dup, Create).
@@ -90,7 +96,7 @@ def handle_given(handle, key) -> None:
     entry = _handles.get(id(key)) if _handles else None
     if entry is None:
         return
-    if entry[2] is not None and _misuse.user_site() != (entry[1].path, entry[1].line):
+    if entry[2] is not None and _usercode.user_site() != (entry[1].path, entry[1].line):
         return
     entry[2] = weakref.ref(handle, functools.partial(_lost, id(key)))
 
@@ -130,9 +136,9 @@ def _user_running() -> bool:
     frame = sys._getframe(2)
     while frame is not None:
         path = frame.f_code.co_filename
-        if path.startswith(_misuse._INSIDE[1]):
+        if path.startswith(_usercode.INSIDE[1]):
             return False
-        if not path.startswith(_misuse._INSIDE[0]) and _misuse._users_path(path) is not None:
+        if not path.startswith(_usercode.INSIDE[0]) and _usercode.users_path(path) is not None:
             return True
         frame = frame.f_back
     return False
@@ -143,7 +149,7 @@ def _user_running() -> bool:
 def report_held() -> None:
     """The program ends: one handle-at-finalize finding per line whose
     handles are not freed (held, or dropped earlier), with their count."""
-    if not _misuse.watching("handle-at-finalize"):
+    if not checks.enabled("handle-at-finalize"):
         return
     counts = dict(_dropped)
     for _, call, _ in _handles.values():
@@ -159,5 +165,7 @@ def report_held() -> None:
 
 
 def forget() -> None:
+    global ON
+    ON = False
     _handles.clear()
     _dropped.clear()

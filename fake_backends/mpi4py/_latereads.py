@@ -31,7 +31,7 @@ import os
 
 import numpy as np
 
-from . import _misuse
+from . import _usercode
 
 #: The byte a deferred receive's buffer holds until it completes (a NaN as
 #: a float, -1 as a signed integer: values the message rarely holds).
@@ -67,7 +67,7 @@ def staged(sink, unpack, call: str):
     private copy when it is deferred, else ``sink`` itself."""
     if _mode in (None, "list") or sink is None or unpack is not None or not sink.size or not _nonblocking(call):
         return sink
-    site = _misuse.user_site()
+    site = _usercode.user_site()
     if site is None or (_mode != "all" and site != _mode):
         return sink
     return np.empty_like(sink)
@@ -79,7 +79,7 @@ def posted(op, sink, call: str, desc: str):
     the pattern until it completes."""
     if _mode is None or sink is None or not sink.size or not _nonblocking(call) or unpack_of(op) is not None:
         return op
-    site = _misuse.user_site()
+    site = _usercode.user_site()
     if site is None:
         return op
     _sites.setdefault(site, {"call": desc, "completed": None})
@@ -103,6 +103,6 @@ def completed(op) -> None:
     if not op.cancelled and op.status is not None:
         n = min(op.status[2], sink.size)
         sink[:n] = op.sink[:n]
-    where = _misuse.user_site()
+    where = _usercode.user_site()
     if where is not None and _sites[site]["completed"] is None:
         _sites[site]["completed"] = list(where)

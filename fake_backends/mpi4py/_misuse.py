@@ -18,39 +18,26 @@ rank's program ends normally (MPI.Finalize, or the end of its script),
   what arrives until it has all of them (``_drain``, bounded in time).
 * Handles (handle-leak, handle-at-finalize) are ``_handleleaks``'s.
 
-What counts as the user's
--------------------------
-A request or handle counts only when the call that made it came straight
-from the user's code: the frame just outside the stand-in is a file of the
-program, not Python's library, numpy, simdist, mpi4py's own Python modules
-(``mpi4py.util``, ``mpi4py.futures``) or an installed package
-(site-packages). A communicator kept in a library's module globals is that
-library's business, as under MPI, where it is freed at Finalize.
+What counts as the user's call is ``_usercode``'s.
 """
 
 from __future__ import annotations
 
-import functools
 import json
-import os
-import sys
 import time
 
 import numpy as np
 
 from simdist import checks
 from simdist._errors import SimdistError
-from simdist._frames import _is_library, caller_site
+from simdist._frames import caller_site
 
 from . import _handleleaks
+from ._usercode import call_at, user_site
 
 #: The kinds of this module.
 KINDS = ("type-mismatch", "buffer-in-use", "request-leak", "handle-leak", "unreceived", "finalize-pending",
          "handle-at-finalize")
-_INSIDE = (os.path.dirname(os.path.abspath(__file__)) + os.sep,  # the stand-in and simdist
-           os.path.dirname(os.path.dirname(os.path.abspath(checks.__file__))) + os.sep)
-_WRAPPERS = "_errhandlers.py"  # the error handlers' wrapper of every call (not the call's name)
-_NOT_USER = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
 
 #: Whether any of these checks is on in this installation (``start``): every
 #: hook returns at once when not, so a run without them costs a call per hook.
@@ -64,54 +51,12 @@ def start() -> None:
     """The stand-in is installed: note whether any of these checks is on."""
     global ON
     ON = any(checks.enabled(kind) for kind in KINDS)
+    _handleleaks.start()
 
 
 def watching(kind: str) -> bool:
     """Whether ``kind`` is looked for on this rank (cheap: a set lookup)."""
     return checks.enabled(kind)
-
-
-def _rank() -> int:
-    runtime = sys.modules[__package__ + "._runtime"]  # imported by then (it imports this module's users)
-    rt = runtime.current
-    return rt.me if rt is not None and rt.world is not None else -1
-
-
-def user_site() -> tuple[str, int] | None:
-    """``(path, line)`` of the user's call into the stand-in, or None when
-    the stand-in was called by a library (see the module docstring)."""
-    found = _entry()
-    return None if found is None else found[:2]
-
-
-def _entry() -> tuple[str, int, str, object] | None:
-    """``(path, line, name, receiver)``: the user's line, and the stand-in
-    function it called with its ``self`` (or ``cls``)."""
-    frame, called = sys._getframe(2), None
-    while frame is not None and frame.f_code.co_filename.startswith(_INSIDE):
-        if not frame.f_code.co_filename.endswith(_WRAPPERS):
-            called = frame
-        frame = frame.f_back
-    if frame is None or called is None:
-        return None
-    path = _users_path(frame.f_code.co_filename)
-    if path is None:
-        return None
-    receiver = called.f_locals.get("self", called.f_locals.get("cls"))
-    return path, frame.f_lineno, called.f_code.co_name, receiver
-
-
-@functools.lru_cache(maxsize=1024)
-def _users_path(path: str) -> str | None:
-    """The absolute path of ``path`` if its code is the user's (a file of the
-    program, not a library's), else None."""
-    if _is_library(path) or any(part in path for part in _NOT_USER):
-        return None
-    return os.path.abspath(path)
-
-
-def _call(what: str, site) -> checks.Call:
-    return checks.Call(_rank(), what, *site)
 
 
 # -- requests -------------------------------------------------------------------------------
@@ -128,7 +73,7 @@ def made(request, call: str, desc: str):
     if _nonblocking(call) and (watching("request-leak") or watching("finalize-pending")) and request._op is not None:
         site = user_site()
         if site is not None:
-            _requests[id(request._op)] = (request._op, None, _call(desc, site))
+            _requests[id(request._op)] = (request._op, None, call_at(desc, site))
     return request
 
 
@@ -150,7 +95,7 @@ def persistent_made(request, desc: str):
     if watching("request-leak") or watching("finalize-pending"):
         site = user_site()
         if site is not None:
-            _requests[id(request._persistent)] = (None, request, _call(desc, site))
+            _requests[id(request._persistent)] = (None, request, call_at(desc, site))
     return request
 
 
@@ -186,7 +131,7 @@ def send_posted(op, view, call: str, desc: str) -> None:
     if (_nonblocking(call) or call.endswith("_init")) and watching("buffer-in-use") and view.size:
         site = user_site()
         if site is not None:
-            _buffers[id(op)] = (op, view, _digest(view), _call(desc, site))
+            _buffers[id(op)] = (op, view, _digest(view), call_at(desc, site))
 
 
 def send_completed(op) -> None:
@@ -240,7 +185,7 @@ def recv_check(spec, what: str) -> RecvCheck | None:
     site = user_site()
     if site is None:
         return None
-    return RecvCheck(spec.datatype, _call(what, site), spec.target is None)
+    return RecvCheck(spec.datatype, call_at(what, site), spec.target is None)
 
 
 # -- type signatures -------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import json
 import os
 
 from ._findings import Call, Finding
+from ._races import Explorer, _all_forced, _difference, _noise
 
 FIX = "read (or copy) the receive buffer only after Wait, or a Test that returns True, completes the receive"
 
@@ -39,14 +40,15 @@ def _listed(directory: str, size: int) -> dict:
     return found
 
 
-def explore(explorer, base, rerun) -> tuple[list[Finding], str]:
-    """The findings of the late re-runs of the original run ``base`` (a
-    ``_races.Result``), and the line that summarises them."""
-    from ._races import _all_forced, _difference, _noise
-
+def explore(explorer: Explorer, rerun) -> list[Finding]:
+    """The findings of the late re-runs of ``explorer``'s original run (after
+    its ``explore``); their summary line goes to its ``summary``."""
+    base = explorer.base
+    if not explorer.late or base is None:
+        return []
     sites = sorted({site for entries in _listed(base.directory, explorer.size).values() for site in entries})
     if not sites:
-        return [], ""
+        return []
     forced = _all_forced(base)
     late = explorer.run(rerun, forced, "all")
     runs = 1
@@ -66,7 +68,8 @@ def explore(explorer, base, rerun) -> tuple[list[Finding], str]:
         culprits = culprits or [(site, diff, late) for site in sites]  # only together: each has a part
     summary = (f"simdist --check read-before-wait: {len(sites)} lines post nonblocking receives, "
                f"{runs} re-runs with late landing")
-    return [_finding(site, diff, result) for site, diff, result in culprits], summary
+    explorer.summary = "\n".join(filter(None, (explorer.summary, summary)))
+    return [_finding(site, diff, result) for site, diff, result in culprits]
 
 
 def _finding(site: tuple, diff: str, result) -> Finding:

@@ -195,8 +195,9 @@ def _forced(result: Result, rank: int, decision: dict, source: int) -> dict:
 
 
 class Explorer:
-    """The race side of one ``simdist run``: the original's directory, then
-    a re-run per admissible alternative."""
+    """The re-runs of one ``simdist run``: the original's directory, then a
+    re-run per admissible alternative (``race``); ``_latereads`` makes its
+    re-runs with late receives (``read-before-wait``) through ``run``."""
 
     def __init__(self, checks, size: int, bound: int | None):
         self.races, self.late = "race" in checks, "read-before-wait" in checks
@@ -207,6 +208,7 @@ class Explorer:
 
     def __enter__(self) -> "Explorer":
         self._dirs: list[str] = []
+        self.base: Result | None = None  # what the original run gave (``explore``)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -233,15 +235,8 @@ class Explorer:
         original run (``first``: its outcome); the findings."""
         if not self.on:
             return []
-        base = _read(self._dirs[0], self.size, first.status, first.error)
-        found = self._races(base, rerun) if self.races else []
-        if self.late:
-            from ._latereads import explore
-
-            late, summary = explore(self, base, rerun)
-            found += late
-            self.summary = "\n".join(filter(None, (self.summary, summary)))
-        return found
+        self.base = _read(self._dirs[0], self.size, first.status, first.error)
+        return self._races(self.base, rerun) if self.races else []
 
     def _races(self, base: Result, rerun) -> list[Finding]:
         options = alternatives(base)
