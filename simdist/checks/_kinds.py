@@ -21,7 +21,7 @@ KINDS = {
 #: Names that stand for several kinds.
 GROUPS = {
     "all": tuple(KINDS),
-    "misuse": ("type-mismatch", "buffer-in-use", "read-before-wait", "request-leak", "handle-leak", "handle-at-finalize", "unreceived",
+    "misuse": ("type-mismatch", "buffer-in-use", "request-leak", "handle-leak", "handle-at-finalize", "unreceived",
                "collective-order", "finalize-pending"),
     "leaks": ("request-leak", "handle-leak", "handle-at-finalize", "unreceived"),
 }
