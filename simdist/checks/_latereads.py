@@ -23,7 +23,7 @@ import json
 import os
 
 from ._findings import Call, Finding
-from ._races import Explorer, _all_forced, _difference, _noise
+from ._races import RERUN_TIMEOUT, Explorer, _all_forced, _difference, _noise
 
 FIX = "read (or copy) the receive buffer only after Wait, or a Test that returns True, completes the receive"
 
@@ -50,10 +50,16 @@ def explore(explorer: Explorer, rerun) -> list[Finding]:
     if not sites:
         return []
     forced = _all_forced(base)
-    late = explorer.run(rerun, forced, "all")
+    # a re-run does what the original did: it gets that time and more, not race's short bound
+    limit = max(RERUN_TIMEOUT, 3 * explorer.elapsed + 5)
+
+    def run(late=None):
+        return explorer.run(rerun, forced, late, limit)
+
+    late = run("all")
     runs = 1
     if _difference(base, late) is not None and not base.noise:  # what differs whatever lands when: not compared
-        base.noise = _noise(base, explorer.run(rerun, forced))
+        base.noise = _noise(base, run())
         runs += 1
     diff = _difference(base, late)
     culprits = []
@@ -61,7 +67,7 @@ def explore(explorer: Explorer, rerun) -> list[Finding]:
         culprits = [(sites[0], diff, late)]
     elif diff is not None:
         for site in sites[:max(explorer.bound, 1)]:
-            alone = explorer.run(rerun, forced, list(site))
+            alone = run(list(site))
             runs += 1
             if (found := _difference(base, alone)) is not None:
                 culprits.append((site, found, alone))

@@ -209,6 +209,7 @@ class Explorer:
     def __enter__(self) -> "Explorer":
         self._dirs: list[str] = []
         self.base: Result | None = None  # what the original run gave (``explore``)
+        self.elapsed = 0.0  # how long it took (seconds)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -220,9 +221,12 @@ class Explorer:
         self._dirs.append(tempfile.mkdtemp(prefix="simdist-race-"))
         return {"dir": self._dirs[-1], "forced": forced, "quiet": quiet, **({"late": late} if self.late else {})}
 
-    def run(self, rerun, forced: dict, late=None) -> Result:
-        """A quiet re-run (``rerun(settings)`` -> ScriptOutcome) and what it gave."""
+    def run(self, rerun, forced: dict, late=None, timeout: float | None = None) -> Result:
+        """A quiet re-run (``rerun(settings)`` -> ScriptOutcome; ``timeout``
+        instead of ``RERUN_TIMEOUT``) and what it gave."""
         settings = self._settings(forced, True, late)
+        if timeout is not None:
+            settings["timeout"] = timeout
         outcome = rerun(settings)
         return _read(settings["dir"], self.size, outcome.status, outcome.error)
 
