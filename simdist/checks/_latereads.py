@@ -75,13 +75,15 @@ def explore(explorer: Explorer, rerun) -> list[Finding]:
     summary = (f"simdist --check read-before-wait: {len(sites)} lines post nonblocking receives, "
                f"{runs} re-runs with late landing")
     explorer.summary = "\n".join(filter(None, (explorer.summary, summary)))
-    return [_finding(site, diff, result) for site, diff, result in culprits]
+    return [_finding(site, diff, result, base, explorer.size) for site, diff, result in culprits]
 
 
-def _finding(site: tuple, diff: str, result) -> Finding:
-    entries = {rank: e[site] for rank, e in _listed(result.directory, len(result.outputs) or 1).items() if site in e}
-    if not entries:  # the re-run ended before the post: name the site alone
-        return Finding("read-before-wait", _message("a nonblocking receive", diff), FIX, (Call(-1, "receive", *site),))
+def _finding(site: tuple, diff: str, result, base, size: int) -> Finding:
+    """The finding of the receives posted at ``site``, from the re-run
+    ``result`` that showed ``diff`` (or the first run ``base``, if the
+    re-run ended before the post)."""
+    entries = {rank: e[site] for rank, e in _listed(result.directory, size).items() if site in e}
+    entries = entries or {rank: e[site] for rank, e in _listed(base.directory, size).items() if site in e}
     calls = []
     for rank, entry in sorted(entries.items()):
         calls.append(Call(rank, entry["call"], *site))
