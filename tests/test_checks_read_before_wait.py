@@ -65,7 +65,9 @@ def test_persistent_and_matched_receives_read_before_wait_are_found(tmp_path):
 
 
 def test_reads_after_the_completion_and_a_buffer_longer_than_the_message_give_no_finding(tmp_path):
-    """The bytes past the message keep their old contents, as under MPI."""
+    """The bytes past the message keep their old contents, as under MPI; an
+    Isendrecv's message lands at its Wait; Isendrecv_replace sends its
+    buffer as it was at the call."""
     outcome, found = _late(tmp_path, """\
         buf = np.arange(8.0)
         request = comm.Irecv(buf, source=peer, tag=0)
@@ -73,5 +75,9 @@ def test_reads_after_the_completion_and_a_buffer_longer_than_the_message_give_no
         while not request.Test():
             pass
         print(buf.tolist())
+        pair, both = np.zeros(2), np.full(2, 1.0 + comm.rank)
+        comm.Isendrecv(np.arange(2.0), dest=peer, sendtag=1, recvbuf=pair, source=peer, recvtag=1).Wait()
+        comm.Isendrecv_replace(both, dest=peer, sendtag=2, source=peer, recvtag=2).Wait()
+        print(pair.tolist(), both.tolist())
         """)
     assert found == [] and outcome.status == 0, outcome.error

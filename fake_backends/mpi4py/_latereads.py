@@ -10,8 +10,8 @@ MPI allows and compares the result (``simdist.checks._latereads``).
 On a rank, ``deferring(mode, directory, rank)`` sets how receives land:
 
 * ``mode`` None (the original run): receives land as usual; the user's
-  nonblocking receives into plain buffers (Irecv, each Start of Recv_init,
-  Imrecv) are only listed, so the run's side knows whether to re-run.
+  nonblocking receives into plain buffers (Irecv, Isendrecv, each Start of
+  Recv_init, Imrecv) are only listed, so the run's side knows whether to re-run.
 * ``mode`` "all", or ``[path, line]`` (one post site): at the post the
   receive's buffer is filled with ``PATTERN`` and the message goes to a
   private copy; at the completion the buffer gets its old contents back
@@ -59,7 +59,9 @@ def deferring(mode, directory: str, rank: int):
 
 
 def _nonblocking(call: str) -> bool:
-    return call[:1] == "I" or call.endswith("_init")
+    """Whether the receive of ``call`` is deferred: a nonblocking one, but
+    not Isendrecv_replace, whose buffer is its send's too."""
+    return (call[:1] == "I" or call.endswith("_init")) and not call.endswith("_replace")
 
 
 def staged(sink, unpack, call: str):
@@ -94,7 +96,9 @@ def unpack_of(op):
 
 
 def completed(op) -> None:
-    """The request of ``op`` completed (or was freed): its message lands now."""
+    """The request of ``op`` completed (or was freed): its message lands now.
+    An Isendrecv's operation is a pair; its receive is the one deferred."""
+    op = getattr(op, "recv", op)
     entry = _deferred.pop(id(op), None) if _deferred else None
     if entry is None:
         return
