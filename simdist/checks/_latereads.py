@@ -72,8 +72,8 @@ def explore(explorer: Explorer, rerun) -> list[Finding]:
             if (found := _difference(base, alone)) is not None:
                 culprits.append((site, found, alone))
         culprits = culprits or [(site, diff, late) for site in sites]  # only together: each has a part
-    summary = (f"simdist --check read-before-wait: {len(sites)} lines post nonblocking receives, "
-               f"{runs} re-runs with late landing")
+    summary = (f"simdist --check read-before-wait: nonblocking receives posted at {len(sites)} "
+               f"line{'s' if len(sites) != 1 else ''}, {runs} re-run{'s' if runs != 1 else ''} with late landing")
     explorer.summary = "\n".join(filter(None, (explorer.summary, summary)))
     return [_finding(site, diff, result, base, explorer.size) for site, diff, result in culprits]
 
