@@ -27,7 +27,7 @@ from simdist import checks
 from . import _usercode
 
 _handles: dict[int, list] = {}  # id(what Free releases) -> [kind, Call, weak reference to the user's handle]
-_dropped: dict = {}  # Call -> how many of its handles the user's code dropped unfreed
+_dropped: dict = {}  # Call -> [kind, how many of its handles the user's code dropped unfreed]
 _KINDS = ("handle-leak", "handle-at-finalize")
 #: Whether either is on in this installation (``start``): every hook returns at once when not.
 ON = False
@@ -120,8 +120,9 @@ def _lost(key_id: int, ref) -> None:
         return  # still in ``_handles``: held at the end
     del _handles[key_id]
     kind, call, _ = entry
-    _dropped[call] = _dropped.get(call, 0) + 1
-    if _dropped[call] < 2:  # once: a bounded leak, which MPI.Finalize frees
+    dropped = _dropped.setdefault(call, [kind, 0])
+    dropped[1] += 1
+    if dropped[1] < 2:  # once: a bounded leak, which MPI.Finalize frees
         return
     checks.record(checks.Finding(
         "handle-leak", f"the {kind}s made by {call.call.split(' (')[0]} are dropped without being freed, one after "
@@ -151,11 +152,10 @@ def report_held() -> None:
     handles are not freed (held, or dropped earlier), with their count."""
     if not checks.enabled("handle-at-finalize"):
         return
-    counts = dict(_dropped)
-    for _, call, _ in _handles.values():
-        counts[call] = counts.get(call, 0) + 1
-    for call, count in counts.items():
-        kind = call.call.split(" (", 1)[1].split(" ", 1)[1].rstrip(")")  # "Dup (a communicator)" -> communicator
+    counts = {call: list(entry) for call, entry in _dropped.items()}
+    for kind, call, _ in _handles.values():
+        counts.setdefault(call, [kind, 0])[1] += 1
+    for call, (kind, count) in counts.items():
         what = f"a {kind}" if count == 1 else f"{count} {kind}s"
         checks.record(checks.Finding(
             "handle-at-finalize", f"{what} made by {call.call.split(' (')[0]} at this line "
