@@ -3,7 +3,7 @@
 MPI writes a nonblocking receive's message into its buffer at some time
 between the post and the completion (Wait, a true Test); a program that
 reads the buffer before the completion reads the old contents or the
-message depending on timing (Open MPI usually gives the old contents). The
+message depending on the MPI, its transport and timing. The
 check runs the program again with every such receive landing as late as
 MPI allows and compares the result (``simdist.checks._latereads``).
 

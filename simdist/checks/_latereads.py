@@ -2,8 +2,7 @@
 
 MPI writes a nonblocking receive's message into its buffer at some time
 between the post and the completion; a program that reads the buffer in
-between depends on timing (under Open MPI it usually reads the old
-contents). Python cannot see a read of a numpy array, so the check looks
+between depends on the MPI, its transport and timing. Python cannot see a read of a numpy array, so the check looks
 at what a read changes: the result. The original run lists each rank's
 nonblocking receives into plain buffers by the line that posted them
 (``fake_backends.mpi4py._latereads``); if there are any, a re-run makes

@@ -1,7 +1,7 @@
 # ranks: 2
 # checks: read-before-wait
 # expect: read-before-wait
-"""The receive buffer is printed before Wait: under Open MPI it usually holds the old zeros, here the message."""
+"""The receive buffer is printed before Wait: the zeros or the message, depending on when the message lands."""
 from mpi4py import MPI
 import numpy as np
 
