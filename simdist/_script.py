@@ -20,10 +20,11 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 
 from . import checks as _checks
-from .checks import _races
+from .checks import _latereads, _races
 from ._errors import CollectiveMismatch, CollectiveTimeout, Deadlock, RankDied, RankError, SimdistError
 from ._main import run_main
 from ._world import World
@@ -83,11 +84,16 @@ def run_script(target: str, argv: list[str], size: int, *, module: bool = False,
     checks = frozenset(checks)
     world_options = {**(hosts or {}), **({} if universe is None else {"universe": universe})}
     with _checks.FindingsDir(bool(checks)) as found, _races.Explorer(checks, size, race_runs) as races:
+        started = time.monotonic()
         outcome = _run_once(target, argv, size, module, backend, timeout, world_options, checks, found.path,
                             races.original())
-        rerun = min(timeout, _races.RERUN_TIMEOUT)
-        raced = races.explore(outcome, lambda race: _run_once(target, argv, size, module, backend, rerun,
-                                                              world_options, checks, None, race))
+        races.elapsed = time.monotonic() - started
+
+        def quiet_run(race):
+            limit = min(timeout, race.get("timeout", _races.RERUN_TIMEOUT))
+            return _run_once(target, argv, size, module, backend, limit, world_options, checks, None, race)
+
+        raced = races.explore(outcome, quiet_run) + _latereads.explore(races, quiet_run)
         outcome.findings = found.collect(outcome.findings + raced)
     outcome.summary = races.summary
     if outcome.findings and outcome.status == 0:

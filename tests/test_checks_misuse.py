@@ -188,4 +188,5 @@ def test_a_handle_or_request_a_library_makes_is_not_the_programs(tmp_path):
             helperlib.total(step)
             MPI.COMM_WORLD.Dup().Barrier()
         """)
-    assert found == [("handle-leak", [(0, 7)]), ("handle-leak", [(1, 7)])], outcome.error
+    assert found == [("handle-at-finalize", [(0, 7)]), ("handle-at-finalize", [(1, 7)]),
+                     ("handle-leak", [(0, 7)]), ("handle-leak", [(1, 7)])], outcome.error

@@ -20,7 +20,7 @@ from simdist._arguments import check_op
 
 from . import _runtime
 from ._collectives import BufferCollectives
-from . import _commctx, _errhandlers, _misuse
+from . import _commctx, _errhandlers, _handleleaks
 from ._errors import ERR_ARG, ERR_COMM, ERR_KEYVAL, ERR_OTHER, Exception as MPIException, MPIAbort
 from ._attributes import AttributeCalls, copy_attributes, delete_attributes
 from ._errors import earlier_run, last_used_code
@@ -114,7 +114,7 @@ class _State:
         self.coll_seq = 0  # collectives called so far (``_nbschedule``)
         rt.states.append(self)
         if not predefined:
-            _misuse.handle_made(self, "communicator")
+            _handleleaks.handle_made(self, "communicator")
 
     @property
     def errhandler(self):
@@ -184,7 +184,7 @@ class Comm(Handle, FreeableHandles, IntegerHandles, GroupCalls, PointToPoint, Pa
     def _new(self, st: _State, cls=None) -> "Intracomm":
         comm = new_handle(cls or Intracomm)
         comm._state = st
-        _misuse.handle_given(comm, st)
+        _handleleaks.handle_given(comm, st)
         return comm
 
     # -- size and rank ------------------------------------------------------------------
@@ -358,7 +358,7 @@ class Comm(Handle, FreeableHandles, IntegerHandles, GroupCalls, PointToPoint, Pa
         _commctx.free(st)
         st.sc.free()
         st.freed = True
-        _misuse.handle_freed(st)
+        _handleleaks.handle_freed(st)
 
     def free(self) -> None:
         """Free unless null or predefined (mpi4py's ``free``); a handle on a

@@ -31,7 +31,7 @@ import os
 
 import numpy as np
 
-from . import _errhandlers, _misuse, _runtime
+from . import _errhandlers, _handleleaks, _runtime
 from . import _filepointer as _pointer
 from ._buffers import parse
 from ._datatypes import TYPES
@@ -196,7 +196,7 @@ class File(Handle, IntegerHandles):
         file = new_handle(cls)
         file._state = state
         _runtime.get().at_close.append(state.release)  # a file the program leaves open
-        _misuse.handle_made(state, "file", file)
+        _handleleaks.handle_made(state, "file", file)
         return file
 
     def free(self) -> None:
@@ -210,7 +210,7 @@ class File(Handle, IntegerHandles):
         st.comm.Barrier()  # every rank's writes (and uses of the shared pointer) are done
         st.release()
         _runtime.get().at_close.remove(st.release)
-        _misuse.handle_freed(st)
+        _handleleaks.handle_freed(st)
         if st.comm.Get_rank() == 0 and st.amode & MODE_DELETE_ON_CLOSE:
             try:
                 os.unlink(st.path)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copyreg
 
-from . import _misuse, _runtime
+from . import _handleleaks, _runtime
 from ._errors import ERR_ARG, ERR_GROUP, ERR_RANK, ERR_TAG, Exception as MPIException
 from ._groupcomm import create_group
 from ._handles import Handle, IntegerHandles, check_handle, new_handle, predefined
@@ -59,7 +59,7 @@ class Group(Handle, IntegerHandles):
     def _of(cls, members: _Members) -> "Group":
         group = new_handle(cls)
         group._members = members
-        _misuse.handle_made(group, "group", group)
+        _handleleaks.handle_made(group, "group", group)
         return group
 
     @classmethod
@@ -186,7 +186,7 @@ class Group(Handle, IntegerHandles):
         self._ranks("Free")
         if self is not predefined("GROUP_EMPTY"):
             self._members = None
-            _misuse.handle_freed(self)
+            _handleleaks.handle_freed(self)
 
     def free(self) -> None:
         """Free unless null (GROUP_EMPTY stays, as Free leaves it; mpi4py's ``free``)."""

@@ -3,7 +3,7 @@ received once with ``Recv``/``recv`` or their nonblocking forms."""
 
 from __future__ import annotations
 
-from . import _errhandlers
+from . import _errhandlers, _latereads
 from ._errors import ERR_REQUEST, Exception as MPIException
 from ._handles import Handle, IntegerHandles, check_handle, is_constant
 from ._p2p import ANY_SOURCE, ANY_TAG
@@ -40,18 +40,19 @@ class Message(Handle, IntegerHandles):
         env, self._env = self._env, None
         return self._engine.recv_matched(env, sink, "Mrecv", unpack)
 
-    def _irecv(self, buf):
+    def _irecv(self, buf, call: str = "Mrecv"):
         from ._buffers import parse, receive_into
 
         sink, unpack = receive_into(None if buf is None else parse(buf, writable=True, what="buf"))
         engine = self._engine
-        return Request._of(engine, self._take(sink, unpack), self._comm)
+        op = _latereads.posted(self._take(_latereads.staged(sink, unpack, call), unpack), sink, call, f"{call}()")
+        return Request._of(engine, op, self._comm)
 
     def Recv(self, buf, status: Status | None = None) -> None:
         self._irecv(buf).Wait(status)
 
     def Irecv(self, buf) -> Request:
-        return self._irecv(buf)
+        return self._irecv(buf, "Imrecv")
 
     def recv(self, status: Status | None = None):
         return self._irecv(None).wait(status)

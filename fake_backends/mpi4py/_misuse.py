@@ -1,5 +1,6 @@
 """Misuse checks of the stand-in (``simdist run --check``): type-mismatch,
-buffer-in-use, request-leak, handle-leak, unreceived, finalize-pending.
+buffer-in-use, request-leak, handle-leak, unreceived, finalize-pending,
+handle-at-finalize.
 
 The stand-in's modules call the hooks below where a request or handle is
 made, completed or freed, where a message is sent and matched; each hook
@@ -15,48 +16,33 @@ rank's program ends normally (MPI.Finalize, or the end of its script),
 * ``unreceived`` must see every message sent to the rank: each rank's end
   sends every other rank an end marker after its last message, and takes
   what arrives until it has all of them (``_drain``, bounded in time).
-* A handle leaks when the user's last reference to it goes (a weak
-  reference's callback) while the user's code runs, unfreed, for the second
-  time from one line; handles kept to the end are MPI.Finalize's to free.
+* Handles (handle-leak, handle-at-finalize) are ``_handleleaks``'s.
 
-What counts as the user's
--------------------------
-A request or handle counts only when the call that made it came straight
-from the user's code: the frame just outside the stand-in is a file of the
-program, not Python's library, numpy, simdist, mpi4py's own Python modules
-(``mpi4py.util``, ``mpi4py.futures``) or an installed package
-(site-packages). A communicator kept in a library's module globals is that
-library's business, as under MPI, where it is freed at Finalize.
+What counts as the user's call is ``_usercode``'s.
 """
 
 from __future__ import annotations
 
-import functools
 import json
-import os
-import sys
 import time
-import weakref
 
 import numpy as np
 
 from simdist import checks
 from simdist._errors import SimdistError
-from simdist._frames import _is_library, caller_site
+from simdist._frames import caller_site
+
+from . import _handleleaks
+from ._usercode import call_at, user_site
 
 #: The kinds of this module.
-KINDS = ("type-mismatch", "buffer-in-use", "request-leak", "handle-leak", "unreceived", "finalize-pending")
-_INSIDE = (os.path.dirname(os.path.abspath(__file__)) + os.sep,  # the stand-in and simdist
-           os.path.dirname(os.path.dirname(os.path.abspath(checks.__file__))) + os.sep)
-_WRAPPERS = "_errhandlers.py"  # the error handlers' wrapper of every call (not the call's name)
-_NOT_USER = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
+KINDS = ("type-mismatch", "buffer-in-use", "request-leak", "handle-leak", "unreceived", "finalize-pending",
+         "handle-at-finalize")
 
 #: Whether any of these checks is on in this installation (``start``): every
 #: hook returns at once when not, so a run without them costs a call per hook.
 ON = False
 _requests: dict[int, tuple] = {}  # id(operation, or persistent handle) -> (operation, Prequest or None, Call)
-_handles: dict[int, list] = {}  # id(what Free releases) -> [kind, Call, weak reference to the user's handle]
-_dropped: dict = {}  # Call -> how many of its handles were dropped unfreed
 _truncated: list = []  # truncation findings, reported if the program then fails (``at_failure``)
 _buffers: dict[int, tuple] = {}  # id(op) -> (op, view, digest, Call): send buffers a request owns
 
@@ -65,54 +51,12 @@ def start() -> None:
     """The stand-in is installed: note whether any of these checks is on."""
     global ON
     ON = any(checks.enabled(kind) for kind in KINDS)
+    _handleleaks.start()
 
 
 def watching(kind: str) -> bool:
     """Whether ``kind`` is looked for on this rank (cheap: a set lookup)."""
     return checks.enabled(kind)
-
-
-def _rank() -> int:
-    runtime = sys.modules[__package__ + "._runtime"]  # imported by then (it imports this module's users)
-    rt = runtime.current
-    return rt.me if rt is not None and rt.world is not None else -1
-
-
-def user_site() -> tuple[str, int] | None:
-    """``(path, line)`` of the user's call into the stand-in, or None when
-    the stand-in was called by a library (see the module docstring)."""
-    found = _entry()
-    return None if found is None else found[:2]
-
-
-def _entry() -> tuple[str, int, str, object] | None:
-    """``(path, line, name, receiver)``: the user's line, and the stand-in
-    function it called with its ``self`` (or ``cls``)."""
-    frame, called = sys._getframe(2), None
-    while frame is not None and frame.f_code.co_filename.startswith(_INSIDE):
-        if not frame.f_code.co_filename.endswith(_WRAPPERS):
-            called = frame
-        frame = frame.f_back
-    if frame is None or called is None:
-        return None
-    path = _users_path(frame.f_code.co_filename)
-    if path is None:
-        return None
-    receiver = called.f_locals.get("self", called.f_locals.get("cls"))
-    return path, frame.f_lineno, called.f_code.co_name, receiver
-
-
-@functools.lru_cache(maxsize=1024)
-def _users_path(path: str) -> str | None:
-    """The absolute path of ``path`` if its code is the user's (a file of the
-    program, not a library's), else None."""
-    if _is_library(path) or any(part in path for part in _NOT_USER):
-        return None
-    return os.path.abspath(path)
-
-
-def _call(what: str, site) -> checks.Call:
-    return checks.Call(_rank(), what, *site)
 
 
 # -- requests -------------------------------------------------------------------------------
@@ -129,7 +73,7 @@ def made(request, call: str, desc: str):
     if _nonblocking(call) and (watching("request-leak") or watching("finalize-pending")) and request._op is not None:
         site = user_site()
         if site is not None:
-            _requests[id(request._op)] = (request._op, None, _call(desc, site))
+            _requests[id(request._op)] = (request._op, None, call_at(desc, site))
     return request
 
 
@@ -151,7 +95,7 @@ def persistent_made(request, desc: str):
     if watching("request-leak") or watching("finalize-pending"):
         site = user_site()
         if site is not None:
-            _requests[id(request._persistent)] = (None, request, _call(desc, site))
+            _requests[id(request._persistent)] = (None, request, call_at(desc, site))
     return request
 
 
@@ -173,115 +117,6 @@ def completed(op) -> None:
         check.completed(op.sink)
 
 
-# -- handles -------------------------------------------------------------------------------
-#: The calls that make each kind of handle: a handle counts only when the
-#: user called one of these (not when the stand-in made it for another call,
-#: as the private duplicate of a communicator that File.Open makes).
-MAKERS = {
-    "communicator": {"Dup", "Dup_with_info", "Idup", "Idup_with_info", "Split", "Split_type", "Create",
-                     "Create_group", "Create_intercomm", "Merge", "Create_cart", "Create_graph", "Create_dist_graph",
-                     "Create_dist_graph_adjacent", "Sub", "Clone", "Create_from_group", "Accept", "Connect",
-                     "Spawn", "Spawn_multiple", "Join"},
-    "group": {"Get_group", "Get_remote_group", "Incl", "Excl", "Range_incl", "Range_excl", "Union", "Intersection",
-              "Intersect", "Difference", "Dup", "Create_from_session_pset", "Get_group_of"},
-    "datatype": {"Dup", "Create_dup", "Create_contiguous", "Create_vector", "Create_hvector", "Create_indexed",
-                 "Create_hindexed", "Create_indexed_block", "Create_hindexed_block", "Create_struct",
-                 "Create_subarray", "Create_darray", "Create_resized"},  # not Create_f90_*: predefined
-    "window": {"Create", "Allocate", "Allocate_shared", "Create_dynamic"},
-    "op": {"Create"},
-    "file": {"Open"},
-}
-
-
-def handle_made(key, kind: str, handle=None) -> None:
-    """A handle of ``kind`` (a key of ``MAKERS``) the user made; ``key`` is
-    what its Free releases, ``handle`` the object the user holds (or later
-    ``handle_given``)."""
-    if not ON:
-        return
-    if watching("handle-leak"):
-        found = _entry()
-        if found is not None and _makes(found[2], found[3], kind):
-            path, line, name, _ = found
-            article = "an" if kind[0] in "aeiou" else "a"
-            _handles[id(key)] = [kind, _call(f"{name} ({article} {kind})", (path, line)), None]
-            if handle is not None:
-                handle_given(handle, key)
-
-
-#: The classes (by name) whose calls make each kind, for a call name several kinds share (Dup, Create).
-_CLASSES = {"communicator": "Comm", "group": "Group", "datatype": "Datatype", "window": "Win", "op": "Op",
-            "file": "File"}
-_SHARED = {name for kind in MAKERS for name in MAKERS[kind]
-           if sum(name in names for names in MAKERS.values()) > 1}
-
-
-def _makes(name: str, receiver, kind: str) -> bool:
-    """Whether the user's call ``name`` on ``receiver`` makes a handle of ``kind``."""
-    if name not in MAKERS[kind]:
-        return False
-    if name not in _SHARED:
-        return True
-    cls = receiver if isinstance(receiver, type) else type(receiver)
-    return any(c.__name__ == _CLASSES[kind] for c in cls.__mro__)
-
-
-def handle_given(handle, key) -> None:
-    """``handle`` is the user's object for ``key``: losing it unfreed is a
-    leak. The stand-in may wrap a new communicator more than once in the
-    call that makes it (Sub: a Split, then a Cartcomm); the last object
-    made in that call is the user's."""
-    entry = _handles.get(id(key)) if _handles else None
-    if entry is None:
-        return
-    if entry[2] is not None and user_site() != (entry[1].path, entry[1].line):
-        return
-    entry[2] = weakref.ref(handle, functools.partial(_lost, id(key)))
-
-
-def handle_freed(key) -> None:
-    if _handles:
-        _handles.pop(id(key), None)
-
-
-def _lost(key_id: int, ref) -> None:
-    """The user's last reference to a handle not freed went away. While the
-    user's code runs (a user frame on the stack) it can never be freed: a
-    leak, reported when the same line has leaked twice (a leak that grows:
-    a handle made in a loop or in a function called again and again). At
-    the program's end (its globals going) it is a handle MPI frees at
-    Finalize: not one."""
-    entry = _handles.get(key_id)
-    if entry is None or entry[2] is not ref:  # freed, or an object the stand-in replaced
-        return
-    del _handles[key_id]
-    if not _user_running():
-        return
-    kind, call, _ = entry
-    _dropped[call] = _dropped.get(call, 0) + 1
-    if _dropped[call] < 2:  # once: a bounded leak, which MPI.Finalize frees
-        return
-    checks.record(checks.Finding(
-        "handle-leak", f"the {kind}s made by {call.call.split(' (')[0]} are dropped without being freed, one after "
-                       "another: the leak grows with the run",
-        "Free each one when done (or make one, keep it and reuse it)", (call,)))
-
-
-def _user_running() -> bool:
-    """Whether the program's own code runs: a user frame inside the
-    stand-in's caller, before any frame of simdist (which runs the program:
-    frames further out, a driver script or a test, are not the program's)."""
-    frame = sys._getframe(2)
-    while frame is not None:
-        path = frame.f_code.co_filename
-        if path.startswith(_INSIDE[1]):
-            return False
-        if not path.startswith(_INSIDE[0]) and _users_path(path) is not None:
-            return True
-        frame = frame.f_back
-    return False
-
-
 # -- buffers of nonblocking sends ------------------------------------------------------------
 def _digest(view) -> bytes:
     """The bytes of a buffer as they are now (a copy: comparing is faster than hashing)."""
@@ -296,7 +131,7 @@ def send_posted(op, view, call: str, desc: str) -> None:
     if (_nonblocking(call) or call.endswith("_init")) and watching("buffer-in-use") and view.size:
         site = user_site()
         if site is not None:
-            _buffers[id(op)] = (op, view, _digest(view), _call(desc, site))
+            _buffers[id(op)] = (op, view, _digest(view), call_at(desc, site))
 
 
 def send_completed(op) -> None:
@@ -350,7 +185,7 @@ def recv_check(spec, what: str) -> RecvCheck | None:
     site = user_site()
     if site is None:
         return None
-    return RecvCheck(spec.datatype, _call(what, site), spec.target is None)
+    return RecvCheck(spec.datatype, call_at(what, site), spec.target is None)
 
 
 # -- type signatures -------------------------------------------------------------------------
@@ -480,6 +315,7 @@ def at_end(rt) -> None:
         else:
             rt.engine.progress()  # a receive whose message has arrived is not pending
         _report_requests()
+        _handleleaks.report_held()
     finally:
         _forget()
 
@@ -494,7 +330,8 @@ def at_failure() -> None:
 def _forget() -> None:
     global ON
     ON = False
-    for books in (_requests, _handles, _buffers, _dropped, _truncated, _signatures):
+    _handleleaks.forget()
+    for books in (_requests, _buffers, _truncated, _signatures):
         books.clear()
 
 

@@ -33,7 +33,7 @@ import numpy as np
 from simdist._arguments import DTYPE_CODE, check_op
 from simdist._reduction import fold
 
-from . import _misuse
+from . import _handleleaks
 from ._errors import ERR_OP, Exception as MPIException
 from ._handles import Handle, IntegerHandles, check_handle, is_constant, new_handle
 
@@ -137,7 +137,7 @@ class Op(Handle, IntegerHandles):
         op = new_handle(cls)
         op._init(_key="USER", _function=function, _commute=commute)
         _USER_OPS.add(op._id)
-        _misuse.handle_made(op._id, "op", op)
+        _handleleaks.handle_made(op._id, "op", op)
         return op
 
     def Free(self) -> None:
@@ -146,7 +146,7 @@ class Op(Handle, IntegerHandles):
         if self._function is None:
             raise MPIException(ERR_OP, f"Op.Free of MPI.{self._key}, a predefined op")
         _USER_OPS.discard(self._id)
-        _misuse.handle_freed(self._id)
+        _handleleaks.handle_freed(self._id)
         self._init()
 
     def free(self) -> None:

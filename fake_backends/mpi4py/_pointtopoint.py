@@ -25,7 +25,7 @@ import numpy as np
 
 from simdist import checks as _checks
 
-from . import _misuse
+from . import _latereads, _misuse
 from ._buffered import check_space, need
 from ._buffers import parse, receive_into
 from ._errors import ERR_RANK, ERR_TAG, Exception as MPIException
@@ -172,8 +172,13 @@ class PointToPoint:
         desc = f"{call}({_names(source, tag)}) on {st.name}"
         peer = None if source == ANY_SOURCE else st.members[source]
         check = _misuse.recv_check(spec, desc)
-        return lambda: _misuse.made(Request._of(st.engine, st.engine.recv(st.ctx ^ ctx_bit, source, tag, sink, desc,
-                                                                          unpack, peer, check)), call, desc)
+
+        def post():
+            op = st.engine.recv(st.ctx ^ ctx_bit, source, tag, _latereads.staged(sink, unpack, call), desc, unpack, peer,
+                                check)
+            return _misuse.made(Request._of(st.engine, _latereads.posted(op, sink, call, desc)), call, desc)
+
+        return post
 
     @staticmethod
     def _sink(buf, what: str = "buf"):

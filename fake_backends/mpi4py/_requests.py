@@ -10,7 +10,7 @@ lowercase ones (``wait``, ``waitall``, ...) return the received objects of
 
 from __future__ import annotations
 
-from . import _errhandlers, _misuse
+from . import _errhandlers, _latereads, _misuse
 from ._buffered import check_space
 from ._errors import ERR_REQUEST, SUCCESS, Exception as MPIException
 from ._handles import Handle, IntegerHandles, check_handle, new_handle
@@ -137,6 +137,7 @@ class Request(Handle, IntegerHandles):
     def _deactivate(self) -> None:
         if self._op is not None:
             _misuse.completed(self._op)
+            _latereads.completed(self._op)
         self._op = None
 
     def _wait(self, status):

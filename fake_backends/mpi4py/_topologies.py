@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 
-from . import _errhandlers, _misuse
+from . import _errhandlers, _handleleaks
 from ._comm import CLASS_OF_TOPOLOGY, UNDEFINED, Intracomm
 from ._errors import ERR_ARG, ERR_DIMS, ERR_RANK, ERR_TOPOLOGY, Exception as MPIException
 from ._handles import new_handle
@@ -274,7 +274,7 @@ def _with_topology(comm, topo, cls, name: str):
     if comm:
         out._state = comm._state
         out._state.topo, out._state.name = topo, name
-        _misuse.handle_given(out, out._state)  # the user's object now (for --check=handle-leak)
+        _handleleaks.handle_given(out, out._state)  # the user's object now (for --check=handle-leak)
     return out
 
 

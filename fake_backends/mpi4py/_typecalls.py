@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import operator
 
-from . import _derived, _misuse
+from . import _derived, _handleleaks
 from ._attributes import copy_attributes
 from ._derived import TypeMap, basic_map, check_type
 from ._errors import ERR_TYPE, Exception as MPIException
@@ -126,7 +126,7 @@ class DerivedCalls:
         datatype._dtype = None
         _MAPS[datatype._id] = tm
         tm.handles += 1
-        _misuse.handle_made(datatype._id, "datatype", datatype)
+        _handleleaks.handle_made(datatype._id, "datatype", datatype)
         return datatype
 
     def _alias(self):
@@ -238,7 +238,7 @@ class DerivedCalls:
         tm = _MAPS.pop(self._id, None)
         if tm is None:
             return
-        _misuse.handle_freed(self._id)
+        _handleleaks.handle_freed(self._id)
         tm.handles -= 1
         if not tm.handles:  # the last handle on it: its contents' handles on derived datatypes go too
             for part in tm.contents[3]:

@@ -36,7 +36,7 @@ import operator
 
 import numpy as np
 
-from . import _misuse
+from . import _handleleaks
 from ._errors import ERR_ARG, Exception as MPIException
 from ._groupcomm import GroupComm, new_context
 from ._groups import Group
@@ -183,6 +183,6 @@ class FaultTolerance:
                 group.origin = f"the communicator Ishrink of {st.name}"
                 new = self._derived(st, group, "Ishrink")
             comm._state = new
-            _misuse.handle_given(comm, new)
+            _handleleaks.handle_given(comm, new)
 
         return comm, start(view, "Ishrink", "Shrink()", [proposal] * view.size, finish)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _errhandlers, _misuse, _runtime
+from . import _errhandlers, _handleleaks, _runtime
 from ._attributes import AttributeCalls, delete_attributes
 from ._buffers import BOTTOM, memory_bytes
 from ._errors import ERR_INFO, ERR_KEYVAL, ERR_OTHER, ERR_TYPE, Exception as MPIException
@@ -136,7 +136,7 @@ def _make(cls, comm, nbytes: int, disp_unit: int, info, flavor: int, private, ca
     state.rt.at_close.append(state.release)  # its shared memory goes at the run's end if not freed
     win = new_handle(cls)
     win._state = state
-    _misuse.handle_made(state, "window", win)
+    _handleleaks.handle_made(state, "window", win)
     return win
 
 
@@ -265,7 +265,7 @@ class Win(Handle, FreeableHandles, IntegerHandles, AttributeCalls, Synchronizati
         st.sc.free()
         st.release()
         st.rt.at_close.remove(st.release)
-        _misuse.handle_freed(st)
+        _handleleaks.handle_freed(st)
 
     def free(self) -> None:
         """Free unless null (mpi4py's ``free``)."""

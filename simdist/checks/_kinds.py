@@ -9,8 +9,10 @@ KINDS = {
     "race": "a wildcard receive or probe whose other admissible matches change the program's result",
     "type-mismatch": "a receive whose datatype or count differs from the matched send's (truncation, reinterpretation)",
     "buffer-in-use": "the buffer of a nonblocking call written before Wait completes it",
+    "read-before-wait": "a nonblocking receive's buffer read before Wait completes it (the result depends on timing)",
     "request-leak": "a request never completed (waited, tested true or freed)",
-    "handle-leak": "a communicator, group, datatype, window or file never freed",
+    "handle-leak": "a communicator, group, datatype, window, file or op dropped unfreed again and again",
+    "handle-at-finalize": "a communicator, group, datatype, window, file or op still unfreed at MPI.Finalize",
     "unreceived": "a message sent and never received when the program ends",
     "collective-order": "ranks calling the collectives of a communicator in different orders",
     "finalize-pending": "Finalize called with requests or messages still pending",
@@ -19,9 +21,9 @@ KINDS = {
 #: Names that stand for several kinds.
 GROUPS = {
     "all": tuple(KINDS),
-    "misuse": ("type-mismatch", "buffer-in-use", "request-leak", "handle-leak", "unreceived",
+    "misuse": ("type-mismatch", "buffer-in-use", "request-leak", "handle-leak", "handle-at-finalize", "unreceived",
                "collective-order", "finalize-pending"),
-    "leaks": ("request-leak", "handle-leak", "unreceived"),
+    "leaks": ("request-leak", "handle-leak", "handle-at-finalize", "unreceived"),
 }
 
 

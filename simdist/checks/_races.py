@@ -85,7 +85,7 @@ def on_rank(race: dict | None, rank: int):
     if race["quiet"]:
         sys.stderr = _Tee(os.path.join(directory, f"err-{rank}.txt"), None)
     try:
-        with recording(directory, race["forced"].get(rank, {})):
+        with recording(directory, race["forced"].get(rank, {})), _late_receives(race, rank):
             yield
     finally:
         out.flush()
@@ -93,6 +93,15 @@ def on_rank(race: dict | None, rank: int):
             sys.stderr.close()
         out.close()
         sys.stdout, sys.stderr = saved
+
+
+def _late_receives(race: dict, rank: int):
+    """How the user's nonblocking receives land (``--check=read-before-wait``)."""
+    if "late" not in race:
+        return contextlib.nullcontext()
+    from fake_backends.mpi4py._latereads import deferring
+
+    return deferring(race["late"], race["dir"], rank)
 
 
 # -- the run's side --------------------------------------------------------------------------------------
@@ -106,10 +115,11 @@ class Result:
     decisions: dict = field(default_factory=dict)  # rank -> its decisions
     arrivals: dict = field(default_factory=dict)  # rank -> its arrived messages
     noise: dict = field(default_factory=dict)  # rank -> lines not compared (None: its whole output); "status"
+    directory: str = ""  # where the run's ranks wrote their logs
 
 
 def _read(directory: str, size: int, status: int, error: str) -> Result:
-    result = Result({}, status, error)
+    result = Result({}, status, error, directory=directory)
     for rank in range(size):
         path = os.path.join(directory, f"out-{rank}.txt")
         with contextlib.suppress(OSError), open(path, encoding="utf-8") as f:
@@ -185,26 +195,40 @@ def _forced(result: Result, rank: int, decision: dict, source: int) -> dict:
 
 
 class Explorer:
-    """The race side of one ``simdist run``: the original's directory, then
-    a re-run per admissible alternative."""
+    """The re-runs of one ``simdist run``: the original's directory, then a
+    re-run per admissible alternative (``race``); ``_latereads`` makes its
+    re-runs with late receives (``read-before-wait``) through ``run``."""
 
     def __init__(self, checks, size: int, bound: int | None):
-        self.on = "race" in checks
+        self.races, self.late = "race" in checks, "read-before-wait" in checks
+        self.on = self.races or self.late
         self.size = size
         self.bound = DEFAULT_RUNS if bound is None else bound
         self.summary = ""
 
     def __enter__(self) -> "Explorer":
         self._dirs: list[str] = []
+        self.base: Result | None = None  # what the original run gave (``explore``)
+        self.elapsed = 0.0  # how long it took (seconds)
         return self
 
     def __exit__(self, *exc) -> None:
         for d in self._dirs:
             shutil.rmtree(d, ignore_errors=True)
 
-    def _settings(self, forced: dict, quiet: bool) -> dict:
+    def _settings(self, forced: dict, quiet: bool, late=None) -> dict:
+        """A run's settings; ``late``: how its nonblocking receives land (``_latereads``)."""
         self._dirs.append(tempfile.mkdtemp(prefix="simdist-race-"))
-        return {"dir": self._dirs[-1], "forced": forced, "quiet": quiet}
+        return {"dir": self._dirs[-1], "forced": forced, "quiet": quiet, **({"late": late} if self.late else {})}
+
+    def run(self, rerun, forced: dict, late=None, timeout: float | None = None) -> Result:
+        """A quiet re-run (``rerun(settings)`` -> ScriptOutcome; ``timeout``
+        instead of ``RERUN_TIMEOUT``) and what it gave."""
+        settings = self._settings(forced, True, late)
+        if timeout is not None:
+            settings["timeout"] = timeout
+        outcome = rerun(settings)
+        return _read(settings["dir"], self.size, outcome.status, outcome.error)
 
     def original(self) -> dict | None:
         """The race settings of the original run (None without the check)."""
@@ -215,21 +239,20 @@ class Explorer:
         original run (``first``: its outcome); the findings."""
         if not self.on:
             return []
-        base = _read(self._dirs[0], self.size, first.status, first.error)
+        self.base = _read(self._dirs[0], self.size, first.status, first.error)
+        return self._races(self.base, rerun) if self.races else []
+
+    def _races(self, base: Result, rerun) -> list[Finding]:
         options = alternatives(base)
         findings, done, runs, never = {}, set(), 0, 0
         if options and self.bound > 0:  # the same matches again: what differs then is not the order's doing
-            settings = self._settings(_all_forced(base), True)
-            outcome = rerun(settings)
-            base.noise = _noise(base, _read(settings["dir"], self.size, outcome.status, outcome.error))
+            base.noise = _noise(base, self.run(rerun, _all_forced(base)))
         for rank, decision, source in options:
             where = (rank, tuple(decision["site"]))
             if where in done or runs >= self.bound:
                 continue
             runs += 1
-            settings = self._settings(_forced(base, rank, decision, source), True)
-            outcome = rerun(settings)
-            other = _read(settings["dir"], self.size, outcome.status, outcome.error)
+            other = self.run(rerun, _forced(base, rank, decision, source))
             if not _took(other, rank, decision["k"]):  # it waited for a message sent only after it
                 never += 1
                 continue

@@ -1,7 +1,8 @@
 # ranks: 2
-# checks: misuse
+# checks: misuse,-handle-at-finalize
 # expect: none
-"""Handles freed when done, or kept for the whole program (MPI frees those at Finalize)."""
+"""Handles freed when done, or kept for the whole program (MPI frees those at Finalize;
+only handle-at-finalize, left out here, reports them)."""
 from mpi4py import MPI
 
 world = MPI.COMM_WORLD

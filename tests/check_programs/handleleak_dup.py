@@ -1,6 +1,6 @@
 # ranks: 2
 # checks: misuse
-# expect: handle-leak
+# expect: handle-at-finalize, handle-leak
 """A function duplicates the world communicator for each call and drops the copy unfreed."""
 from mpi4py import MPI
 
