@@ -95,6 +95,13 @@ class BufSpec:
         if self.target is not None:
             self.layout.scatter(self.target, self.raw, self.raw.size if nbytes is None else nbytes)
 
+    def pack_into(self, out: np.ndarray) -> None:
+        """Write the bytes this buffer sends into ``out`` (packed, for a derived datatype)."""
+        if self.target is None:
+            out[...] = self.raw
+        else:
+            self.layout.gather(self.target, out)
+
     @property
     def typed(self) -> np.ndarray:
         """The elements, as a 1-D array of the datatype's dtype."""
@@ -385,12 +392,14 @@ def typed_spec(o_buf, o_count, o_displ, raw, datatype, writable: bool, blocks: i
     return spec
 
 
-def parse_w(spec, n: int, *, writable: bool, what: str) -> list[BufSpec]:
+def parse_w(spec, n: int, *, writable: bool, what: str, packed: bool = True) -> list[BufSpec]:
     """The ``n`` blocks of an Alltoallw buffer, as mpi4py reads it: ``[buf,
     datatypes]`` (one element of each, at 0), ``[buf, (counts, displs),
     datatypes]`` or ``[buf, counts, displs, datatypes]``, displacements in
     bytes; with ``MPI.BOTTOM`` the displacements are addresses: block ``j``
-    is ``counts[j]`` elements of ``datatypes[j]``."""
+    is ``counts[j]`` elements of ``datatypes[j]``. A receive buffer whose
+    every byte the call writes need not be read first (``packed=False``):
+    the packed bytes of a derived datatype's block are then left unset."""
     if not isinstance(spec, (list, tuple)) or len(spec) not in (2, 3, 4):
         raise ValueError(f"message: expecting 2 to 4 items in {what}")
     if len(spec) == 2:
@@ -407,11 +416,12 @@ def parse_w(spec, n: int, *, writable: bool, what: str) -> list[BufSpec]:
     types = [types] * n if isinstance(types, Datatype) else list(types)
     if len(types) != n:
         raise ValueError(f"message: expecting {n} datatypes in {what}, got {len(types)}")
-    return [_w_block(buf, raw, bottom, count, displ, lookup(datatype), writable, f"block {j} of {what}")
+    return [_w_block(buf, raw, bottom, count, displ, lookup(datatype), writable, packed, f"block {j} of {what}")
             for j, (count, displ, datatype) in enumerate(zip(counts, displs, types))]
 
 
-def _w_block(buf, raw, bottom: bool, count: int, displ: int, datatype, writable: bool, what: str) -> BufSpec:
+def _w_block(buf, raw, bottom: bool, count: int, displ: int, datatype, writable: bool, packed: bool,
+             what: str) -> BufSpec:
     if count < 0:
         raise ValueError(f"message: {what} has the negative count {count}")
     if not datatype._is_derived():
@@ -430,6 +440,7 @@ def _w_block(buf, raw, bottom: bool, count: int, displ: int, datatype, writable:
         raise MPIException(ERR_TYPE, f"{what}: the datatype is not committed; call its Commit() first")
     memory, layout = placed(buf, raw, tm.layout(count).at(displ), bottom, writable, what, lambda: (
         f"message: {what} (count {count}, displacement {displ} bytes) does not fit in its {raw.size} bytes"))
-    block = BufSpec(layout.gather(memory), datatype, count, memory, layout)
+    block = BufSpec(layout.gather(memory) if packed else np.empty(layout.nbytes, np.uint8), datatype, count,
+                    memory, layout)
     register(block, writable)
     return block

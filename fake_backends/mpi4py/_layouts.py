@@ -14,6 +14,8 @@ of up to 8 bytes, at the speed of a copy of the array; any other type map
 type map and count (``layout_of``, cached on the type map) and placed at a
 displacement with ``at``, so a call neither builds an index nor scans one.
 ``Blocks`` is the layouts of a vector call's blocks, one after another.
+``gather`` can pack straight into a message's place (``out``), where the
+call has one, instead of into a copy of its own.
 """
 
 from __future__ import annotations
@@ -45,8 +47,8 @@ class Scattered:
             return self
         return Scattered(self.index + displacement, self.lo + displacement, self.hi + displacement)
 
-    def gather(self, memory: np.ndarray) -> np.ndarray:
-        return memory[self.index]
+    def gather(self, memory: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        return np.take(memory, self.index, out=out)
 
     def scatter(self, memory: np.ndarray, packed: np.ndarray, nbytes: int) -> None:
         memory[self.index[:nbytes]] = packed[:nbytes]
@@ -76,8 +78,12 @@ class Grid:
         return np.ndarray(self.shape + (self.run // self.unit,), _UNITS[self.unit], memory, self.start,
                           self.strides + (self.unit,))
 
-    def gather(self, memory: np.ndarray) -> np.ndarray:
-        return self._view(memory).copy().reshape(-1).view(np.uint8)
+    def gather(self, memory: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        view = self._view(memory)
+        if out is None:
+            return view.copy().reshape(-1).view(np.uint8)
+        np.copyto(out.view(view.dtype).reshape(view.shape), view)
+        return out
 
     def scatter(self, memory: np.ndarray, packed: np.ndarray, nbytes: int) -> None:
         if nbytes == self.nbytes:
@@ -108,10 +114,13 @@ class Blocks:
     def at(self, displacement: int) -> "Blocks":
         return Blocks([p.at(displacement) for p in self.parts])
 
-    def gather(self, memory: np.ndarray) -> np.ndarray:
-        if not self.parts:
-            return np.empty(0, np.uint8)
-        return np.concatenate([p.gather(memory) for p in self.parts])
+    def gather(self, memory: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        out = np.empty(self.nbytes, np.uint8) if out is None else out
+        done = 0
+        for part in self.parts:
+            part.gather(memory, out[done:done + part.nbytes])
+            done += part.nbytes
+        return out
 
     def scatter(self, memory: np.ndarray, packed: np.ndarray, nbytes: int) -> None:
         done = 0

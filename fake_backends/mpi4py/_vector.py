@@ -19,9 +19,10 @@ from ._unpacking import unpacking_class
 
 
 def _padded(blocks: list[np.ndarray], width: int) -> np.ndarray:
-    out = np.zeros((len(blocks), width), np.uint8)
+    out = np.empty((len(blocks), width), np.uint8)
     for row, data in zip(out, blocks):
         row[:data.size] = data
+        row[data.size:] = 0
     return out
 
 
@@ -30,6 +31,17 @@ def _place(dest: np.ndarray, data: np.ndarray, call: str, source: int) -> None:
         raise MPIException(ERR_TRUNCATE, f"{call}: rank {source} sent {data.size} bytes for a block of "
                                          f"{dest.size} bytes")
     dest[...] = data
+
+
+def _land(spec, data: np.ndarray, call: str, source: int) -> None:
+    """Receive ``data`` into a parsed block: a derived datatype's packed
+    bytes become ``data`` itself, stored from there when the call returns."""
+    if spec.target is None:
+        _place(spec.raw, data, call, source)
+    elif data.size != spec.raw.size:
+        _place(spec.raw, data, call, source)  # raises ERR_TRUNCATE
+    else:
+        spec.raw = data
 
 
 @unpacking_class(("Gatherv", "Scatterv", "Allgatherv", "Alltoallv", "Alltoallw"))
@@ -99,12 +111,18 @@ class VectorCollectives:
     def Alltoallw(self, sendbuf, recvbuf) -> None:
         """As Alltoallv, with a datatype per block and displacements in bytes."""
         st, sc = self._coll()
-        recv = parse_w(recvbuf, st.size, writable=True, what="recvbuf")
-        if is_in_place(sendbuf):
-            blocks = [b.raw.copy() for b in recv]
-        else:
-            blocks = [b.raw for b in parse_w(sendbuf, st.size, writable=False, what="sendbuf")]
-        lengths = sc.allgather(np.array([b.size for b in blocks], np.int64))  # [from, to]
-        out = sc.alltoall(_padded(blocks, int(lengths.max())))
+        in_place = is_in_place(sendbuf)
+        recv = parse_w(recvbuf, st.size, writable=True, what="recvbuf", packed=in_place)
+        # The send blocks are packed straight into the message (packed=False)
+        send = recv if in_place else parse_w(sendbuf, st.size, writable=False, what="sendbuf", packed=False)
+        lengths = sc.allgather(np.array([b.raw.size for b in send], np.int64))  # [from, to]
+        message = np.empty((st.size, int(lengths.max())), np.uint8)
+        for row, block in zip(message, send):
+            if in_place:
+                row[:block.raw.size] = block.raw
+            else:
+                block.pack_into(row[:block.raw.size])
+            row[block.raw.size:] = 0
+        out = sc.alltoall(message)
         for j in range(st.size):
-            _place(recv[j].raw, out[j, :lengths[j, st.rank]], "Alltoallw", j)
+            _land(recv[j], out[j, :lengths[j, st.rank]], "Alltoallw", j)

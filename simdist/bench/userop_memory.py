@@ -19,10 +19,10 @@ Usage: ``python -m simdist.bench.userop_memory [MiB ...]`` (default
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import time
+
+from simdist.bench.launchers import LAUNCHERS, run_under
 
 MODES = ("in_place", "out_of_place", "Iallreduce_in_place")
 
@@ -64,21 +64,6 @@ def _rank(mib: int, mode: str) -> None:
                                   "peak_mib": round(after, 1), "seconds": round(seconds, 3), "ok": ok}), flush=True)
 
 
-def _launch(launcher: str, mib: int, mode: str) -> list[dict]:
-    program = ["-m", "simdist.bench.userop_memory", "--rank", str(mib), mode]
-    if launcher == "Open MPI":
-        cmd = ["mpiexec", "--oversubscribe", "-n", "2", sys.executable, *program]
-    else:
-        cmd = [sys.executable, "-m", "simdist", "run", "-n", "2", *program]
-    # PMIx's shared-memory store would leave a file in /dev/shm behind each Open MPI run
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", PMIX_MCA_gds="hash")
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
-    rows = [json.loads(line[7:]) for line in done.stdout.splitlines() if line.startswith("USEROP ")]
-    if len(rows) != 2:
-        raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}: {done.stdout}{done.stderr}")
-    return sorted(rows, key=lambda row: row["rank"])
-
-
 def main(argv: list[str]) -> None:
     if argv[:1] == ["--rank"]:
         _rank(int(argv[1]), argv[2])
@@ -86,8 +71,8 @@ def main(argv: list[str]) -> None:
     results = []
     for mib in [int(a) for a in argv] or [256]:
         for mode in MODES:
-            for launcher in ("Open MPI", "simdist run"):
-                rows = _launch(launcher, mib, mode)
+            for launcher in LAUNCHERS:
+                rows = run_under(launcher, 2, ["simdist.bench.userop_memory", "--rank", str(mib), mode], "USEROP")
                 peak = max(row["peak_mib"] for row in rows)
                 print(f"{mib} MiB {mode:19} {launcher:11}: peak {peak:7.1f} MiB per rank "
                       f"(before the call {max(row['before_mib'] for row in rows):.1f}), "

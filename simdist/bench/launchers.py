@@ -1,0 +1,30 @@
+"""One program on N ranks under Open MPI's ``mpiexec`` and under ``simdist
+run``, for the experiments that compare the simulated mpi4py with mpi4py
+over Open MPI (``userop_memory``, ``transposes``): each rank prints one
+line ``TAG {json}``, and the launcher's rows come back sorted by rank."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+LAUNCHERS = ("Open MPI", "simdist run")
+
+
+def run_under(launcher: str, n: int, module_args: list[str], tag: str, timeout: float = 1800) -> list[dict]:
+    """The ``tag`` rows of ``python -m MODULE ARGS`` on ``n`` ranks under ``launcher``."""
+    program = ["-m", *module_args]
+    if launcher == "Open MPI":
+        cmd = ["mpiexec", "--oversubscribe", "-n", str(n), sys.executable, *program]
+    else:
+        cmd = [sys.executable, "-m", "simdist", "run", "-n", str(n), *program]
+    # PMIx's shared-memory store would leave a file in /dev/shm behind each Open MPI run
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", PMIX_MCA_gds="hash")
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    prefix = tag + " "
+    rows = [json.loads(line[len(prefix):]) for line in done.stdout.splitlines() if line.startswith(prefix)]
+    if len(rows) != n:
+        raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}: {done.stdout}{done.stderr}")
+    return sorted(rows, key=lambda row: row["rank"])
