@@ -40,9 +40,16 @@ GRACE = 2.0  # seconds the other ranks get after a failure
 POLL = 0.05  # seconds between looks for a hang
 
 
+def finished(outcomes: dict, rank: int) -> bool:
+    """Whether ``rank`` has returned from the run's function: it then waits
+    for the others, as an MPI rank at the end of its program waits in
+    ``MPI_Finalize``, so the hang watch counts it as waiting."""
+    return rank in outcomes and outcomes[rank][0] == "ok"
+
+
 class HangWatch:
-    """Decides when a run is hung: a rank waits in a call and no rank has
-    moved for ``timeout`` seconds.
+    """Decides when a run is hung: a rank waits in a call (or has returned,
+    see ``finished``) and no rank has moved for ``timeout`` seconds.
 
     A rank's position is any value that changes whenever the rank moves (its
     state, its calls completed, the progress of its current call); the

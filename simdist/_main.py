@@ -1,11 +1,26 @@
 """Running a program as ``__main__`` in a rank, as ``python`` would run it:
-a script's path, a module (``-m``) or source code (``-c``)."""
+a script's path, a module (``-m``) or source code (``-c``), and its
+``atexit`` handlers when it ends.
+
+A rank's process outlives its program (it runs the next one, and leaves
+with ``os._exit``), so the interpreter's own exit never runs the handlers
+the program registers. While the program runs, ``atexit.register`` and
+``unregister`` keep its handlers aside; when it ends (it returns, calls
+``sys.exit`` or raises) they run, last registered first, as ``python``
+runs them at exit: before the rank leaves MPI, so that a handler may still
+communicate (rank 0 of a cluster launcher tells the others to stop from
+one). A handler that raises is printed as Python prints it and does not
+change the exit status. None is carried to the rank's next program.
+"""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import runpy
 import sys
+import traceback
 
 
 def run_main(target: str, argv: list[str], module: bool, code: bool = False) -> int:
@@ -24,12 +39,13 @@ def run_main(target: str, argv: list[str], module: bool, code: bool = False) -> 
         target = os.path.abspath(target)
         sys.path.insert(0, os.path.dirname(target))
     try:
-        if code:
-            exec(compile(target, "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
-        elif module:
-            runpy.run_module(target, run_name="__main__", alter_sys=True)
-        else:
-            runpy.run_path(target, run_name="__main__")
+        with _exit_handlers():
+            if code:
+                exec(compile(target, "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+            elif module:
+                runpy.run_module(target, run_name="__main__", alter_sys=True)
+            else:
+                runpy.run_path(target, run_name="__main__")
         return 0
     except SystemExit as exc:
         if exc.code is None:
@@ -44,3 +60,31 @@ def run_main(target: str, argv: list[str], module: bool, code: bool = False) -> 
             del sys.path[0]
         sys.stdout.flush()
         sys.stderr.flush()
+
+
+@contextlib.contextmanager
+def _exit_handlers():
+    """Keep the handlers registered with ``atexit`` in the block aside, and
+    run them when it ends, however it ends (see the module docstring)."""
+    handlers: list[tuple] = []
+    real = atexit.register, atexit.unregister
+
+    def register(func, *args, **kwargs):
+        handlers.append((func, args, kwargs))
+        return func
+
+    def unregister(func):
+        handlers[:] = [h for h in handlers if h[0] != func]
+
+    atexit.register, atexit.unregister = register, unregister
+    try:
+        yield
+    finally:
+        atexit.register, atexit.unregister = real
+        while handlers:
+            func, args, kwargs = handlers.pop()
+            try:
+                func(*args, **kwargs)
+            except BaseException as exc:  # SystemExit too, as Python ignores it there
+                print(f"Exception ignored in atexit callback: {func!r}", file=sys.stderr)
+                traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next, file=sys.stderr)

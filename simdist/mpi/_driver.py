@@ -38,7 +38,7 @@ from multiprocessing.connection import Connection
 
 from .. import _inherited
 from .. import _stdin as stdin
-from .._driver import Driver, ProcessEnd
+from .._driver import Driver, ProcessEnd, finished
 from .._interrupts import interrupts_deferred
 from .._errors import SimdistError
 from .._janitor import end_session, janitor
@@ -423,7 +423,7 @@ class MpiDriver(Driver):
                     except OSError:
                         pass
         positions = [self._position(rank, outcomes) for rank in range(self.size)]
-        waited = self.watch.hung(positions, [p[0] == CALL for p in positions])
+        waited = self.watch.hung(positions, [p[0] == CALL or finished(outcomes, r) for r, p in enumerate(positions)])
         if waited is None:
             return None
         return {rank: Whereabouts.describe(p, waited[rank]) for rank, p in enumerate(positions)}

@@ -30,7 +30,7 @@ import time
 import weakref
 
 from .. import _inherited
-from .._driver import GRACE, Driver, ProcessEnd
+from .._driver import GRACE, Driver, ProcessEnd, finished
 from .._interrupts import interrupts_deferred
 from .._errors import Deadlock, RankDied, SimdistError
 from .._janitor import end_group, janitor
@@ -248,7 +248,7 @@ class SimDriver(Driver):
         the report of a CollectiveTimeout."""
         positions = _positions(self.arena)
         at_once = deadlocked(self.arena)
-        waited = self.watch.hung(positions, [p[0] == CALL for p in positions])
+        waited = self.watch.hung(positions, [p[0] == CALL or finished(outcomes, r) for r, p in enumerate(positions)])
         if not at_once and waited is None:
             return None
         if at_once and release_buffered(self.arena, self._released):  # sends run synchronous for the buffering check
