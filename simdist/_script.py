@@ -28,6 +28,7 @@ from .checks import _latereads, _races
 from ._errors import CollectiveMismatch, CollectiveTimeout, Deadlock, RankDied, RankError, SimdistError
 from ._main import run_main
 from ._world import World
+from .sim._spares import OVERSUBSCRIBE
 
 #: Exit status of a run that hung (as ``timeout(1)``).
 HUNG = 124
@@ -78,10 +79,12 @@ def run_script(target: str, argv: list[str], size: int, *, module: bool = False,
     ``findings``, and a run that otherwise succeeded then has status
     ``checks.FOUND``. ``race_runs``: at most so many re-runs for the
     ``race`` check. ``universe``: the simulator's slots in all, spare ones
-    included (World's)."""
+    included (World's; by default ``"oversubscribe"``, as mpiexec's)."""
     if not module and not os.path.isfile(target):
         return ScriptOutcome(2, error=f"simdist run: no such script: {target}")
     checks = frozenset(checks)
+    if universe is None and backend == "sim":  # spawn as mpiexec --oversubscribe does
+        universe = OVERSUBSCRIBE
     world_options = {**(hosts or {}), **({} if universe is None else {"universe": universe})}
     with _checks.FindingsDir(bool(checks)) as found, _races.Explorer(checks, size, race_runs) as races:
         started = time.monotonic()

@@ -21,6 +21,7 @@ from ._errors import (
 )
 from ._orders import ORDERS
 from .sim._driver import START_METHODS, SimDriver
+from .sim._spares import OVERSUBSCRIBE
 
 __all__ = ["World", "run"]
 
@@ -89,7 +90,11 @@ class World:
     ``universe`` (simulator only) maps that many slots, ``size`` of them
     the world's and the rest spare: a rank's ``Spawn`` in the simulated
     mpi4py starts processes there during a run (docs/mpi4py.md, "Spawning
-    processes"). The default is ``size``: no spare slot.
+    processes"). The default is ``size``: no spare slot. ``"oversubscribe"``
+    (what ``simdist run`` uses without ``--universe``) spawns as ``mpiexec
+    --oversubscribe`` does on one host: spare slots (at least 32, twice
+    ``size`` where more) and ``MPI.UNIVERSE_SIZE`` the CPUs this process may
+    use, as Open MPI counts a host's slots; under MPI it is mpiexec's own.
 
     ``check`` turns on the correctness checks of ``simdist run --check``
     (docs/correctness.md): True for all, or a LIST (``"deadlock,buffering"``,
@@ -146,9 +151,10 @@ class World:
             raise InvalidValue(f"World(timeout={timeout!r}): timeout must be a number of seconds > 0")
         if not isinstance(sync_sends, bool):
             raise InvalidType(f"World(sync_sends={sync_sends!r}): sync_sends must be True or False")
-        if universe is not None and (isinstance(universe, bool) or not isinstance(universe, int) or universe < size):
+        if universe not in (None, OVERSUBSCRIBE) and (isinstance(universe, bool) or not isinstance(universe, int)
+                                                      or universe < size):
             raise InvalidValue(f"World(universe={universe!r}): the universe is the world's {size} slots and the spare "
-                               "ones its ranks can spawn processes into: an int >= size")
+                               f"ones its ranks can spawn processes into: an int >= size, or {OVERSUBSCRIBE!r}")
         start_method = start_method or "fork"
         if start_method not in START_METHODS:
             raise InvalidValue(f"World(start_method={start_method!r}): use one of {', '.join(START_METHODS)}")
@@ -162,7 +168,7 @@ class World:
         self._runner: int | None = None  # the thread running, for re-entry
         hosted = dict(hosts=hosts, hostfile=hostfile, launcher=launcher, listen=listen)
         if backend == "mpi":
-            if universe not in (None, size):
+            if universe not in (None, size, OVERSUBSCRIBE):
                 raise InvalidValue("World(universe=): the simulator's spare slots; under MPI, mpiexec's hosts and "
                                    "slots make the universe")
             from .mpi import driver  # imported only when used

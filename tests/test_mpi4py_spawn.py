@@ -11,6 +11,7 @@ deadlock check still decides at once when spare slots run nothing.
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 import textwrap
@@ -63,10 +64,36 @@ def test_a_spawn_beyond_the_spare_slots_fails_naming_the_universe(tmp_path):
 
 
 def test_spawn_without_spare_slots_says_how_to_get_them(tmp_path):
-    outcome = run(tmp_path, 'comm.Spawn(sys.executable, ["child.py"], 1)\n', child=CHILD)
+    outcome = run(tmp_path, 'comm.Spawn(sys.executable, ["child.py"], 1)\n', universe=1, child=CHILD)
     assert outcome.status == 1
     for text in ("MPI_ERR_SPAWN", "Spawn of 1 process:", "the universe has 1 slot,", "--universe"):
         assert text in outcome.error, outcome.error
+
+
+def test_spawn_needs_no_option_as_under_mpiexec_oversubscribe(tmp_path):
+    # each of 2 ranks spawns 4 processes at once: more than the host's CPUs, as Open MPI oversubscribes them
+    outcome = run(tmp_path, """
+        children = MPI.COMM_SELF.Spawn(sys.executable, ["child.py"], 4)
+        got = sorted(children.recv(source=r) for r in range(4))
+        children.Disconnect()
+        assert got == [0, 1, 2, 3], got
+        """, n=2, child=CHILD)
+    assert outcome.status == 0, outcome.error
+
+
+def test_universe_size_is_the_hosts_slots_or_the_universe_given(tmp_path):
+    slots = len(os.sched_getaffinity(0))
+    source = "assert comm.Get_attr(MPI.UNIVERSE_SIZE) == {}, comm.Get_attr(MPI.UNIVERSE_SIZE)\n"
+    assert run(tmp_path, source.format(slots), n=3).status == 0  # as Open MPI counts one host's slots
+    assert run(tmp_path, source.format(5), n=3, universe=5).status == 0
+    with simdist.World(2) as world:  # no spare slot: the universe is the world
+        assert world.run(_universe_size) == [2, 2]
+
+
+def _universe_size(comm):
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD.Get_attr(MPI.UNIVERSE_SIZE)
 
 
 def test_a_command_that_is_not_python_is_refused_naming_it(tmp_path):

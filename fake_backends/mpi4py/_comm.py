@@ -240,7 +240,7 @@ class Comm(Handle, FreeableHandles, IntegerHandles, GroupCalls, PointToPoint, Pa
         if keyval == KEYVAL_INVALID:
             raise MPIException(ERR_KEYVAL, f"Get_attr(MPI.KEYVAL_INVALID) on {st.name}")
         values = {TAG_UB_KEY: TAG_UB, HOST: PROC_NULL, IO: ANY_SOURCE, WTIME_IS_GLOBAL: False, APPNUM: st.rt.appnum,
-                  LASTUSEDCODE: last_used_code(), UNIVERSE_SIZE: st.rt.universe.size}
+                  LASTUSEDCODE: last_used_code(), UNIVERSE_SIZE: st.rt.universe.universe_size()}
         if keyval in values:
             return values[keyval]
         return self._user_attr(keyval)

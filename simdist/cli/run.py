@@ -25,7 +25,8 @@ def add_parser(subparsers):
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds without progress before a hang is reported (default 60)")
     parser.add_argument("--universe", type=int, metavar="U",
                         help="slots in all, the N ranks' and spare ones that MPI Spawn starts processes in "
-                             "(simulator; default N: none spare)")
+                             "(simulator; default: spawn as mpiexec --oversubscribe does, max(32, 2N) spare "
+                             "slots and MPI.UNIVERSE_SIZE the host's CPUs)")
     found = parser.add_argument_group("correctness checks (simulator; see docs/correctness.md)")
     found.add_argument("--check", nargs="?", const="all", metavar="LIST",
                        help="find MPI bugs real MPI hides; LIST (after '='): comma-separated kinds or groups, "

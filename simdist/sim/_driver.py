@@ -37,7 +37,7 @@ from .._janitor import end_group, janitor
 from .._stdin import driver_stdin
 from ._arena import Arena
 from ._layout import (
-    ABORT_DRIVER, CALL, H_ABORT, H_SYNC_SENDS, S_CTX, S_P2P_KIND, S_P2P_PEER, S_PROGRESS, S_STATE, USER, Layout,
+    ABORT_DRIVER, CALL, H_ABORT, H_SYNC_SENDS, H_UNIVERSE_SIZE, S_CTX, S_P2P_KIND, S_P2P_PEER, S_PROGRESS, S_STATE, USER, Layout,
 )
 from . import _spares as spares, _worker
 from ._deadlock import deadlocked, release_buffered, wait_cycle
@@ -99,6 +99,9 @@ class SimDriver(Driver):
         self.size = size
         # The slots beyond the world's are spare: a rank's Spawn starts
         # processes there, during a run (``serve``).
+        universe_size = 0  # MPI.UNIVERSE_SIZE: the slots
+        if universe == spares.OVERSUBSCRIBE:
+            universe, universe_size = size + spares.oversubscribed_spares(size), spares.host_slots()
         self.universe = universe or size
         self.timeout = timeout
         self.start_method = start_method
@@ -108,6 +111,7 @@ class SimDriver(Driver):
         self._layout = Layout(self.universe, slot_bytes)
         self.arena = Arena.create(self._layout)
         self.arena.q[H_SYNC_SENDS] = int(sync_sends)  # the ranks read it at each run
+        self.arena.q[H_UNIVERSE_SIZE] = universe_size
         # Workers block on reading the lifeline; only the driver holds its
         # write end, so they see end-of-file when the driver dies, however
         # it dies and whatever their parent process is.

@@ -21,8 +21,9 @@ HEADER = 4096
 STATUS = 704
 SIG_BYTES = 576  # the call's first epoch, then kind, seq, op, root, dtype, ndim and up to 64 dimensions
 
-# header words (int64 index); SYNC_SENDS: 1 if every ``send`` waits for its ``recv``
-H_MAGIC, H_SIZE, H_ABORT, H_SYNC_SENDS = 0, 1, 2, 3
+# header words (int64 index); SYNC_SENDS: 1 if every ``send`` waits for its ``recv``;
+# UNIVERSE_SIZE: what MPI.UNIVERSE_SIZE answers (0: the arena's slots)
+H_MAGIC, H_SIZE, H_ABORT, H_SYNC_SENDS, H_UNIVERSE_SIZE = 0, 1, 2, 3, 4
 
 # status words, relative to a rank's status entry (int64 index)
 S_STATE, S_PROGRESS, S_CTX, S_WAITING_FOR = 0, 1, 2, 4  # WAITING_FOR: rank + 1, 0 if none

@@ -21,9 +21,31 @@ the spawned workers are ended, so every run starts with all spares free.
 
 from __future__ import annotations
 
+import os
 import pickle
 
 from ._layout import S_STATE, SPARE
+
+#: ``World(universe="oversubscribe")`` (``simdist run`` without ``--universe``):
+#: spare slots as ``mpiexec --oversubscribe`` spawns onto cores already in
+#: use, and ``MPI.UNIVERSE_SIZE`` the CPUs there are, as Open MPI counts the
+#: slots of one host. An arena has a fixed number of slots, so there are
+#: ``oversubscribed_spares(size)`` of them: enough for mpi4py's test_spawn
+#: (each of N ranks spawns up to 2N processes at once).
+OVERSUBSCRIBE = "oversubscribe"
+
+
+def oversubscribed_spares(size: int) -> int:
+    return max(32, 2 * size)
+
+
+def host_slots() -> int:
+    """The slots Open MPI's mpiexec counts on this host: the CPUs this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
 
 #: Seconds at most that a Spawn waits for spawned processes to return and
 #: free their slots (half the run's hang timeout if that is shorter).

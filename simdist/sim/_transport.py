@@ -30,6 +30,7 @@ from .. import _pickling
 from .._arguments import as_input, check_int, check_rank_arg
 from .._driver import log_levels
 from .._errors import InvalidValue, SimdistError
+from ._layout import H_UNIVERSE_SIZE
 from ._p2p import Mailboxes, record_bytes
 from ._requests import ask_driver
 
@@ -208,6 +209,11 @@ class Transport:
         if self.context == 0 and self.members == members:
             return self
         return Transport(self._mail, list(members), 0, self._mail._arena.rank, self.world_size, self.ring_bytes)
+
+    def universe_size(self) -> int:
+        """What ``MPI.UNIVERSE_SIZE`` answers: the universe's slots, or with
+        ``World(universe="oversubscribe")`` the host's (see ``_spares``)."""
+        return int(self._mail._arena.q[H_UNIVERSE_SIZE]) or self.world_size
 
     def spawn(self, count: int, fn, args: tuple) -> list[int]:
         """Start ``count`` processes in spare slots of the universe, each
