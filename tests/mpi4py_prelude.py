@@ -20,11 +20,12 @@ def error_class(call):
 """
 
 
-def run_program(tmp_path, source: str, n: int = 2, *, timeout: float = 30.0, header: str = ""):
+def run_program(tmp_path, source: str, n: int = 2, *, timeout: float = 30.0, header: str = "",
+                universe: int | None = None):
     """Run PRELUDE, ``header`` and ``source`` (dedented) as prog.py on ``n`` ranks: its outcome."""
     path = tmp_path / "prog.py"
     path.write_text(PRELUDE + header + textwrap.dedent(source))
-    return run_script(str(path), [], n, timeout=timeout)
+    return run_script(str(path), [], n, timeout=timeout, universe=universe)
 
 
 def passes(tmp_path, source: str, n: int = 2, **kwargs):

@@ -285,16 +285,30 @@ def test_mpi4py_futures_pool_on_comm_world(tmp_path):
 
 def test_a_pool_that_spawns_fails_at_once_naming_spawn_instead_of_waiting_for_ever(tmp_path):
     """MPIPoolExecutor without ``-m mpi4py.futures`` spawns its workers from
-    a thread: a Spawn that fails there (no spare slot) fails the main thread
-    too, naming the call and the option that gives slots."""
+    a thread: a Spawn that fails there (no spare slot: ``--universe 1``)
+    fails the main thread too, naming the call and the option that gives slots."""
+    outcome = run(tmp_path, """
+        from mpi4py.futures import MPIPoolExecutor
+        with MPIPoolExecutor(max_workers=2) as pool:
+            print(list(pool.map(abs, [-1, -2])))
+    """, 1, timeout=60, universe=1)
+    assert outcome.status == 1, outcome
+    for text in ("MPI_ERR_SPAWN", "Spawn of 2 processes", "--universe", "called in thread"):
+        assert text in outcome.error, outcome.error
+
+
+def test_a_pool_in_a_script_without_the_main_idiom_aborts_the_run_as_over_open_mpi(tmp_path):
+    """The pool's spawned workers run the script again, whose pool would
+    spawn again: mpi4py aborts from its pool thread, and MPI_Abort ends the
+    whole run (status 1, as ``mpiexec --oversubscribe -n 1`` gives), not
+    the thread alone, which left the program waiting for its futures."""
     outcome = run(tmp_path, """
         from mpi4py.futures import MPIPoolExecutor
         with MPIPoolExecutor(max_workers=2) as pool:
             print(list(pool.map(abs, [-1, -2])))
     """, 1, timeout=60)
     assert outcome.status == 1, outcome
-    for text in ("MPI_ERR_SPAWN", "Spawn of 2 processes", "--universe", "called in thread"):
-        assert text in outcome.error, outcome.error
+    assert "MPI_Abort(1)" in outcome.error, outcome.error
 
 
 def test_dtlib_maps_datatypes_to_numpy_and_back_as_over_open_mpi(tmp_path):

@@ -23,6 +23,7 @@ from ._collectives import BufferCollectives
 from . import _commctx, _errhandlers, _handleleaks
 from ._errors import ERR_ARG, ERR_COMM, ERR_KEYVAL, ERR_OTHER, Exception as MPIException, MPIAbort
 from ._attributes import AttributeCalls, copy_attributes, delete_attributes
+from ._thread_failures import failed_in_a_thread
 from ._errors import earlier_run, last_used_code
 from ._datatypes import Datatype
 from ._groups import GroupCalls
@@ -376,8 +377,12 @@ class Comm(Handle, FreeableHandles, IntegerHandles, GroupCalls, PointToPoint, Pa
         self.Free()
 
     def Abort(self, errorcode: int = 0):
-        """End the job: ``simdist run`` exits with ``errorcode``."""
-        raise MPIAbort(errorcode, _runtime.get().me)
+        """End the job: ``simdist run`` exits with ``errorcode``. From another
+        thread than the main one, the main thread is ended too, as MPI_Abort
+        ends the whole process (mpi4py's pool aborts from its thread)."""
+        abort = MPIAbort(errorcode, _runtime.get().me)
+        failed_in_a_thread(abort)
+        raise abort
 
     # -- everything else ------------------------------------------------------------------------
     def __getattr__(self, name):
