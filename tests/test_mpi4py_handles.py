@@ -237,7 +237,34 @@ SAFE_FREE = """
         assert not handle, handle
 """
 
-PROGRAMS = {"null_info": NULL_INFO, "safe_free": SAFE_FREE, "fortran_status_and_null_comms": FORTRAN_STATUS_AND_NULL_COMMS, "pickled_handles": PICKLED_HANDLES, "messages": MESSAGES,
+C_HANDLES = """
+    import ctypes
+
+    dup = comm.Dup()
+    objects = [MPI.INT, MPI.INT.Dup(), MPI.SUM, MPI.INFO_ENV, MPI.ERRORS_RETURN, MPI.GROUP_EMPTY, comm.Get_group(),
+               MPI.COMM_NULL, MPI.COMM_SELF, comm, dup, MPI.REQUEST_NULL, MPI.MESSAGE_NO_PROC, MPI.WIN_NULL,
+               MPI.FILE_NULL, MPI.OP_NULL]
+    for obj in objects:
+        assert MPI._sizeof(obj) == MPI._sizeof(type(obj)) == ctypes.sizeof(ctypes.c_void_p), obj
+        # C code reads the handle where _addressof points, and fromhandle takes it back
+        seen = ctypes.c_uint64.from_address(MPI._addressof(obj)).value
+        assert seen == MPI._handleof(obj) >= 0, obj
+        assert type(obj).fromhandle(seen) == obj, obj
+    status = MPI.Status()
+    assert MPI._sizeof(status) == MPI._sizeof(MPI.Status) == 24
+    status.source = 3
+    assert ctypes.c_int.from_address(MPI._handleof(status)).value == 3 and MPI._addressof(status) == MPI._handleof(status)
+    for call in (MPI._sizeof, MPI._addressof, MPI._handleof):
+        try:
+            call(None)
+        except TypeError:
+            pass
+        else:
+            raise AssertionError(f"{call.__name__}(None) did not raise TypeError")
+    dup.Free()
+"""
+
+PROGRAMS = {"c_handles": C_HANDLES, "null_info": NULL_INFO, "safe_free": SAFE_FREE, "fortran_status_and_null_comms": FORTRAN_STATUS_AND_NULL_COMMS, "pickled_handles": PICKLED_HANDLES, "messages": MESSAGES,
             "errhandlers": ERRHANDLERS, "exceptions": EXCEPTIONS}
 
 

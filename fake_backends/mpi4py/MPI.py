@@ -63,6 +63,7 @@ from ._comm import TAG_UB_KEY as TAG_UB
 from ._datatypes import TYPES as _TYPES
 from ._datatypes import Datatype, _typedict, _typedict_c, _typedict_f
 from ._typecodes import _typealign, _typecode
+from ._chandles import _addressof, _handleof, _sizeof
 from ._errors import (ERR_ARG, ERR_BUFFER, ERR_COMM, ERR_COUNT, ERR_DIMS, ERR_GROUP, ERR_IN_STATUS, ERR_INTERN,
                       ERR_LASTCODE, ERR_NOT_SAME, ERR_OP, ERR_OTHER, ERR_PENDING, ERR_RANK, ERR_REQUEST, ERR_ROOT,
                       ERR_TAG, ERR_TOPOLOGY, ERR_TRUNCATE, ERR_TYPE, ERR_UNKNOWN, ERR_UNSUPPORTED_OPERATION, SUCCESS,
