@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from simdist.bench import allreduce_floor, datatypes, direct_read, python_floor
+from simdist.bench import allreduce_floor, datatypes, direct_read, python_floor, transposes
 
 
 def test_allreduce_floor_times_the_call_two_copies_and_the_targets_limit():
@@ -52,3 +52,10 @@ def test_datatypes_runs_as_a_module_against_open_mpi():
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert '"implementation": "simdist"' in done.stdout and "Dup + Free" in done.stdout
+
+
+@pytest.mark.slow
+def test_transposes_run_under_both_launchers_and_check_their_results():
+    cells = transposes.measure([8], [2], rounds=1, reps=1)
+    assert [c["call"] for c in cells] == list(transposes.CALLS)
+    assert all(c["ok"] and c["open_mpi_ms"] > 0 and c["simdist_ms"] > 0 for c in cells), cells
