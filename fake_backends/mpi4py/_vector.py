@@ -36,10 +36,8 @@ def _place(dest: np.ndarray, data: np.ndarray, call: str, source: int) -> None:
 def _land(spec, data: np.ndarray, call: str, source: int) -> None:
     """Receive ``data`` into a parsed block: a derived datatype's packed
     bytes become ``data`` itself, stored from there when the call returns."""
-    if spec.target is None:
-        _place(spec.raw, data, call, source)
-    elif data.size != spec.raw.size:
-        _place(spec.raw, data, call, source)  # raises ERR_TRUNCATE
+    if spec.target is None or data.size != spec.raw.size:
+        _place(spec.raw, data, call, source)  # a copy, or ERR_TRUNCATE
     else:
         spec.raw = data
 
