@@ -47,6 +47,18 @@ def test_a_layout_moves_exactly_the_bytes_of_the_type_map(name, count):
         want[(index + shift)[:nbytes]] = packed[:nbytes]
         placed.scatter(got, packed, nbytes)
         assert np.array_equal(got, want), nbytes
+    n = index.size  # any range of the packed bytes, as a chunked message moves them
+    for lo, hi in {(0, n), (0, n // 2), (n // 3, n), (8, n - 8), (3, n - 5), (n // 2, n // 2 + 1), (n, n)}:
+        lo, hi = max(0, min(lo, n)), max(0, min(hi, n))
+        if hi < lo:
+            continue
+        out = np.full(hi - lo, 255, np.uint8)
+        placed.gather_range(memory, out, lo)
+        assert np.array_equal(out, memory[index + shift][lo:hi]), (lo, hi)
+        want, got = memory.copy(), memory.copy()
+        want[(index + shift)[lo:hi]] = packed[lo:hi]
+        placed.scatter_range(got, packed[lo:hi], lo)
+        assert np.array_equal(got, want), (lo, hi)
     datatype.Free()
 
 

@@ -80,7 +80,8 @@ class BufSpec:
     For a derived datatype ``raw`` is the packed bytes (a copy, in type-map
     order) of the bytes of ``target``, the buffer's memory, that ``layout``
     places (see ``_layouts``); ``store()`` writes them back (see
-    ``_unpacking``)."""
+    ``_unpacking``). A call that moves the bytes itself (``pack_range``,
+    ``unpack_range``) parses its buffers ``direct``: ``raw`` is then None."""
 
     __slots__ = ("raw", "datatype", "count", "target", "layout")
 
@@ -95,12 +96,33 @@ class BufSpec:
         if self.target is not None:
             self.layout.scatter(self.target, self.raw, self.raw.size if nbytes is None else nbytes)
 
-    def pack_into(self, out: np.ndarray) -> None:
-        """Write the bytes this buffer sends into ``out`` (packed, for a derived datatype)."""
-        if self.target is None:
-            out[...] = self.raw
+    @property
+    def nbytes(self) -> int:
+        """The bytes the buffer sends or receives (packed)."""
+        return self.raw.size if self.raw is not None else self.layout.nbytes
+
+    def contiguous(self) -> np.ndarray | None:
+        """The bytes as one run of memory, where they are one (else None)."""
+        if self.raw is not None:
+            return self.raw
+        layout = self.layout
+        if isinstance(layout, Grid) and not layout.shape:
+            return self.target[layout.start:layout.start + layout.run]
+        return None
+
+    def pack_range(self, out: np.ndarray, lo: int) -> None:
+        """Write packed bytes ``lo:lo + out.size`` into ``out``."""
+        if self.raw is not None:
+            out[...] = self.raw[lo:lo + out.size]
         else:
-            self.layout.gather(self.target, out)
+            self.layout.gather_range(self.target, out, lo)
+
+    def unpack_range(self, data: np.ndarray, lo: int) -> None:
+        """Receive ``data`` as packed bytes ``lo:lo + data.size``."""
+        if self.raw is not None:
+            self.raw[lo:lo + data.size] = data
+        else:
+            self.layout.scatter_range(self.target, data, lo)
 
     @property
     def typed(self) -> np.ndarray:
@@ -280,8 +302,15 @@ class VecSpec:
 
     store = BufSpec.store
 
-    def _pack(self, writable: bool, what: str, obj) -> None:
-        """For a derived datatype: keep the blocks packed, one after another (see BufSpec)."""
+    def parts(self) -> list[BufSpec]:
+        """Each block as a buffer of its own, over the memory (a ``direct`` parse)."""
+        if self.layout is None:
+            return [BufSpec(self.block(j), self.datatype, c) for j, c in enumerate(self.counts)]
+        return [BufSpec(None, self.datatype, c, self.target, part) for c, part in zip(self.counts, self.layout.parts)]
+
+    def _pack(self, writable: bool, what: str, obj, direct: bool) -> None:
+        """For a derived datatype: keep the blocks packed, one after another
+        (see BufSpec), unless the call moves them itself (``direct``)."""
         tm = self.datatype._typemap(what)
         if not tm.committed:
             raise MPIException(ERR_TYPE, f"{what}: the datatype is not committed; call its Commit() first")
@@ -289,8 +318,10 @@ class VecSpec:
         memory, layout = placed(obj, self.raw, layout, False, writable, what, lambda: (
             f"message: the blocks of {what} (counts {self.counts}, displacements {self.displs}) "
             f"do not fit in its {self.raw.size} bytes"))
-        self.raw, self.layout, self.target = layout.gather(memory), layout, memory
-        register(self, writable)
+        self.layout, self.target = layout, memory
+        if not direct:
+            self.raw = layout.gather(memory)
+            register(self, writable)
 
 
 def is_integral(value) -> bool:
@@ -309,13 +340,14 @@ def _ints(values, n: int, what: str) -> list[int]:
     return values
 
 
-def parse_vector(spec, *, writable: bool, blocks: int, what: str = "buf") -> VecSpec:
+def parse_vector(spec, *, writable: bool, blocks: int, what: str = "buf", direct: bool = False) -> VecSpec:
     """Parse a vector buffer argument, as mpi4py's ``message_vector``:
     ``buf``, ``[buf, counts]``, ``[buf, (counts, displs)]``, ``[buf, counts,
     datatype]``, ``[buf, (counts, displs), datatype]`` or ``[buf, counts,
     displs, datatype]``; counts None (split evenly), an int (the same for
     every block) or a sequence; displs None (contiguous), an int (strided)
-    or a sequence."""
+    or a sequence. ``direct``: the call moves each block's bytes itself
+    (``VecSpec.parts``), with no packed copy of a derived datatype's."""
     # A (counts, displs) pair is a tuple here: a list is the counts themselves.
     o_buf, o_counts, o_displs, o_type = _items(spec, tuple, what)
     raw, datatype = _memory_and_type(o_buf, o_type, writable, what)
@@ -340,7 +372,7 @@ def parse_vector(spec, *, writable: bool, blocks: int, what: str = "buf") -> Vec
         displs = _ints(o_displs, blocks, f"the displacements of {what}")
     if datatype._is_derived():
         vec = VecSpec(raw, datatype, counts, displs)
-        vec._pack(writable, what, o_buf)
+        vec._pack(writable, what, o_buf, direct)
         return vec
     end = max([(d + c) * extent for c, d in zip(counts, displs)], default=0)
     if end > raw.size and claimed_only(o_buf) and min(counts + displs, default=0) >= 0:
@@ -392,14 +424,14 @@ def typed_spec(o_buf, o_count, o_displ, raw, datatype, writable: bool, blocks: i
     return spec
 
 
-def parse_w(spec, n: int, *, writable: bool, what: str, packed: bool = True) -> list[BufSpec]:
+def parse_w(spec, n: int, *, writable: bool, what: str, direct: bool = False) -> list[BufSpec]:
     """The ``n`` blocks of an Alltoallw buffer, as mpi4py reads it: ``[buf,
     datatypes]`` (one element of each, at 0), ``[buf, (counts, displs),
     datatypes]`` or ``[buf, counts, displs, datatypes]``, displacements in
     bytes; with ``MPI.BOTTOM`` the displacements are addresses: block ``j``
-    is ``counts[j]`` elements of ``datatypes[j]``. A receive buffer whose
-    every byte the call writes need not be read first (``packed=False``):
-    the packed bytes of a derived datatype's block are then left unset."""
+    is ``counts[j]`` elements of ``datatypes[j]``. ``direct``: the call
+    moves each block's bytes itself (``pack_range``, ``unpack_range``),
+    with no packed copy of a derived datatype's block."""
     if not isinstance(spec, (list, tuple)) or len(spec) not in (2, 3, 4):
         raise ValueError(f"message: expecting 2 to 4 items in {what}")
     if len(spec) == 2:
@@ -416,11 +448,11 @@ def parse_w(spec, n: int, *, writable: bool, what: str, packed: bool = True) -> 
     types = [types] * n if isinstance(types, Datatype) else list(types)
     if len(types) != n:
         raise ValueError(f"message: expecting {n} datatypes in {what}, got {len(types)}")
-    return [_w_block(buf, raw, bottom, count, displ, lookup(datatype), writable, packed, f"block {j} of {what}")
+    return [_w_block(buf, raw, bottom, count, displ, lookup(datatype), writable, direct, f"block {j} of {what}")
             for j, (count, displ, datatype) in enumerate(zip(counts, displs, types))]
 
 
-def _w_block(buf, raw, bottom: bool, count: int, displ: int, datatype, writable: bool, packed: bool,
+def _w_block(buf, raw, bottom: bool, count: int, displ: int, datatype, writable: bool, direct: bool,
              what: str) -> BufSpec:
     if count < 0:
         raise ValueError(f"message: {what} has the negative count {count}")
@@ -440,7 +472,8 @@ def _w_block(buf, raw, bottom: bool, count: int, displ: int, datatype, writable:
         raise MPIException(ERR_TYPE, f"{what}: the datatype is not committed; call its Commit() first")
     memory, layout = placed(buf, raw, tm.layout(count).at(displ), bottom, writable, what, lambda: (
         f"message: {what} (count {count}, displacement {displ} bytes) does not fit in its {raw.size} bytes"))
-    block = BufSpec(layout.gather(memory) if packed else np.empty(layout.nbytes, np.uint8), datatype, count,
-                    memory, layout)
+    if direct:
+        return BufSpec(None, datatype, count, memory, layout)
+    block = BufSpec(layout.gather(memory), datatype, count, memory, layout)
     register(block, writable)
     return block

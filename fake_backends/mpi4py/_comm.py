@@ -83,6 +83,11 @@ class _SelfComm:
     def alltoall(self, x):
         return np.array(x, copy=True)
 
+    def alltoall_blocks(self, width, pack, unpack):
+        block = np.empty(width, np.uint8)
+        pack(0, 0, block)
+        unpack(0, 0, block)
+
     def barrier(self):
         pass
 

@@ -53,6 +53,12 @@ class Scattered:
     def scatter(self, memory: np.ndarray, packed: np.ndarray, nbytes: int) -> None:
         memory[self.index[:nbytes]] = packed[:nbytes]
 
+    def gather_range(self, memory: np.ndarray, out: np.ndarray, lo: int) -> None:
+        np.take(memory, self.index[lo:lo + out.size], out=out)
+
+    def scatter_range(self, memory: np.ndarray, data: np.ndarray, lo: int) -> None:
+        memory[self.index[lo:lo + data.size]] = data
+
 
 class Grid:
     """Equal runs of ``run`` bytes at ``start + sum(k_i * strides_i)``."""
@@ -72,11 +78,11 @@ class Grid:
             return self
         return Grid(self.start + displacement, self.shape, self.strides, self.run)
 
-    def _view(self, memory: np.ndarray) -> np.ndarray:
+    def _view(self, memory: np.ndarray, unit: int | None = None) -> np.ndarray:
         # An array over the memory itself: its offset makes the lowest byte
         # reached index 0 of nothing, so negative strides need no rebasing.
-        return np.ndarray(self.shape + (self.run // self.unit,), _UNITS[self.unit], memory, self.start,
-                          self.strides + (self.unit,))
+        unit = unit or self.unit
+        return np.ndarray(self.shape + (self.run // unit,), _UNITS[unit], memory, self.start, self.strides + (unit,))
 
     def gather(self, memory: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         view = self._view(memory)
@@ -90,11 +96,49 @@ class Grid:
             view = self._view(memory)
             view[...] = packed[:nbytes].view(view.dtype).reshape(view.shape)
         else:  # a receive shorter than the type: the first bytes only
-            runs = np.zeros(1, np.int64)  # the runs' starts, in row-major order
-            for n, stride in zip(self.shape, self.strides):
-                runs = (runs[:, None] + np.arange(n, dtype=np.int64) * stride).reshape(-1)
-            index = (self.start + runs[:, None] + np.arange(self.run)).reshape(-1)
-            memory[index[:nbytes]] = packed[:nbytes]
+            self.scatter_range(memory, packed[:nbytes], 0)
+
+    def _pieces(self, memory: np.ndarray, lo: int, nbytes: int):
+        """Packed bytes ``lo:lo + nbytes`` as strided views of the memory in
+        packed order, in the largest unit that divides the bounds."""
+        unit = next(u for u in _UNITS if u <= self.unit and not (lo | nbytes) % u)
+        return _row_major(self._view(memory, unit), lo // unit, (lo + nbytes) // unit)
+
+    def gather_range(self, memory: np.ndarray, out: np.ndarray, lo: int) -> None:
+        done = 0
+        for piece in self._pieces(memory, lo, out.size):
+            n = piece.nbytes
+            np.copyto(out[done:done + n].view(piece.dtype).reshape(piece.shape), piece)
+            done += n
+
+    def scatter_range(self, memory: np.ndarray, data: np.ndarray, lo: int) -> None:
+        done = 0
+        for piece in self._pieces(memory, lo, data.size):
+            n = piece.nbytes
+            piece[...] = data[done:done + n].view(piece.dtype).reshape(piece.shape)
+            done += n
+
+
+def _row_major(view: np.ndarray, a: int, b: int):
+    """Elements ``a:b`` of ``view`` in row-major order, as few sub-views."""
+    if a >= b:
+        return
+    if view.ndim == 1:
+        yield view[a:b]
+        return
+    inner = math.prod(view.shape[1:])
+    i, j = divmod(a, inner)
+    k, m = divmod(b, inner)
+    if i == k:
+        yield from _row_major(view[i], j, m)
+        return
+    if j:
+        yield from _row_major(view[i], j, inner)
+        i += 1
+    if k > i:
+        yield view[i:k]
+    if m:
+        yield from _row_major(view[k], 0, m)
 
 
 class Blocks:
@@ -103,9 +147,10 @@ class Blocks:
     __slots__ = ("parts", "lo", "hi")
 
     def __init__(self, parts: list):
-        self.parts = [p for p in parts if p.nbytes]
-        self.lo = min((p.lo for p in self.parts), default=0)
-        self.hi = max((p.hi for p in self.parts), default=-1)
+        self.parts = parts  # one per block, empty ones too
+        reached = [p for p in parts if p.nbytes]
+        self.lo = min((p.lo for p in reached), default=0)
+        self.hi = max((p.hi for p in reached), default=-1)
 
     @property
     def nbytes(self) -> int:

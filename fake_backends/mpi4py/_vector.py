@@ -1,4 +1,4 @@
-"""The vector collectives (Gatherv, Scatterv, Allgatherv, Alltoallv).
+"""The vector collectives (Gatherv, Scatterv, Allgatherv, Alltoallv, Alltoallw).
 
 Blocks differ in length from rank to rank, and a simdist collective needs
 one shape on every rank; so each call first exchanges the blocks' byte
@@ -7,13 +7,19 @@ longest with another. Both go through the rank's SimComm, so a rank that
 calls something else raises ``simdist.CollectiveMismatch`` everywhere. A
 block whose length differs from what its receiver expects raises
 ``MPI.Exception`` (``ERR_TRUNCATE``) on the receiver.
+
+Alltoallv and Alltoallw, the transposes of parallel FFTs, never hold the
+padded message: each block is packed from the buffer straight into the
+rank's slot and unpacked from the sender's slot straight into the receive
+buffer (``SimComm.alltoall_blocks``), two copies as in MPI's shared memory;
+a rank's block to itself is one copy where either side is one run.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._buffers import is_in_place, parse, parse_vector, parse_w
+from ._buffers import BufSpec, is_in_place, parse, parse_vector, parse_w
 from ._errors import ERR_TRUNCATE, Exception as MPIException
 from ._unpacking import unpacking_class
 
@@ -33,13 +39,53 @@ def _place(dest: np.ndarray, data: np.ndarray, call: str, source: int) -> None:
     dest[...] = data
 
 
-def _land(spec, data: np.ndarray, call: str, source: int) -> None:
-    """Receive ``data`` into a parsed block: a derived datatype's packed
-    bytes become ``data`` itself, stored from there when the call returns."""
-    if spec.target is None or data.size != spec.raw.size:
-        _place(spec.raw, data, call, source)  # a copy, or ERR_TRUNCATE
-    else:
-        spec.raw = data
+def _copies(blocks: list[BufSpec]) -> list[BufSpec]:
+    """The blocks' packed bytes as they are now: what an in-place call sends."""
+    copies = []
+    for block in blocks:
+        raw = np.empty(block.nbytes, np.uint8)
+        block.pack_range(raw, 0)
+        copies.append(BufSpec(raw, block.datatype, block.count))
+    return copies
+
+
+def _alltoall_blocks(st, sc, call: str, send: list[BufSpec], recv: list[BufSpec]) -> None:
+    """Block ``j`` of ``send`` to rank ``j``, rank ``j``'s block for us into
+    block ``j`` of ``recv``: each packed straight into the simulator's slot
+    and unpacked straight from it. A length that differs from its receive
+    block's is ERR_TRUNCATE on the receiver, which then writes no block."""
+    lengths = sc.allgather(np.array([b.nbytes for b in send], np.int64))  # [from, to]
+    me = st.rank
+    got = lengths[:, me].tolist()
+    short = next((j for j, block in enumerate(recv) if got[j] != block.nbytes), None)
+
+    def pack(j, lo, out):
+        block = send[j]
+        if j != me and lo < block.nbytes:
+            block.pack_range(out[:block.nbytes - lo], lo)
+
+    def unpack(j, lo, data):
+        if j != me and short is None and lo < got[j]:
+            recv[j].unpack_range(data[:got[j] - lo], lo)
+
+    sc.alltoall_blocks(int(lengths.max()), pack, unpack)
+    if short is not None:
+        raise MPIException(ERR_TRUNCATE, f"{call}: rank {short} sent {got[short]} bytes for a block of "
+                                         f"{recv[short].nbytes} bytes")
+    _copy_block(send[me], recv[me])
+
+
+def _copy_block(source: BufSpec, dest: BufSpec) -> None:
+    """A rank's block to itself, in one copy where either side is one run of memory."""
+    run = dest.contiguous()
+    if run is not None:
+        source.pack_range(run, 0)
+        return
+    run = source.contiguous()
+    if run is None:
+        run = np.empty(source.nbytes, np.uint8)
+        source.pack_range(run, 0)
+    dest.unpack_range(run, 0)
 
 
 @unpacking_class(("Gatherv", "Scatterv", "Allgatherv", "Alltoallv", "Alltoallw"))
@@ -94,33 +140,19 @@ class VectorCollectives:
         """Block ``j`` of rank ``i``'s ``sendbuf`` becomes block ``i`` of rank
         ``j``'s ``recvbuf``."""
         st, sc = self._coll()
-        recv = parse_vector(recvbuf, writable=True, blocks=st.size, what="recvbuf")
+        recv = parse_vector(recvbuf, writable=True, blocks=st.size, what="recvbuf", direct=True).parts()
         if is_in_place(sendbuf):
-            send = recv
-            blocks = [recv.block(j).copy() for j in range(st.size)]
+            send = _copies(recv)
         else:
-            send = parse_vector(sendbuf, writable=False, blocks=st.size, what="sendbuf")
-            blocks = [send.block(j) for j in range(st.size)]
-        lengths = sc.allgather(np.array([b.size for b in blocks], np.int64))  # [from, to]
-        out = sc.alltoall(_padded(blocks, int(lengths.max())))
-        for j in range(st.size):
-            _place(recv.block(j), out[j, :lengths[j, st.rank]], "Alltoallv", j)
+            send = parse_vector(sendbuf, writable=False, blocks=st.size, what="sendbuf", direct=True).parts()
+        _alltoall_blocks(st, sc, "Alltoallv", send, recv)
 
     def Alltoallw(self, sendbuf, recvbuf) -> None:
         """As Alltoallv, with a datatype per block and displacements in bytes."""
         st, sc = self._coll()
-        in_place = is_in_place(sendbuf)
-        recv = parse_w(recvbuf, st.size, writable=True, what="recvbuf", packed=in_place)
-        # The send blocks are packed straight into the message (packed=False)
-        send = recv if in_place else parse_w(sendbuf, st.size, writable=False, what="sendbuf", packed=False)
-        lengths = sc.allgather(np.array([b.raw.size for b in send], np.int64))  # [from, to]
-        message = np.empty((st.size, int(lengths.max())), np.uint8)
-        for row, block in zip(message, send):
-            if in_place:
-                row[:block.raw.size] = block.raw
-            else:
-                block.pack_into(row[:block.raw.size])
-            row[block.raw.size:] = 0
-        out = sc.alltoall(message)
-        for j in range(st.size):
-            _land(recv[j], out[j, :lengths[j, st.rank]], "Alltoallw", j)
+        recv = parse_w(recvbuf, st.size, writable=True, what="recvbuf", direct=True)
+        if is_in_place(sendbuf):
+            send = _copies(recv)
+        else:
+            send = parse_w(sendbuf, st.size, writable=False, what="sendbuf", direct=True)
+        _alltoall_blocks(st, sc, "Alltoallw", send, recv)

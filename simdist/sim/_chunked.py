@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._arguments import DTYPES, OP_CODE
+from .._arguments import DTYPE_CODE, DTYPES, OP_CODE
 from .._errors import InvalidValue
 from .._orders import in_order
 from .._reduction import fold, fold_in_blocks
@@ -35,6 +35,7 @@ SMALL_SLICE = 128 << 10
 
 _REDUCE_SCATTER, _ALLTOALL = sig.KIND_CODE["reduce_scatter"], sig.KIND_CODE["alltoall"]
 _BROADCAST, _SCATTER = sig.KIND_CODE["broadcast"], sig.KIND_CODE["scatter"]
+_BYTE = np.dtype(np.uint8)
 
 
 class ChunkedCalls:
@@ -65,6 +66,7 @@ class ChunkedCalls:
     def _chunk(self, dtype: np.dtype, blocks: int = 1) -> int:
         """Elements per block that fit in a slot holding ``blocks`` blocks."""
         per = self._slot_bytes // (dtype.itemsize * blocks)
+        per -= per % 8 if per > 8 else 0  # chunks of bytes start at a multiple of 8 (alltoall_blocks)
         if per == 0:
             raise InvalidValue(f"a slot of {self._slot_bytes} bytes cannot hold {blocks} blocks of {dtype}")
         return per
@@ -333,3 +335,28 @@ class ChunkedCalls:
         finally:
             self._end()
 
+
+    def _alltoall_block_phases(self, width, pack, unpack):
+        """``alltoall_blocks`` in phases, ``_alltoall_phases``'s chunks."""
+        size = self._size
+        static = (_ALLTOALL, 0, -1, DTYPE_CODE[_BYTE], 2, size, width)
+        self._enter(static)
+        try:
+            nbytes, me = self._sig_bytes[self._bank], self._rank
+            cap = self._chunk(_BYTE, size)
+            for lo in range(0, max(width, 1), cap):
+                hi = min(width, lo + cap)
+                views = self._block_views(_BYTE, hi - lo)
+                if lo:
+                    self._release()
+                mine = views[me]
+                for j in range(size):
+                    pack(j, lo, mine[j])
+                self._arrive()
+                if not lo:
+                    self._check(nbytes)
+                for j, view in enumerate(views):
+                    unpack(j, lo, view[me])
+                self._done()
+        finally:
+            self._end()

@@ -46,6 +46,7 @@ _ALLREDUCE, _REDUCE, _BROADCAST = _K["allreduce"], _K["reduce"], _K["broadcast"]
 _ALLGATHER, _GATHER, _ALLTOALL = _K["allgather"], _K["gather"], _K["alltoall"]
 _REDUCE_SCATTER, _BARRIER, _SPLIT, _FREE = _K["reduce_scatter"], _K["barrier"], _K["split"], _K["free"]
 _BARRIER_CALL = (_BARRIER, 0, -1, 0, -1)  # its static signature (see _phases)
+_BYTE = np.dtype(np.uint8)
 
 # The words each member contributes to split, in its slot: its color, its
 # key, how many contexts it has used (``Arena.contexts_used``), the bitmap of
@@ -128,7 +129,7 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
         if (ufunc is not None and x.nbytes <= min(SMALL_REDUCTION, self._half_bytes) and not self._closed
                 and self._order == "fold"):
             divisor = self._size if op == "mean" else None
-            plan = self._plan((_ALLREDUCE, x.dtype, x.shape, op), x, OP_CODE[op], -1, ufunc, divisor)
+            plan = self._plan((_ALLREDUCE, x.dtype, x.shape, op), OP_CODE[op], -1, ufunc, divisor)
             return self._exchange(x, plan, self._fold_all)
         return self._reduction(_ALLREDUCE, "allreduce", x, op, -1)
 
@@ -149,7 +150,7 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
         ufunc = fold_ufunc(op, x.dtype)
         if ufunc is not None and x.nbytes <= self._half_bytes and not self._closed and self._order == "fold":
             divisor = self._size if op == "mean" else None
-            plan = self._plan((_REDUCE_SCATTER, x.dtype, x.shape, op), x, OP_CODE[op], -1, ufunc, divisor)
+            plan = self._plan((_REDUCE_SCATTER, x.dtype, x.shape, op), OP_CODE[op], -1, ufunc, divisor)
             return self._exchange(x, plan, self._fold_mine)
         return self._reduce_scatter_phases(x, op)
 
@@ -163,7 +164,7 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
         if x is not None or self._rank == root:
             x = as_input(x, self._rank, "broadcast")
         if x is not None and x.nbytes <= self._half_bytes and not self._closed:
-            return self._small_broadcast(x, self._plan((_BROADCAST, x.dtype, x.shape, root), x, 0, root))
+            return self._small_broadcast(x, self._plan((_BROADCAST, x.dtype, x.shape, root), 0, root))
         return self._broadcast_phases(x, root)
 
     def allgather(self, x):
@@ -174,7 +175,7 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
         x = as_input(x, self._rank, "allgather")
         check_stackable(x, self._rank, "allgather")
         if x.nbytes <= self._half_bytes and not self._closed:
-            return self._exchange(x, self._plan((_ALLGATHER, x.dtype, x.shape, -1), x, 0, -1), self._stack_all)
+            return self._exchange(x, self._plan((_ALLGATHER, x.dtype, x.shape, -1), 0, -1), self._stack_all)
         return self._gather("allgather", _ALLGATHER, x, -1)
 
     def gather(self, x, root=0):
@@ -200,8 +201,24 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
         x = as_input(x, self._rank, "alltoall")
         check_blocks(x, self._size, self._rank, "alltoall")
         if x.nbytes <= self._half_bytes and not self._closed:
-            return self._exchange(x, self._plan((_ALLTOALL, x.dtype, x.shape, -1), x, 0, -1), self._take_mine)
+            return self._exchange(x, self._plan((_ALLTOALL, x.dtype, x.shape, -1), 0, -1), self._take_mine)
         return self._alltoall_phases(x)
+
+    def alltoall_blocks(self, width: int, pack, unpack) -> None:
+        """An alltoall of ``(size, width)`` bytes that never holds the
+        message, for the simulated mpi4py's derived datatypes: this rank's
+        ``pack(j, lo, out)`` writes bytes ``lo:lo + out.size`` of its block
+        for member ``j`` straight into its slot, and ``unpack(j, lo, data)``
+        reads those of member ``j``'s block for this rank from ``j``'s slot.
+        Same signature, phases and matching as ``alltoall`` of such an array."""
+        if self._closed:
+            raise closed_error(self._rank, "alltoall", self._closed)
+        width = check_int(width, self._rank, "alltoall", "width", 0)
+        key = (_ALLTOALL, _BYTE, (self._size, width), -1)
+        if width * self._size <= self._half_bytes and not self._closed:
+            plan = self._plans.get(key) or self._plan(key, 0, -1)
+            return self._exchange_blocks(plan, pack, unpack)
+        return self._alltoall_block_phases(width, pack, unpack)
 
     def barrier(self):
         if self._closed:

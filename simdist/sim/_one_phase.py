@@ -64,15 +64,18 @@ class OnePhaseCalls:
         inline = nbytes <= self._inline_bytes
         return inline, self._inline_off if inline else self._half_off
 
-    def _plan(self, key, x, op, root, ufunc=None, divisor=None):
+    def _plan(self, key, op, root, ufunc=None, divisor=None):
+        """The plan of a call by its key: (kind, dtype, shape, op or root)."""
         if len(self._plans) >= CACHE_LIMIT:
             self._plans.clear()
-        static = (key[0], op, root, DTYPE_CODE[x.dtype], x.ndim, *x.shape)
-        inline, offsets = self._placement(x.nbytes)
+        kind, dtype, shape = key[:3]
+        static = (kind, op, root, DTYPE_CODE[dtype], len(shape), *shape)
+        size = math.prod(shape)
+        inline, offsets = self._placement(size * dtype.itemsize)
         mm = self._arena.mm
-        banks = tuple([np.ndarray(x.shape, x.dtype, mm, off) for off in offs] for offs in offsets)
-        every = tuple(self._stacked(offs, x.dtype, x.shape) for offs in offsets)
-        part = x.size // self._size if key[0] == _REDUCE_SCATTER else x.size
+        banks = tuple([np.ndarray(shape, dtype, mm, off) for off in offs] for offs in offsets)
+        every = tuple(self._stacked(offs, dtype, shape) for offs in offsets)
+        part = size // self._size if kind == _REDUCE_SCATTER else size
         by_rows = self._size >= FOLD_ROWS_FROM and part <= FOLD_ROWS_PER_RANK * self._size
         plan = self._plans[key] = (static, banks, every, by_rows, inline, ufunc, divisor)
         return plan
@@ -122,6 +125,27 @@ class OnePhaseCalls:
             if not inline:
                 self._done(bank)
             return out
+        finally:
+            self._end()
+
+    def _exchange_blocks(self, plan, pack, unpack):
+        """A one-phase alltoall of bytes packed and unpacked in place (see
+        ``SimComm.alltoall_blocks``): ``_exchange`` without the message."""
+        static, banks = plan[:2]
+        bank = (self._epoch + 1) & 1
+        if not plan[4]:
+            self._release(bank)
+        views = banks[bank]
+        me = self._rank
+        try:
+            mine = views[me]
+            for j in range(self._size):
+                pack(j, 0, mine[j])
+            self._meet(static)
+            for j, view in enumerate(views):
+                unpack(j, 0, view[me])
+            if not plan[4]:
+                self._done(bank)
         finally:
             self._end()
 
