@@ -142,16 +142,16 @@ def _split_once(comm):
 
 @pytest.mark.slow
 def test_a_world_of_64_ranks_that_splits_once_commits_no_sparse_context():
-    """What 64 ranks commit is the reserved part of the arena, as when it
-    had 64 contexts: not the 2048 contexts' entries (277 MiB more)."""
+    """What 64 ranks commit is at most the reserved part of the arena, as
+    when it had 64 contexts: not the 2048 contexts' entries (277 MiB more)."""
     lay = Layout(64)
     sparse = lay.rings - lay.ctx_sparse
     reserved = lay.ctx_sparse + lay.total - lay.slots
     assert sparse > 200 << 20 and lay.reserved_contexts == RESERVED_CONTEXTS
     with simdist.World(64) as world:
-        assert _committed(world) == reserved
+        assert _committed(world) <= reserved
         assert world.run(_split_once) == [32] * 64
-        assert _committed(world) == reserved
+        assert _committed(world) <= reserved
 
 
 def _deadlock_on_late_contexts(comm):

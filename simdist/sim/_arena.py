@@ -292,13 +292,11 @@ class Arena:
     def reset_control(self) -> None:
         """Zero sleeping flags, status, contexts and ring pointers; only while no worker runs.
 
-        The sparse contexts are punched out rather than written: zeroing
-        them would commit their pages."""
+        They are punched out rather than written: zeroing them would commit
+        their pages, the contexts of spare slots and the sparse ones too."""
         lay = self.layout
         self.q[H_ABORT] = 0
-        self.buf[lay.sleeping : lay.ctx_sparse] = bytes(lay.ctx_sparse - lay.sleeping)
-        if lay.rings > lay.ctx_sparse:
-            self.mm.madvise(mmap.MADV_REMOVE, lay.ctx_sparse, lay.rings - lay.ctx_sparse)
+        self.mm.madvise(mmap.MADV_REMOVE, lay.sleeping, lay.rings - lay.sleeping)  # all page-aligned (Layout)
         os.ftruncate(self.fd, lay.total)  # the mpi4py stand-in's names of the last run, kept past the end
 
     def reset_rank(self, rank: int, state: int) -> None:

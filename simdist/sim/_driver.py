@@ -108,7 +108,7 @@ class SimDriver(Driver):
         self._mp = multiprocessing.get_context(start_method)
         if start_method == "forkserver":
             self._mp.set_forkserver_preload(["simdist.sim._worker"])
-        self._layout = Layout(self.universe, slot_bytes)
+        self._layout = Layout(self.universe, slot_bytes, ranks=size)
         self.arena = Arena.create(self._layout)
         self.arena.q[H_SYNC_SENDS] = int(sync_sends)  # the ranks read it at each run
         self.arena.q[H_UNIVERSE_SIZE] = universe_size
@@ -158,7 +158,8 @@ class SimDriver(Driver):
 
     def _start(self, ranks) -> None:
         lay = self._layout
-        layout_args = {"size": lay.size, "slot_bytes": lay.slot_bytes, "ring_bytes": lay.ring_bytes, "contexts": lay.contexts}
+        layout_args = {"size": lay.size, "slot_bytes": lay.slot_bytes, "ring_bytes": lay.ring_bytes, "contexts": lay.contexts,
+                       "ranks": lay.ranks}
         fd = _SharedFd(self.arena.fd)
         lifeline = _SharedFd(self._lifeline[0])
         # A forked child is born with SIGINT blocked until it ignores it; the

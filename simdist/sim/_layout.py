@@ -87,14 +87,18 @@ class Layout:
     """Sizes and offsets of an arena for ``size`` ranks."""
 
     def __init__(self, size: int, slot_bytes: int | None = None, ring_bytes: int | None = None,
-                 contexts: int = CONTEXTS):
+                 contexts: int = CONTEXTS, ranks: int | None = None):
         if not (64 <= contexts <= CONTEXTS and contexts % 64 == 0):
             raise ValueError(f"contexts={contexts}: a multiple of 64 from 64 to {CONTEXTS}")
         self.size = size
+        # The sizes below are chosen for the ``ranks`` a world starts with;
+        # its spare slots (size - ranks, for Spawn) take the same, and cost
+        # no memory until a process runs there.
+        self.ranks = ranks = ranks or size
         if slot_bytes is None:  # 8 MiB per rank up to 16 ranks, then 128 MiB in all
-            slot_bytes = max(256 << 10, min(8 << 20, (128 << 20) // size))
+            slot_bytes = max(256 << 10, min(8 << 20, (128 << 20) // ranks))
         if ring_bytes is None:
-            ring_bytes = max(8 << 10, min(1 << 20, (64 << 20) // (size * size)))
+            ring_bytes = max(8 << 10, min(1 << 20, (64 << 20) // (ranks * ranks)))
         self.slot_bytes = _align(slot_bytes, 4096)
         while SPLIT_HEAD_WORDS + contexts // 64 + contexts > self.slot_bytes // 8:
             contexts -= 64
@@ -104,7 +108,7 @@ class Layout:
         # The payload a one-phase call carries in a bank: 3520 bytes up to 16
         # ranks (a 4 KiB bank), 448 beyond (1 KiB), so that the contexts of
         # 256 ranks take 37 MiB, not 130.
-        self.inline_bytes = 3520 if size <= 16 else 448
+        self.inline_bytes = 3520 if ranks <= 16 else 448
         self.bank = SIG_BYTES + self.inline_bytes
         self.entry = LINE + 2 * self.bank  # the arrive/done line, then two banks
         self.sleeping = HEADER
