@@ -427,6 +427,7 @@ def test_unsupported_on_one_rank_only_is_a_failure():
     assert not rows_of(report, "unsupported")
 
 
+@pytest.mark.slow
 def test_a_rank_raising_fails_its_row_and_the_sweep_goes_on():
     report = sweep(3, factory=f"{HERE}:raises_in_gather", quick=True, collectives=["gather"],
                    dtypes=["int8", "int16", "int32"])

@@ -478,6 +478,7 @@ def test_random_order_refuses_calls_whose_op_differs_between_ranks(worlds):
     worlds[3].run(program)
 
 
+@pytest.mark.slow
 def test_simdist_check_catches_a_faulty_fake_and_passes_the_legal_one():
     report = sweep(2, factory="fake_backends:sum_for_mean", quick=True, collectives=["allreduce"],
                    dtypes=["float32", "int32"])

@@ -108,6 +108,7 @@ def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
+@pytest.mark.slow
 def test_no_import_cycles():
     found = cycles(import_graph())
     assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
@@ -119,6 +120,7 @@ def test_no_module_is_longer_than_600_lines():
     assert not long, f"modules over {MAX_LINES} lines: {long}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend, other", [("simdist.sim", "simdist.mpi"), ("simdist.mpi", "simdist.sim")])
 def test_neither_backend_imports_the_other(backend, other):
     graph = import_graph()

@@ -297,6 +297,7 @@ def test_a_pool_that_spawns_fails_at_once_naming_spawn_instead_of_waiting_for_ev
         assert text in outcome.error, outcome.error
 
 
+@pytest.mark.slow
 def test_a_pool_in_a_script_without_the_main_idiom_aborts_the_run_as_over_open_mpi(tmp_path):
     """The pool's spawned workers run the script again, whose pool would
     spawn again: mpi4py aborts from its pool thread, and MPI_Abort ends the

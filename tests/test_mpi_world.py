@@ -294,6 +294,7 @@ def test_the_mpi_librarys_dev_shm_files_are_removed_once_every_rank_maps_them(wo
     assert world._driver._segments == set()
 
 
+@pytest.mark.slow
 def test_segments_of_a_job_killed_before_its_ranks_removed_them_are_noted_for_the_driver(tmp_path):
     # A rank killed while its peers unlink the segments together leaves them
     # mapped by nobody: each rank notes its files in the job's TMPDIR first.

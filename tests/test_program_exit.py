@@ -100,6 +100,7 @@ def test_handlers_run_when_the_program_raises(tmp_path, capfd):
     assert capfd.readouterr().out == "handler ran\n"
 
 
+@pytest.mark.slow
 def test_ranks_waiting_outside_mpi_after_one_finished_are_a_hang_at_the_timeout(tmp_path):
     path = _write(tmp_path, "loop.py", EVENT_LOOP)
     done = simdist_run("-n", 3, "--timeout", 1, path.name, cwd=tmp_path)
@@ -117,6 +118,7 @@ def _one_rank_loops(comm):
     return comm.rank
 
 
+@pytest.mark.slow
 def test_a_world_run_whose_other_ranks_never_return_times_out():
     with simdist.World(2, timeout=1) as world:
         with pytest.raises(simdist.CollectiveTimeout) as caught:

@@ -64,6 +64,7 @@ def test_train_n4_digits_defaults_reach_95_percent_and_write_a_verified_json_rep
 # -- injected bugs -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_summed_gradients_fail_single_device_check_with_n_times_learning_rate(tmp_path, capsys):
     status, report = train_cli(tmp_path, "-n", "4", "--epochs", "2", "--inject-bug", "sum-gradients")
     assert status == 1
@@ -75,6 +76,7 @@ def test_summed_gradients_fail_single_device_check_with_n_times_learning_rate(tm
     assert "NO" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_unsharded_data_fails_single_device_check_saying_ranks_train_on_the_same_data(tmp_path):
     status, report = train_cli(tmp_path, "-n", "4", "--epochs", "2", "--inject-bug", "unsharded-data")
     assert status == 1

@@ -201,11 +201,12 @@ class Arena:
         # rank run sooner: with one look instead of 50, a barrier on 2 CPUs
         # took 12 us instead of 17 at N=4, 34 instead of 48 at N=8 and 103
         # instead of 125 at N=16 (docs/performance.md, "Earlier findings").
-        self.oversubscribed = layout.size > ncpu
+        # (The ranks a world starts with: its spare slots run nothing until a Spawn.)
+        self.oversubscribed = layout.ranks > ncpu
         self.spin_iters = 1 if self.oversubscribed else 1000
         # Yielding lets the ranks that share a core take turns quickly; with
         # many ranks per core it only churns the run queue, so sleep soon.
-        self.yield_iters = (2000 if layout.size <= 4 * ncpu else 20) if self.oversubscribed else 100
+        self.yield_iters = (2000 if layout.ranks <= 4 * ncpu else 20) if self.oversubscribed else 100
         self._token = 0
         self._bell_addr = [
             ctypes.addressof(ctypes.c_int32.from_buffer(self.mm, layout.status_word(r, S_BELL) * 8))

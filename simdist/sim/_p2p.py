@@ -92,7 +92,7 @@ class Mailboxes:
         self._stash: dict[tuple[int, int], dict[int, collections.deque]] = {}
         self._arrivals = 0
         self._rings_by_pair: dict[tuple[int, int], _Ring] = {}
-        self._probe_words: dict[tuple, tuple] = {}  # sources -> their rings' head and tail words (_with_mail)
+        self._probe_words: dict[tuple, tuple] = {}  # sources -> their rings' head and tail words (_ring_words)
         self._seq = 0
         self._status = lay.status_word(self._me, 0)
         self.sync_sends = bool(arena.q[H_SYNC_SENDS])
@@ -274,21 +274,34 @@ class Mailboxes:
 
     def _with_mail(self, sources, ctx: int) -> list[int]:
         """Those of ``sources`` with a record in their ring or a message set
-        aside on ``ctx``, in order: one look at all the rings' words, where
-        a poll of the universe's (spare slots included) would peek at each."""
+        aside on ``ctx``, in order: where the sources are consecutive ranks
+        (a world's, or the universe's with its spare slots), one look at all
+        their rings' head and tail words instead of a peek at each."""
         key = tuple(sources)
         words = self._probe_words.get(key)
         if words is None:
-            rings = [self._ring(src, self._me) for src in sources]
-            heads, tails = np.array([r.head for r in rings]), np.array([r.tail for r in rings])
-            lo, hi = int(min(heads.min(), tails.min())), int(max(heads.max(), tails.max()))
-            view = np.ndarray((hi - lo + 1,), np.int64, self._arena.mm, lo * 8)
-            words = self._probe_words[key] = (view, heads - lo, tails - lo)
-        view, heads, tails = words
-        found = np.flatnonzero(view[heads] != view[tails]).tolist()
+            words = self._probe_words[key] = self._ring_words(key)
+        if not words:
+            return sources
+        heads, tails = words
+        if not self._stash and (heads == tails).all():
+            return []
+        found = np.flatnonzero(heads != tails).tolist()
         if self._stash:
             found = sorted({*found, *(i for i, src in enumerate(sources) if (ctx, src) in self._stash)})
         return [sources[i] for i in found]
+
+    def _ring_words(self, sources: tuple) -> tuple:
+        """Views of the head and the tail words of the rings from
+        ``sources`` to this rank, if consecutive ranks (else empty)."""
+        first, n = sources[0], len(sources)
+        if sources != tuple(range(first, first + n)):
+            return ()
+        lay, me, mm = self._arena.layout, self._me, self._arena.mm
+        stride = (lay.pair_word(first + 1, me) - lay.pair_word(first, me)) * 8
+        line = lay.pair_word(first, me)
+        return (np.ndarray((n,), np.int64, mm, (line + R_HEAD) * 8, (stride,)),
+                np.ndarray((n,), np.int64, mm, (line + R_TAIL) * 8, (stride,)))
 
     def _enter_probe(self, sources: list[int], tag: int | None, any_source: bool) -> None:
         self._enter(PROBE, self._me if any_source else sources[0], -1 if tag is None else tag,
