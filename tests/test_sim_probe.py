@@ -386,3 +386,31 @@ def test_a_rank_that_polls_with_nonblocking_probes_does_not_count_as_progress():
         assert "running user code" in info.value.report[0]
         assert "waiting in recv #1 from rank 0 (tag=8)" in info.value.report[1]
         assert world.pids == before  # the poller unwound; nobody was killed
+
+
+@pytest.mark.parametrize("universe", [None, "oversubscribe"])
+def test_a_poll_of_many_sources_finds_ring_and_stash_in_rank_order(universe):
+    """A non-blocking probe over more than a few consecutive ranks looks at
+    their rings' words at once (``Mailboxes._with_mail``): it still finds
+    the lowest rank with a matching message, whether in its ring or set
+    aside by an earlier probe, and nothing once all are received."""
+    def body(comm):
+        if comm.rank in (2, 5):
+            comm.send(np.array([comm.rank]), 0, tag=7)
+        if comm.rank == 4:
+            comm.send(np.array([40]), 0, tag=3)  # another tag: set aside by the probe for tag 7
+            comm.send(np.array([4]), 0, tag=7)
+        comm.barrier()
+        if comm.rank != 0:
+            return None
+        transport = comm.transport.universe() if universe else comm.transport
+        assert transport.probe(0, 7, block=False) is None
+        order = []
+        while (found := transport.probe(None, 7, block=False)) is not None:
+            order.append(found[0])
+            assert int(transport.recv(found[0], 7)[0]) == found[0]
+        stashed = transport.probe(None, None, block=False)
+        return order, stashed, int(transport.recv(4, 3)[0]), transport.probe(None, None, block=False)
+
+    with simdist.World(6, timeout=30, **({"universe": universe} if universe else {})) as world:
+        assert world.run(body)[0] == ([2, 4, 5], (4, 3), 40, None)
