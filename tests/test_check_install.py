@@ -61,6 +61,7 @@ def test_without_the_check_extra_the_sweep_runs_and_one_line_says_how_to_add_the
     assert props["missing"] == ["pytest", "hypothesis"] and "not installed" in props["reason"]
 
 
+@pytest.mark.slow
 def test_without_the_check_extra_the_exit_status_is_the_sweeps(plain_install_env):
     done = _check(plain_install_env, *SMALL, "--backend", "fake_backends:sum_for_mean", "--json", "-")
     assert done.returncode == 1, done.stdout + done.stderr

@@ -28,7 +28,7 @@ def run(tmp_path, source: str, n: int):
     return run_script(str(path), [], n, timeout=20.0)
 
 
-@pytest.mark.parametrize("n", [1, 2, pytest.param(3, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("n", [1, pytest.param(2, marks=pytest.mark.slow), pytest.param(3, marks=pytest.mark.slow)])
 def test_every_call_with_a_bad_argument_is_followed_by_a_correct_exchange(n, capfd):
     outcome = run_script(str(PROGRAM), ["--beyond-mpi4py"], n, timeout=20.0)
     out = capfd.readouterr().out.splitlines()

@@ -99,7 +99,7 @@ def test_tensor_parallel_verifies_and_matches_one_device_accuracy(tmp_path, n):
     assert abs(report["test_accuracy"] - report["single_device_test_accuracy"]) <= 0.01
 
 
-@pytest.mark.parametrize("n, batch", [(1, 64), (3, 63)])
+@pytest.mark.parametrize("n, batch", [(1, 64), pytest.param(3, 63, marks=pytest.mark.slow)])
 def test_one_and_three_ranks_verify_with_batch_the_multiple_of_n_nearest_64(tmp_path, n, batch):
     status, report = train_cli(tmp_path, "-n", str(n), "--epochs", "2")
     assert status == 0, report["details"]
