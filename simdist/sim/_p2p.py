@@ -284,9 +284,9 @@ class Mailboxes:
         if not words:
             return sources
         heads, tails = words
-        if not self._stash and (heads == tails).all():
+        if not self._stash and heads == tails:  # memoryviews: compared word by word in C
             return []
-        found = np.flatnonzero(heads != tails).tolist()
+        found = [i for i, (head, tail) in enumerate(zip(heads, tails)) if head != tail]
         if self._stash:
             found = sorted({*found, *(i for i, src in enumerate(sources) if (ctx, src) in self._stash)})
         return [sources[i] for i in found]
@@ -297,11 +297,11 @@ class Mailboxes:
         first, n = sources[0], len(sources)
         if sources != tuple(range(first, first + n)):
             return ()
-        lay, me, mm = self._arena.layout, self._me, self._arena.mm
-        stride = (lay.pair_word(first + 1, me) - lay.pair_word(first, me)) * 8
+        lay, me, q = self._arena.layout, self._me, self._arena.q
         line = lay.pair_word(first, me)
-        return (np.ndarray((n,), np.int64, mm, (line + R_HEAD) * 8, (stride,)),
-                np.ndarray((n,), np.int64, mm, (line + R_TAIL) * 8, (stride,)))
+        stride = lay.pair_word(first + 1, me) - line
+        end = line + n * stride
+        return q[line + R_HEAD:end + R_HEAD:stride], q[line + R_TAIL:end + R_TAIL:stride]
 
     def _enter_probe(self, sources: list[int], tag: int | None, any_source: bool) -> None:
         self._enter(PROBE, self._me if any_source else sources[0], -1 if tag is None else tag,
