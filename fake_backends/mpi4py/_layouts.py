@@ -15,7 +15,9 @@ type map and count (``layout_of``, cached on the type map) and placed at a
 displacement with ``at``, so a call neither builds an index nor scans one.
 ``Blocks`` is the layouts of a vector call's blocks, one after another.
 ``gather`` can pack straight into a message's place (``out``), where the
-call has one, instead of into a copy of its own.
+call has one, instead of into a copy of its own; ``gather_range`` and
+``scatter_range`` move any range of the packed bytes, as a message cut
+into chunks moves them (``Blocks`` are cut into their parts instead).
 """
 
 from __future__ import annotations
