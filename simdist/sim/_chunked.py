@@ -76,17 +76,23 @@ class ChunkedCalls:
         rank's: a flat array, or ``(size, n)`` blocks), a chunk of columns
         ``lo:hi`` per phase, and ``consume(views, lo, hi)`` reads the chunk
         from the members' slots (``_flat_views`` or ``_block_views``)."""
-        blocked = data.ndim == 2
-        n = data.shape[-1]
-        cap = self._chunk(data.dtype, self._size if blocked else 1)
+        def write(mine, lo, hi):
+            mine[...] = data[..., lo:hi]
+
+        self._phases_of(data.dtype, data.shape[-1], data.ndim == 2, nbytes, write, consume)
+
+    def _phases_of(self, dtype, n, blocked, nbytes, write, consume):
+        """``_chunk_phases`` of ``n`` columns, where ``write(mine, lo, hi)``
+        fills this rank's view of the chunk in its slot."""
+        cap = self._chunk(dtype, self._size if blocked else 1)
         views_of = self._block_views if blocked else self._flat_views
         me = self._rank
         for lo in range(0, max(n, 1), cap):
             hi = min(n, lo + cap)
-            views = views_of(data.dtype, hi - lo)
+            views = views_of(dtype, hi - lo)
             if lo:
                 self._release()
-            views[me][...] = data[..., lo:hi]
+            write(views[me], lo, hi)
             self._arrive()
             if not lo:
                 self._check(nbytes)
@@ -335,28 +341,19 @@ class ChunkedCalls:
         finally:
             self._end()
 
-
     def _alltoall_block_phases(self, width, pack, unpack):
         """``alltoall_blocks`` in phases, ``_alltoall_phases``'s chunks."""
-        size = self._size
-        static = (_ALLTOALL, 0, -1, DTYPE_CODE[_BYTE], 2, size, width)
-        self._enter(static)
+        size, me = self._size, self._rank
+        self._enter((_ALLTOALL, 0, -1, DTYPE_CODE[_BYTE], 2, size, width))
         try:
-            nbytes, me = self._sig_bytes[self._bank], self._rank
-            cap = self._chunk(_BYTE, size)
-            for lo in range(0, max(width, 1), cap):
-                hi = min(width, lo + cap)
-                views = self._block_views(_BYTE, hi - lo)
-                if lo:
-                    self._release()
-                mine = views[me]
+            def write(mine, lo, hi):
                 for j in range(size):
                     pack(j, lo, mine[j])
-                self._arrive()
-                if not lo:
-                    self._check(nbytes)
+
+            def read(views, lo, hi):
                 for j, view in enumerate(views):
                     unpack(j, lo, view[me])
-                self._done()
+
+            self._phases_of(_BYTE, width, True, self._sig_bytes[self._bank], write, read)
         finally:
             self._end()

@@ -215,7 +215,7 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
             raise closed_error(self._rank, "alltoall", self._closed)
         width = check_int(width, self._rank, "alltoall", "width", 0)
         key = (_ALLTOALL, _BYTE, (self._size, width), -1)
-        if width * self._size <= self._half_bytes and not self._closed:
+        if width * self._size <= self._half_bytes:
             plan = self._plans.get(key) or self._plan(key, 0, -1)
             return self._exchange_blocks(plan, pack, unpack)
         return self._alltoall_block_phases(width, pack, unpack)
