@@ -54,13 +54,28 @@ def _mpi4py_stand_in(comm, enabled: bool):
     return installed(comm)
 
 
+@contextlib.contextmanager
+def _torchrun_env(rank: int, size: int):
+    """The environment torchrun gives a rank (``RANK``, ``LOCAL_RANK``, ...),
+    where the launcher has not set it, while the script runs."""
+    from .torch import torchrun_env
+
+    added = {k: v for k, v in torchrun_env(rank, size).items() if k not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
+
+
 def _rank_main(comm, target: str, argv: list[str], module: bool, mpi4py_stand_in: bool = False,
                checks=frozenset(), findings_dir: str | None = None, race: dict | None = None) -> int:
     """Run the script as ``__main__`` on this rank; return its exit code.
     ``checks`` are on while it runs, writing findings to ``findings_dir``;
     ``race``: the settings of a run that looks for message races."""
     with (_checks.active(checks, findings_dir, comm.rank), _races.on_rank(race, comm.rank),
-          _mpi4py_stand_in(comm, mpi4py_stand_in)):
+          _mpi4py_stand_in(comm, mpi4py_stand_in), _torchrun_env(comm.rank, comm.size)):
         try:
             return run_main(target, argv, module)
         except CollectiveMismatch as exc:  # the run sees each rank's call; the rank sees its line

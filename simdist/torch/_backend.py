@@ -1,0 +1,258 @@
+"""The ``simdist`` backend of torch.distributed: c10d's calls as MPI calls.
+
+``SimdistBackend`` is what a process group of the ``simdist`` backend holds
+for the CPU. Each c10d call becomes the call of the simulated MPI (the
+stand-in of ``fake_backends.mpi4py``) on the group's communicator that
+means the same, so every reduction is the contract's fold in rank order
+and every call is matched across the ranks as simdist matches them (a
+rank that disagrees raises ``CollectiveMismatch`` instead of moving data).
+Tensors travel as described in ``_tensors``; the ``Work`` each call
+returns is ``_work``'s.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch._C._distributed_c10d import Backend
+
+from ._tensors import ReduceOps, Staged, op_name, premultiplied
+from ._work import Pending, finished
+
+
+def _one(tensors, call: str) -> torch.Tensor:
+    if len(tensors) != 1:
+        raise ValueError(f"{call}: the simdist backend takes one tensor per rank, not {len(tensors)}")
+    return tensors[0]
+
+
+class SimdistBackend(Backend):
+    """One process group's calls on ``comm``, a communicator of the simulated
+    MPI whose ranks are the group's ranks."""
+
+    def __init__(self, comm, MPI, name: str):
+        super().__init__(comm.Get_rank(), comm.Get_size())
+        self.comm, self.MPI = comm, MPI
+        self._name = name
+        self._ops = ReduceOps(MPI)
+
+    # -- what c10d asks of a backend --------------------------------------------
+
+    def getBackendName(self) -> str:
+        return "simdist"
+
+    def supports_splitting(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return f"SimdistBackend(rank={self.rank()}, size={self.size()}, group={self._name!r})"
+
+    # -- reductions -----------------------------------------------------------
+
+    def _reduce(self, tensor: torch.Tensor, op, call: str, root: int | None = None) -> None:
+        name = op_name(op)
+        staged = Staged(tensor, call)
+        mpi_op = self._ops.mpi_op(name, tensor.dtype, call)
+        if name == "PREMUL_SUM":
+            premultiplied(staged, op)
+        buf = staged.array
+        if root is None:
+            self.comm.Allreduce(self.MPI.IN_PLACE, buf, op=mpi_op)
+        elif self.comm.Get_rank() == root:
+            self.comm.Reduce(self.MPI.IN_PLACE, buf, op=mpi_op, root=root)
+        else:
+            self.comm.Reduce(buf, None, op=mpi_op, root=root)
+            return
+        if name == "AVG":
+            with torch.no_grad():
+                staged.buffer.div_(self.comm.Get_size())
+        staged.done()
+
+    def allreduce(self, tensors, opts):
+        self._reduce(_one(tensors, "all_reduce"), opts.reduceOp, "all_reduce")
+        return finished(tensors)
+
+    def allreduce_coalesced(self, tensors, opts):
+        for tensor in tensors:
+            self._reduce(tensor, opts.reduceOp, "all_reduce_coalesced")
+        return finished(tensors)
+
+    def reduce(self, tensors, opts):
+        self._reduce(_one(tensors, "reduce"), opts.reduceOp, "reduce", root=opts.rootRank)
+        return finished(tensors)
+
+    def _reduce_scatter(self, output: torch.Tensor, input: torch.Tensor, op, call: str) -> None:
+        name = op_name(op)
+        send = Staged(input, call)
+        if name == "PREMUL_SUM":
+            send = Staged(input.clone(), call)
+            premultiplied(send, op)
+        recv = Staged(output, call)
+        mpi_op = self._ops.mpi_op(name, output.dtype, call)
+        if send.array.size != recv.array.size * self.comm.Get_size():
+            raise ValueError(f"{call}: the input has {send.array.size} elements; it must have the output's "
+                             f"{recv.array.size} times the group's size {self.comm.Get_size()}")
+        self.comm.Reduce_scatter_block(send.array, recv.array, op=mpi_op)
+        if name == "AVG":
+            with torch.no_grad():
+                recv.buffer.div_(self.comm.Get_size())
+        recv.done()
+
+    def reduce_scatter(self, outputs, inputs, opts):
+        output, parts = _one(outputs, "reduce_scatter"), _one(inputs, "reduce_scatter")
+        self._check_count(parts, "reduce_scatter", "input_list")
+        self._reduce_scatter(output, torch.cat([p.reshape(-1) for p in parts]), opts.reduceOp, "reduce_scatter")
+        return finished(outputs)
+
+    def reduce_scatter_single(self, output, input, opts):
+        self._reduce_scatter(output, input, opts.reduceOp, "reduce_scatter_tensor")
+        return finished([output])
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts):
+        for output, input in zip(outputs, inputs, strict=True):
+            self._reduce_scatter(output, input, opts.reduceOp, "reduce_scatter_tensor_coalesced")
+        return finished(outputs)
+
+    # -- moving data ------------------------------------------------------------
+
+    def broadcast(self, tensors, opts):
+        staged = Staged(_one(tensors, "broadcast"), "broadcast")
+        self.comm.Bcast(staged.array, root=opts.rootRank)
+        staged.done()
+        return finished(tensors)
+
+    def _check_count(self, tensors, call: str, what: str) -> None:
+        if len(tensors) != self.comm.Get_size():
+            raise ValueError(f"{call}: {what} has {len(tensors)} tensors; the group has {self.comm.Get_size()} ranks")
+
+    def _gathered(self, output: torch.Tensor, input: torch.Tensor, call: str) -> None:
+        send, recv = Staged(input, call), Staged(output, call)
+        if recv.array.size != send.array.size * self.comm.Get_size():
+            raise ValueError(f"{call}: the output has {recv.array.size} elements; it must have the input's "
+                             f"{send.array.size} times the group's size {self.comm.Get_size()}")
+        self.comm.Allgather(send.array, recv.array)
+        recv.done()
+
+    def allgather(self, outputs, inputs, opts):
+        parts, input = _one(outputs, "all_gather"), _one(inputs, "all_gather")
+        self._check_count(parts, "all_gather", "tensor_list")
+        whole = input.new_empty((self.comm.Get_size(), *input.shape))
+        self._gathered(whole, input, "all_gather")
+        with torch.no_grad():
+            for part, row in zip(parts, whole):
+                part.copy_(row.view(part.shape) if part.numel() == row.numel() else row)
+        return finished(outputs)
+
+    def allgather_coalesced(self, outputs, inputs, opts):
+        for parts, input in zip(outputs, inputs, strict=True):
+            self.allgather([parts], [input], opts)
+        return finished(outputs)
+
+    def all_gather_single(self, output, input, opts):
+        self._gathered(output, input, "all_gather_into_tensor")
+        return finished([output])
+
+    _allgather_base = all_gather_single
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts):
+        for output, input in zip(outputs, inputs, strict=True):
+            self._gathered(output, input, "all_gather_into_tensor_coalesced")
+        return finished(outputs)
+
+    def gather(self, outputs, inputs, opts):
+        input, root = _one(inputs, "gather"), opts.rootRank
+        send = Staged(input, "gather")
+        if self.comm.Get_rank() != root:
+            self.comm.Gather(send.array, None, root=root)
+            return finished(outputs)
+        parts = _one(outputs, "gather")
+        self._check_count(parts, "gather", "gather_list")
+        whole = input.new_empty((self.comm.Get_size(), *input.shape))
+        self.comm.Gather(send.array, Staged(whole, "gather").array, root=root)
+        with torch.no_grad():
+            for part, row in zip(parts, whole):
+                part.copy_(row)
+        return finished(outputs)
+
+    def scatter(self, outputs, inputs, opts):
+        output, root = _one(outputs, "scatter"), opts.rootRank
+        recv = Staged(output, "scatter")
+        if self.comm.Get_rank() != root:
+            self.comm.Scatter(None, recv.array, root=root)
+        else:
+            parts = _one(inputs, "scatter")
+            self._check_count(parts, "scatter", "scatter_list")
+            whole = torch.stack([p.reshape(output.shape) for p in parts])
+            self.comm.Scatter(Staged(whole, "scatter").array, recv.array, root=root)
+        recv.done()
+        return finished(outputs)
+
+    def _alltoallv(self, output: torch.Tensor, input: torch.Tensor, out_counts, in_counts, call: str) -> None:
+        send, recv = Staged(input, call), Staged(output, call)
+        self.comm.Alltoallv([send.array, in_counts], [recv.array, out_counts])
+        recv.done()
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts):
+        size = self.comm.Get_size()
+        call = "all_to_all_single"
+        in_row = input[0].numel() if input.dim() and input.shape[0] else 0
+        out_row = output[0].numel() if output.dim() and output.shape[0] else 0
+        in_counts = self._counts(input, input_split_sizes, in_row, call, "input")
+        out_counts = self._counts(output, output_split_sizes, out_row, call, "output")
+        self._alltoallv(output, input, out_counts, in_counts, call)
+        return finished([output])
+
+    alltoall_base = all_to_all_single
+
+    def _counts(self, tensor, splits, row: int, call: str, what: str) -> list[int]:
+        size = self.comm.Get_size()
+        if not splits:
+            if tensor.numel() % size:
+                raise ValueError(f"{call}: the {what} has {tensor.numel()} elements, not a multiple of the "
+                                 f"group's size {size}; pass {what}_split_sizes")
+            return [tensor.numel() // size] * size
+        if len(splits) != size or sum(splits) != (tensor.shape[0] if tensor.dim() else 1):
+            raise ValueError(f"{call}: {what}_split_sizes={list(splits)} must have {size} entries summing to "
+                             f"the {what}'s first dimension {tensor.shape[0] if tensor.dim() else 1}")
+        return [s * row for s in splits]
+
+    def alltoall(self, outputs, inputs, opts):
+        call = "all_to_all"
+        self._check_count(inputs, call, "input_tensor_list")
+        self._check_count(outputs, call, "output_tensor_list")
+        input = torch.cat([t.reshape(-1) for t in inputs])
+        output = outputs[0].new_empty(sum(t.numel() for t in outputs))
+        self._alltoallv(output, input, [t.numel() for t in outputs], [t.numel() for t in inputs], call)
+        with torch.no_grad():
+            for part, piece in zip(outputs, output.split([t.numel() for t in outputs])):
+                part.copy_(piece.view(part.shape))
+        return finished(outputs)
+
+    def barrier(self, opts=None):
+        self.comm.Barrier()
+        return finished([])
+
+    def monitored_barrier(self, opts=None, wait_all_ranks=False):
+        self.comm.Barrier()
+
+    # -- point to point ---------------------------------------------------------
+
+    def send(self, tensors, dst: int, tag: int):
+        staged = Staged(_one(tensors, "send"), "send")
+        return Pending(self.MPI, self.comm.Isend(staged.array, dest=dst, tag=tag), tensors, staged, False)
+
+    def recv(self, tensors, src: int, tag: int):
+        staged = Staged(_one(tensors, "recv"), "recv")
+        return Pending(self.MPI, self.comm.Irecv(staged.array, source=src, tag=tag), tensors, staged, True)
+
+    def recv_anysource(self, tensors, tag: int):
+        return self.recv(tensors, self.MPI.ANY_SOURCE, tag)
+
+    # -- lifetime ---------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        self._ops.free()
+
+    def abort(self) -> None:
+        self._ops.free()

@@ -1,0 +1,164 @@
+"""Joining a simulated world from torch.distributed.
+
+In a simulator rank (a function of ``World.run``, a script of ``simdist
+run``) the ``simdist`` backend is the rank's own world; nothing needs
+starting. ``arm()`` (called as the rank starts) makes sure that as soon as
+the program imports ``torch.distributed``:
+
+- the backend ``"simdist"`` is registered (``create`` makes its groups);
+- ``"gloo"`` (asked for by name, as ``"cpu:gloo"``, or by default) makes a
+  ``simdist`` group too, so unmodified Gloo programs run on the simulator;
+- ``env://`` rendezvous (``init_process_group``'s default) takes the rank
+  and size of the simulated world and a store that rank 0 serves on a free
+  port of the loopback, whose port reaches the others through the world
+  itself: no ``MASTER_ADDR``/``MASTER_PORT`` needs to be free or set.
+
+A group's communicator is made by its members alone (``Create_group``), as
+c10d asks only the members of a new group to make their backend.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import zlib
+from datetime import timedelta
+
+BACKEND = "simdist"
+#: What torchrun sets in every rank, beside the rank and size.
+_TORCHRUN_ENV = {"GROUP_RANK": "0", "ROLE_NAME": "default", "GROUP_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                 "MASTER_PORT": "29500", "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
+                 "TORCHELASTIC_RUN_ID": "simdist"}
+NOT_SIMULATED = (
+    "the simdist backend of torch.distributed runs in simdist's simulated ranks: start the program with "
+    "`simdist run -n N script.py` (or `-m module`), or call init_process_group inside a function run by "
+    "simdist.World(n).run(fn)")
+
+
+def torchrun_env(rank: int, size: int) -> dict[str, str]:
+    """The environment torchrun gives rank ``rank`` of ``size`` on one node."""
+    env = dict(_TORCHRUN_ENV, RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(rank),
+               LOCAL_WORLD_SIZE=str(size), ROLE_RANK=str(rank), ROLE_WORLD_SIZE=str(size))
+    if size > 1:
+        env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun: one thread a rank unless told
+    return env
+
+
+def simulated_mpi():
+    """The simulated MPI of this rank (installed for the run if it is not)."""
+    from fake_backends.mpi4py import _runtime
+
+    if _runtime.current is None:
+        from simdist import _worker
+
+        if _worker._current is None or getattr(_worker._current, "transport", None) is None:
+            raise RuntimeError(NOT_SIMULATED)
+        from fake_backends.mpi4py._install import for_current_run
+
+        for_current_run()
+    from fake_backends.mpi4py import MPI
+
+    return MPI
+
+
+def create(options, backend_options=None):
+    """c10d's creator of a ``simdist`` group (``extended_api``): the members'
+    communicator, made by the members alone."""
+    from ._backend import SimdistBackend
+
+    MPI = simulated_mpi()
+    world = MPI.COMM_WORLD
+    ranks = list(options.global_ranks_in_group) or list(range(options.group_size))
+    if len(ranks) != options.group_size or max(ranks) >= world.Get_size():
+        raise RuntimeError(
+            f"rank {world.Get_rank()}: torch.distributed asks for a group of ranks {ranks} (size "
+            f"{options.group_size}) but the simulated world has {world.Get_size()} ranks; start as many "
+            f"ranks as the program's world size")
+    name = str(options.group_id)
+    group = world.Get_group().Incl(ranks)
+    comm = world.Create_group(group, tag=zlib.crc32(name.encode()) & 0xFFFFF)
+    group.Free()
+    comm.Set_name(f"torch group {name}")
+    return SimdistBackend(comm, MPI, name)
+
+
+def _rendezvous(url: str, timeout: timedelta = timedelta(minutes=30), **kwargs):
+    """``env://`` in a simulated rank: the world's rank and size, and a store
+    served by rank 0 (see the module docstring)."""
+    from urllib.parse import parse_qs, urlparse
+
+    import torch.distributed as dist
+
+    world = simulated_mpi().COMM_WORLD
+    rank, size = world.Get_rank(), world.Get_size()
+    asked = {k: int(v[0]) for k, v in parse_qs(urlparse(url).query).items() if k in ("rank", "world_size")}
+    for key, have in (("rank", rank), ("world_size", size)):
+        if asked.get(key, -1) not in (-1, have):
+            raise ValueError(f"rank {rank}: init_process_group was given {key}={asked[key]}, but this is rank "
+                             f"{rank} of a simulated world of {size}; start as many ranks as the program's "
+                             f"world size")
+    server = dist.TCPStore("127.0.0.1", 0, size, True, timeout, wait_for_workers=False) if rank == 0 else None
+    port = world.bcast(server.port if server is not None else None, root=0)
+    store = server if server is not None else dist.TCPStore("127.0.0.1", port, size, False, timeout)
+    from simdist._worker import at_return
+
+    at_return(_forget_groups)
+    yield store, rank, size
+    raise RuntimeError("a simulated world cannot rendezvous again")
+
+
+def _forget_groups(returned: bool) -> None:
+    """The run's function ended: its process groups go, as at the end of a
+    process (a later run may make them again)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _attach(dist) -> None:
+    """Register the backend and the rendezvous in an imported torch.distributed."""
+    if BACKEND.upper() not in dist.Backend._plugins:
+        dist.Backend.register_backend(BACKEND, create, extended_api=True, devices=["cpu"])
+    plugin = dist.Backend._plugins[BACKEND.upper()]
+    dist.Backend._plugins["GLOO"] = plugin  # c10d looks its backends' creators up here
+    # and would take a group of type GLOO for a ProcessGroupGloo (DDP's logger casts it so)
+    dist.Backend.backend_type_map["gloo"] = dist.ProcessGroup.BackendType.CUSTOM
+    handlers = importlib.import_module("torch.distributed.rendezvous")._rendezvous_handlers  # register_rendezvous_handler refuses to replace one
+    if handlers["env"] is not _rendezvous:
+        handlers["env"] = _rendezvous
+
+
+class _AttachOnImport(importlib.abc.MetaPathFinder):
+    """Attaches to ``torch.distributed`` once it has been imported."""
+
+    def find_spec(self, name, path, target=None):
+        if name != "torch.distributed":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
+        if spec is None or spec.loader is None:
+            return None
+        load = spec.loader.exec_module
+
+        def exec_module(module):
+            load(module)
+            _attach(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+_FINDER = _AttachOnImport()
+
+
+def arm() -> None:
+    """In a simulator rank: attach now if torch.distributed is imported,
+    or as soon as it is."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and hasattr(dist, "Backend"):
+        _attach(dist)
+    elif _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)
+
