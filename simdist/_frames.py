@@ -1,6 +1,6 @@
 """The frame of a traceback that a user should look at first.
 
-An exception raised inside numpy, simdist, the simulated mpi4py or the real
+An exception raised inside numpy, torch, simdist, the simulated mpi4py or the real
 one (whose frames name Cython sources such as ``Comm.pyx``) is the user's
 mistake in the frame that called into them. :func:`user_frame` finds that
 frame: the innermost one whose file is a real file outside those packages
@@ -30,7 +30,7 @@ def _package_dir(name: str) -> str | None:
 
 def _library_dirs() -> tuple[str, ...]:
     dirs = {os.path.dirname(os.path.abspath(__file__)) + os.sep, _package_dir("fake_backends.mpi4py"),
-            _package_dir("numpy")}
+            _package_dir("numpy"), _package_dir("torch")}
     for key in ("stdlib", "platstdlib"):
         dirs.add(os.path.abspath(sysconfig.get_paths()[key]) + os.sep)
     return tuple(d for d in dirs if d)

@@ -29,6 +29,10 @@ class SimdistBackend(Backend):
     """One process group's calls on ``comm``, a communicator of the simulated
     MPI whose ranks are the group's ranks."""
 
+    # c10d's properties of these names call back into a subclass by the same
+    # names: values here, or every read of them recurses
+    supports_splitting = supports_coalescing = supports_time_estimate = supports_tensor_alloc = False
+
     def __init__(self, comm, MPI, name: str):
         super().__init__(comm.Get_rank(), comm.Get_size())
         self.comm, self.MPI = comm, MPI
@@ -39,9 +43,6 @@ class SimdistBackend(Backend):
 
     def getBackendName(self) -> str:
         return "simdist"
-
-    def supports_splitting(self) -> bool:
-        return False
 
     def __repr__(self) -> str:
         return f"SimdistBackend(rank={self.rank()}, size={self.size()}, group={self._name!r})"
@@ -245,6 +246,12 @@ class SimdistBackend(Backend):
     def recv(self, tensors, src: int, tag: int):
         staged = Staged(_one(tensors, "recv"), "recv")
         return Pending(self.MPI, self.comm.Irecv(staged.array, source=src, tag=tag), tensors, staged, True)
+
+    def probe_source(self, tag: int) -> int:
+        """The group rank of the next message with ``tag`` (waits for one)."""
+        status = self.MPI.Status()
+        self.comm.Probe(self.MPI.ANY_SOURCE, tag, status)
+        return status.Get_source()
 
     def recv_anysource(self, tensors, tag: int):
         return self.recv(tensors, self.MPI.ANY_SOURCE, tag)

@@ -1,0 +1,328 @@
+"""The simdist backend of torch.distributed: every c10d call against the
+contract's semantics, computed here from each rank's inputs."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import simdist  # noqa: E402
+from simdist._script import run_script  # noqa: E402
+
+SIZE = 3
+
+
+@pytest.fixture(scope="module")
+def ranks():
+    with simdist.World(SIZE, timeout=60) as w:
+        yield w
+
+
+def _on_ranks(ranks, body, *args):
+    """Run ``body(dist, rank, size, *args)`` after init_process_group() with no arguments."""
+
+    def program(comm, *args):
+        import torch.distributed as dist
+
+        dist.init_process_group()
+        return body(dist, dist.get_rank(), dist.get_world_size(), *args)
+
+    return ranks.run(program, *args)
+
+
+def _inputs(dtype, rank, n=7):
+    g = torch.Generator().manual_seed(100 + rank)
+    if dtype == torch.bool:
+        return torch.rand(n, generator=g) > 0.5
+    if dtype.is_floating_point:
+        return (torch.randn(n, generator=g) * 3).to(dtype)
+    if dtype.is_complex:
+        return torch.randn(n, generator=g, dtype=dtype)
+    return torch.randint(-20 if dtype.is_signed else 0, 20, (n,), generator=g).to(dtype)
+
+
+def _fold(parts, step):
+    acc = parts[0].clone()
+    for part in parts[1:]:
+        acc = step(acc, part)
+    return acc
+
+
+_STEPS = {
+    "SUM": torch.add, "PRODUCT": torch.mul, "MIN": torch.minimum, "MAX": torch.maximum,
+    "BAND": torch.bitwise_and, "BOR": torch.bitwise_or, "BXOR": torch.bitwise_xor,
+}
+_CASES = [(op, dt) for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64,
+                              torch.int8, torch.uint8) for op in ("SUM", "PRODUCT", "MIN", "MAX")]
+_CASES += [(op, dt) for dt in (torch.int32, torch.int16) for op in ("BAND", "BOR", "BXOR")]
+_CASES += [("SUM", torch.complex64), ("SUM", torch.complex128), ("AVG", torch.float32), ("AVG", torch.bfloat16)]
+
+
+def _reduce_body(dist, rank, size, op, dtype):
+    t = _inputs(dtype, rank)
+    dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
+    return t
+
+
+@pytest.mark.parametrize("op,dtype", _CASES, ids=lambda v: str(v).replace("torch.", ""))
+def test_all_reduce_is_the_fold_in_rank_order_to_the_bit_on_every_rank(ranks, op, dtype):
+    got = _on_ranks(ranks, _reduce_body, op, dtype)
+    parts = [_inputs(dtype, r) for r in range(SIZE)]
+    if op == "AVG":
+        want = _fold(parts, torch.add) / SIZE
+    else:
+        want = _fold(parts, _STEPS[op])
+    for rank, t in enumerate(got):
+        assert t.dtype == dtype
+        assert torch.equal(t.view(-1).view(torch.uint8), want.to(dtype).view(-1).view(torch.uint8)), (rank, t, want)
+
+
+def _bool_body(dist, rank, size):
+    out = {}
+    for op in ("SUM", "PRODUCT", "MIN", "MAX"):
+        t = torch.tensor([rank == 0, rank < 2, True, False])
+        dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
+        out[op] = t.tolist()
+    return out
+
+
+def test_bool_sum_and_max_are_or_and_product_and_min_are_and(ranks):
+    for got in _on_ranks(ranks, _bool_body):
+        assert got["SUM"] == got["MAX"] == [True, True, True, False]
+        assert got["PRODUCT"] == got["MIN"] == [False, False, True, False]
+
+
+def _refused_body(dist, rank, size):
+    try:
+        dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist.ReduceOp.AVG)
+    except TypeError as exc:
+        return str(exc)
+
+
+def test_an_integer_average_is_refused_naming_the_call(ranks):
+    for message in _on_ranks(ranks, _refused_body):
+        assert "all_reduce" in message and "AVG" in message and "torch.int32" in message
+
+
+def _premul_body(dist, rank, size):
+    t = torch.full((3,), float(rank + 1))
+    dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.5))
+    return t.tolist()
+
+
+def test_premul_sum_multiplies_each_rank_then_sums(ranks):
+    assert _on_ranks(ranks, _premul_body) == [[0.5 * (1 + 2 + 3)] * 3] * SIZE
+
+
+def _moves_body(dist, rank, size):
+    out = {}
+    t = torch.arange(4.0) + 10 * rank
+    dist.broadcast(t, src=1)
+    out["broadcast"] = t.tolist()
+    t = torch.arange(4.0) + rank
+    dist.reduce(t, dst=2)
+    out["reduce"] = t.tolist() if rank == 2 else None
+    parts = [torch.empty(2, 2) for _ in range(size)]
+    dist.all_gather(parts, torch.full((2, 2), float(rank)))
+    out["all_gather"] = [p[0, 0].item() for p in parts]
+    whole = torch.empty(size * 2)
+    dist.all_gather_into_tensor(whole, torch.full((2,), float(rank)))
+    out["all_gather_into_tensor"] = whole.tolist()
+    mine = torch.empty(2)
+    dist.reduce_scatter(mine, [torch.full((2,), float(rank * 10 + j)) for j in range(size)])
+    out["reduce_scatter"] = mine.tolist()
+    mine = torch.empty(2)
+    dist.reduce_scatter_tensor(mine, torch.arange(2.0 * size) * (rank + 1))
+    out["reduce_scatter_tensor"] = mine.tolist()
+    got = [torch.empty(1) for _ in range(size)] if rank == 0 else None
+    dist.gather(torch.tensor([rank * 1.5]), got, dst=0)
+    out["gather"] = [g.item() for g in got] if rank == 0 else None
+    mine = torch.empty(2)
+    dist.scatter(mine, [torch.full((2,), float(j)) for j in range(size)] if rank == 0 else None, src=0)
+    out["scatter"] = mine.tolist()
+    # uneven: rank r sends j + 1 rows to rank j, of width 2
+    send = torch.cat([torch.full((j + 1, 2), float(10 * rank + j)) for j in range(size)])
+    recv = torch.empty((rank + 1) * size, 2)
+    dist.all_to_all_single(recv, send, [rank + 1] * size, [j + 1 for j in range(size)])
+    out["all_to_all_single"] = recv[:, 0].tolist()
+    outs = [torch.empty(j + 1) for j in range(size)]
+    dist.all_to_all(outs, [torch.full((rank + 1,), float(rank * 10 + j)) for j in range(size)])
+    out["all_to_all"] = [o.tolist() for o in outs]
+    objs = [None] * size
+    dist.all_gather_object(objs, {"rank": rank, "word": "x" * rank})
+    out["all_gather_object"] = objs
+    items = [("hello", rank)] if rank == 0 else [None]
+    dist.broadcast_object_list(items, src=0)
+    out["broadcast_object_list"] = items
+    dist.barrier()
+    return out
+
+
+def test_every_collective_moves_what_its_docs_say(ranks):
+    got = _on_ranks(ranks, _moves_body)
+    n = SIZE
+    for rank, out in enumerate(got):
+        assert out["broadcast"] == [10.0, 11.0, 12.0, 13.0]
+        assert out["all_gather"] == [float(r) for r in range(n)]
+        assert out["all_gather_into_tensor"] == [float(r) for r in range(n) for _ in range(2)]
+        assert out["reduce_scatter"] == [float(sum(r * 10 + rank for r in range(n)))] * 2
+        full = sum(np.arange(2.0 * n) * (r + 1) for r in range(n))
+        assert out["reduce_scatter_tensor"] == full[2 * rank: 2 * rank + 2].tolist()
+        assert out["scatter"] == [float(rank)] * 2
+        assert out["all_to_all_single"] == [float(10 * j + rank) for j in range(n) for _ in range(rank + 1)]
+        assert out["all_to_all"] == [[float(j * 10 + rank)] * (j + 1) for j in range(n)]
+        assert out["all_gather_object"] == [{"rank": r, "word": "x" * r} for r in range(n)]
+        assert out["broadcast_object_list"] == [("hello", 0)]
+    assert got[2]["reduce"] == [float(sum(i + r for r in range(n))) for i in range(4)]
+    assert got[0]["gather"] == [r * 1.5 for r in range(n)]
+
+
+def _p2p_body(dist, rank, size):
+    nxt, prev = (rank + 1) % size, (rank - 1) % size
+    big = torch.arange(300_000, dtype=torch.float64) + rank  # larger than a slot: must not block its sender
+    got = torch.empty_like(big)
+    reqs = [dist.isend(big, nxt, tag=3), dist.irecv(got, prev, tag=3)]
+    for req in reqs:
+        req.wait()
+    ops = [dist.P2POp(dist.isend, torch.tensor([rank]), nxt), dist.P2POp(dist.irecv, small := torch.empty(1, dtype=torch.int64), prev)]
+    for req in dist.batch_isend_irecv(ops):
+        req.wait()
+    column = torch.zeros(4, 3)
+    if rank == 0:
+        dist.send(torch.arange(12.0).view(4, 3)[:, 1], 1)
+    elif rank == 1:
+        dist.recv(column[:, 2], 0)  # a strided view on both sides
+    anyone = torch.empty(1)
+    if rank == 0:
+        sources = sorted(dist.recv(anyone, tag=9) for _ in range(size - 1))
+    else:
+        dist.send(torch.tensor([float(rank)]), 0, tag=9)
+        sources = None
+    return got[:3].tolist(), small.item(), column[:, 2].tolist(), sources
+
+
+def test_point_to_point_posts_without_blocking_and_keeps_views(ranks):
+    got = _on_ranks(ranks, _p2p_body)
+    for rank, (first, small, column, sources) in enumerate(got):
+        prev = (rank - 1) % SIZE
+        assert first == [float(prev), prev + 1.0, prev + 2.0]
+        assert small == prev
+        assert column == ([1.0, 4.0, 7.0, 10.0] if rank == 1 else [0.0] * 4)
+    assert got[0][3] == list(range(1, SIZE))
+
+
+def _subgroup_body(dist, rank, size):
+    pair = dist.new_group([0, 2])
+    t = torch.tensor([float(rank + 1)])
+    if rank in (0, 2):
+        dist.all_reduce(t, group=pair)
+    evens, _ = dist.new_subgroups_by_enumeration([[0, 2], [1]])
+    u = torch.tensor([float(rank)])
+    dist.all_reduce(u, group=evens)
+    return t.item(), u.item()
+
+
+def test_groups_are_made_by_their_members_alone(ranks):
+    assert _on_ranks(ranks, _subgroup_body) == [(4.0, 2.0), (2.0, 1.0), (4.0, 2.0)]
+
+
+def _noncontiguous_body(dist, rank, size):
+    m = torch.arange(12.0).view(3, 4) * (rank + 1)
+    dist.all_reduce(m[:, 1])  # a column: strided
+    return m.tolist()
+
+
+def test_a_strided_view_is_reduced_in_place(ranks):
+    scale = sum(range(1, SIZE + 1))
+    for rank, m in enumerate(_on_ranks(ranks, _noncontiguous_body)):
+        want = (np.arange(12.0).reshape(3, 4) * (rank + 1))
+        want[:, 1] = np.arange(12.0).reshape(3, 4)[:, 1] * scale
+        assert m == want.tolist()
+
+
+def _mismatch_body(dist, rank, size):
+    dist.all_reduce(torch.ones(6 if rank == 1 else 4))
+
+
+def test_ranks_that_disagree_raise_collective_mismatch_naming_both_calls(ranks):
+    with pytest.raises(simdist.CollectiveMismatch, match=r"float32 \(4,\).*float32 \(6,\)"):
+        _on_ranks(ranks, _mismatch_body)
+
+
+DDP_SCRIPT = textwrap.dedent("""
+    import torch, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo")  # as under torchrun; simdist run makes it a simdist group
+    rank, size = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
+    ddp = DDP(model, bucket_cap_mb=0.0005)  # several buckets
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(48, 8, generator=g), torch.randn(48, 2, generator=g)
+    for step in range(4):
+        opt.zero_grad()
+        ((ddp(x[rank::size]) - y[rank::size]) ** 2).mean().backward()
+        opt.step()
+    w = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    every = [torch.empty_like(w) for _ in range(size)]
+    dist.all_gather(every, w)
+    assert all(torch.equal(every[0], v) for v in every), "replicas differ"
+    if rank == 0:
+        torch.save(w, "weights.pt")
+    dist.destroy_process_group()
+""")
+
+
+@pytest.mark.slow
+def test_an_unmodified_ddp_script_trains_with_identical_replicas_and_the_same_bits_each_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(DDP_SCRIPT)
+    weights = []
+    for _ in range(2):
+        outcome = run_script(str(tmp_path / "train.py"), [], 2, timeout=120)
+        assert outcome.status == 0, outcome.error
+        weights.append(torch.load(tmp_path / "weights.pt"))
+    assert torch.equal(weights[0], weights[1])
+    # one device on the global batch, with gradients averaged as DDP does
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(48, 8, generator=g), torch.randn(48, 2, generator=g)
+    for _ in range(4):
+        opt.zero_grad()
+        sum(((model(x[r::2]) - y[r::2]) ** 2).mean() for r in range(2)).div(2).backward()
+        opt.step()
+    single = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    assert torch.allclose(weights[0], single, rtol=1e-5, atol=1e-6)
+
+
+def test_simdist_run_gives_the_environment_torchrun_gives(tmp_path):
+    script = tmp_path / "env.py"
+    script.write_text("import os, sys\n"
+                      "keys = ['RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'LOCAL_WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT',"
+                      " 'TORCHELASTIC_RUN_ID']\n"
+                      "assert all(os.environ.get(k) for k in keys), [k for k in keys if not os.environ.get(k)]\n"
+                      "sys.exit(0 if os.environ['RANK'] == os.environ['LOCAL_RANK'] and"
+                      " os.environ['WORLD_SIZE'] == '2' else 3)\n")
+    outcome = run_script(str(script), [], 2, timeout=60)
+    assert outcome.status == 0, outcome.error
+
+
+@pytest.mark.slow
+def test_outside_a_simulated_rank_the_backend_says_how_to_run(tmp_path):
+    import subprocess
+
+    code = ("import torch.distributed as dist\n"
+            "from simdist.torch._launch import create\n"
+            "class O: group_rank = 0; group_size = 1; global_ranks_in_group = [0]; group_id = 'x'\n"
+            "create(O())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "simdist run -n N" in done.stderr, done.stderr
