@@ -162,7 +162,20 @@ def test_different_collectives_on_a_create_group_communicator_are_a_mismatch(tmp
     """))
     outcome = run_script(str(path), [], 2, timeout=30.0)
     assert outcome.status != 0 and "CollectiveMismatch" in outcome.error, outcome.error
-    assert "rank 0: allgather met rank 1's broadcast" in outcome.error, outcome.error  # allreduce of objects gathers
+    assert "rank 0: allgather (int64 ()) met rank 1's broadcast (root=1)" in outcome.error, outcome.error  # allreduce of objects gathers
+
+
+def test_arrays_of_different_shapes_on_a_create_group_communicator_are_a_mismatch(tmp_path):
+    path = tmp_path / "prog.py"
+    path.write_text(PRELUDE + textwrap.dedent("""
+        import numpy as np
+        sub = comm.Create_group(comm.Get_group().Incl([0, 1]))
+        x = np.ones(6 if rank == 1 else 4, np.float32)
+        sub.Allreduce(MPI.IN_PLACE, x)
+    """))
+    outcome = run_script(str(path), [], 2, timeout=30.0)
+    assert outcome.status != 0 and "CollectiveMismatch" in outcome.error, outcome.error
+    assert "float32 (4,), op=sum" in outcome.error and "float32 (6,), op=sum" in outcome.error, outcome.error
 
 
 @pytest.mark.slow

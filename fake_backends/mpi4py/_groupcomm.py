@@ -61,11 +61,14 @@ class GroupComm:
         self.origin = "a communicator of Create_group"  # what its reports name it
 
     # -- the exchange every collective is made of ---------------------------------------
-    def _exchange(self, kind: str, outgoing: dict, sources) -> dict:
+    def _exchange(self, kind: str, outgoing: dict, sources, signature: str = "") -> dict:
         """Send ``outgoing[dest]`` to each dest, then receive from each of
         ``sources``; the objects received, by source. Every object is
-        pickled before the first send: one that cannot be leaves nothing sent."""
+        pickled before the first send: one that cannot be leaves nothing sent.
+        ``signature`` (dtype, shape, op, root) must be every member's."""
         engine, members, where = self.engine, self.transport.members, self.origin
+        if signature:
+            kind = f"{kind} ({signature})"
         payloads = {dest: np.frombuffer(pickle.dumps((kind, obj)), np.uint8) for dest, obj in outgoing.items()}
         sends = [engine.send(members[dest], self._ctx, self.rank, 0, payload, PICKLED, False, kind)
                  for dest, payload in payloads.items()]
@@ -85,36 +88,40 @@ class GroupComm:
         return range(self.size)
 
     # -- the calls of a simulator communicator ------------------------------------------
-    def allgather(self, x, kind: str = "allgather"):
-        got = self._exchange(kind, {j: np.asarray(x) for j in self._everyone()}, self._everyone())
+    def allgather(self, x, kind: str = "allgather", op: str = ""):
+        x = np.asarray(x)
+        got = self._exchange(kind, {j: x for j in self._everyone()}, self._everyone(), _signature(x, op))
         return np.stack([got[j] for j in self._everyone()])
 
-    def gather(self, x, root=0, kind: str = "gather"):
-        got = self._exchange(kind, {root: np.asarray(x)}, self._everyone() if self.rank == root else ())
+    def gather(self, x, root=0, kind: str = "gather", op: str = ""):
+        x = np.asarray(x)
+        got = self._exchange(kind, {root: x}, self._everyone() if self.rank == root else (),
+                             _signature(x, op, root))
         return np.stack([got[j] for j in self._everyone()]) if self.rank == root else None
 
     def broadcast(self, x, root=0):
         outgoing = {j: np.asarray(x) for j in self._everyone()} if self.rank == root else {}
-        return self._exchange("broadcast", outgoing, (root,))[root]
+        return self._exchange("broadcast", outgoing, (root,), f"root={root}")[root]
 
     def scatter(self, x, root=0):
         outgoing = {j: np.asarray(x)[j] for j in self._everyone()} if self.rank == root else {}
-        return self._exchange("scatter", outgoing, (root,))[root]
+        return self._exchange("scatter", outgoing, (root,), f"root={root}")[root]
 
     def alltoall(self, x):
-        got = self._exchange("alltoall", {j: np.asarray(x)[j] for j in self._everyone()}, self._everyone())
+        x = np.asarray(x)
+        got = self._exchange("alltoall", {j: x[j] for j in self._everyone()}, self._everyone(), _signature(x))
         return np.stack([got[j] for j in self._everyone()])
 
     def allreduce(self, x, op="sum"):
         x = np.asarray(x)
         check_op(op, x.dtype, self.rank, "allreduce")
-        parts = list(self.allgather(x, "allreduce"))
+        parts = list(self.allgather(x, "allreduce", op))
         return fold(op, parts, np.empty_like(x))
 
     def reduce(self, x, root=0, op="sum"):
         x = np.asarray(x)
         check_op(op, x.dtype, self.rank, "reduce")
-        parts = self.gather(x, root, "reduce")
+        parts = self.gather(x, root, "reduce", op)
         return None if parts is None else fold(op, list(parts), np.empty_like(x))
 
     def reduce_scatter(self, x, op="sum"):
@@ -142,6 +149,11 @@ class GroupComm:
 
     def free(self):
         self.barrier()
+
+
+def _signature(x: np.ndarray, op: str = "", root: int = -1) -> str:
+    """What every member of a collective must pass alike: dtype, shape, op, root."""
+    return ", ".join([f"{x.dtype} {x.shape}"] + ([f"op={op}"] if op else []) + ([f"root={root}"] if root >= 0 else []))
 
 
 def create_group(st, ranks, tag: int) -> GroupComm:
