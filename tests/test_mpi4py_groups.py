@@ -204,5 +204,5 @@ def test_a_create_group_collective_a_member_never_calls_is_reported_naming_it(tm
     """))
     outcome = run_script(str(path), [], 2, timeout=30.0)
     assert outcome.status != 0
-    assert "allgather on a communicator of Create_group: rank 0 waits" in outcome.error, outcome.error
+    assert "allgather (int64 ()) on a communicator of Create_group: rank 0 waits" in outcome.error, outcome.error
     assert "rank 1 has returned" in outcome.error, outcome.error
