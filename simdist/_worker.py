@@ -27,6 +27,7 @@ import traceback
 
 from . import _pickling
 from ._errors import Aborted, CollectiveMismatch, SimdistError
+from ._frames import user_frame
 
 _current = None  # the communicator of the function this rank is running
 _at_return: list = []  # callbacks for the end of that function (see at_return)
@@ -229,7 +230,7 @@ def execute(rank: int, make_comm, payload: bytes, sys_path, cwd, log_levels, *, 
         return "aborted", exc.reason
     except CollectiveMismatch as exc:
         failed and failed()
-        return "mismatch", (str(exc), exc.calls, _user_traceback(exc))
+        return "mismatch", (str(exc), exc.calls, _user_traceback(exc), _call_site(exc))
     except BaseException as exc:
         failed and failed()
         return "error", (_user_traceback(exc), _pickled_or_none(exc))
@@ -279,6 +280,14 @@ def _user_traceback(exc: BaseException) -> str:
     if tb is not None and tb.tb_frame.f_code is execute.__code__ and tb.tb_next is not None:
         tb = tb.tb_next
     return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+def _call_site(exc: BaseException) -> str:
+    """``file:line: source`` of the user's call that raised ``exc``."""
+    frame = user_frame(exc.__traceback__)
+    if frame is None:
+        return ""
+    return f"{os.path.basename(frame.filename)}:{frame.lineno}" + (f": {frame.line.strip()}" if frame.line else "")
 
 
 def _pickled_or_none(exc: BaseException):

@@ -195,6 +195,20 @@ def test_rank_returning_while_peers_wait_is_a_mismatch(world3):
     assert_usable(world3)
 
 
+def test_a_mismatch_names_the_line_of_each_rank_that_made_the_call(world3):
+    def program(comm):
+        if comm.rank == 2:
+            return comm.allreduce(np.ones(3, np.float32))  # the odd one out
+        return comm.allreduce(np.ones(2, np.float32))
+
+    with pytest.raises(simdist.CollectiveMismatch) as info:
+        world3.run(program)
+    first = program.__code__.co_firstlineno
+    message = str(info.value)
+    assert f"rank 0 called it at test_failures.py:{first + 3}: return comm.allreduce(np.ones(2, np.float32))" in message
+    assert f"rank 2 called it at test_failures.py:{first + 2}: return comm.allreduce(np.ones(3, np.float32))" in message
+
+
 def test_ranks_may_catch_a_mismatch_and_continue(world3):
     def program(comm):
         try:

@@ -249,9 +249,12 @@ def _mismatch_body(dist, rank, size):
     dist.all_reduce(torch.ones(6 if rank == 1 else 4))
 
 
-def test_ranks_that_disagree_raise_collective_mismatch_naming_both_calls(ranks):
-    with pytest.raises(simdist.CollectiveMismatch, match=r"float32 \(4,\).*float32 \(6,\)"):
+def test_ranks_that_disagree_raise_collective_mismatch_naming_both_calls_and_each_ranks_line(ranks):
+    with pytest.raises(simdist.CollectiveMismatch, match=r"float32 \(4,\).*float32 \(6,\)") as caught:
         _on_ranks(ranks, _mismatch_body)
+    for rank in range(SIZE):
+        assert (f"rank {rank} called it at test_torch_backend.py:{_mismatch_body.__code__.co_firstlineno + 1}: "
+                "dist.all_reduce(torch.ones(6 if rank == 1 else 4))") in str(caught.value)
 
 
 DDP_SCRIPT = textwrap.dedent("""
