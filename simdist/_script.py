@@ -56,17 +56,22 @@ def _mpi4py_stand_in(comm, enabled: bool):
 
 @contextlib.contextmanager
 def _torchrun_env(rank: int, size: int):
-    """The environment torchrun gives a rank (``RANK``, ``LOCAL_RANK``, ...),
-    where the launcher has not set it, while the script runs."""
-    from .torch import torchrun_env
+    """The environment torchrun gives a rank while the script runs: its
+    rank and sizes always, the rest (``MASTER_ADDR``, ``OMP_NUM_THREADS``,
+    ...) where the launcher's environment has not set them."""
+    from .torch._launch import RANK_KEYS, torchrun_env
 
-    added = {k: v for k, v in torchrun_env(rank, size).items() if k not in os.environ}
-    os.environ.update(added)
+    env = {k: v for k, v in torchrun_env(rank, size).items() if k in RANK_KEYS or k not in os.environ}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     try:
         yield
     finally:
-        for key in added:
-            os.environ.pop(key, None)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _rank_main(comm, target: str, argv: list[str], module: bool, mpi4py_stand_in: bool = False,

@@ -275,7 +275,7 @@ class World:
         mismatches = {r: data for r, (kind, data) in outcomes.items() if kind == "mismatch"}
         if mismatches:
             message, calls = mismatches[min(mismatches)][:2]
-            sites = [f"  rank {r} called it at {data[3]}" for r, data in sorted(mismatches.items()) if data[3]]
+            sites = [f"  rank {r} of the run called it at {data[3]}" for r, data in sorted(mismatches.items()) if data[3]]
             raise CollectiveMismatch("\n".join([message, *sites]), calls)
         if errors:  # ranks without an outcome were stopped after the grace period
             aborted = [r for r in range(self.size) if r not in dead and (r not in outcomes or outcomes[r][0] == "aborted")]

@@ -59,3 +59,12 @@ def test_transposes_run_under_both_launchers_and_check_their_results():
     cells = transposes.measure([8], [2], rounds=1, reps=1)
     assert [c["call"] for c in cells] == list(transposes.CALLS)
     assert all(c["ok"] and c["open_mpi_ms"] > 0 and c["simdist_ms"] > 0 for c in cells), cells
+
+
+@pytest.mark.slow
+def test_torch_steps_compares_a_ddp_step_on_gloo_and_on_the_simulator():
+    pytest.importorskip("torch")
+    from simdist.bench import torch_steps
+
+    (row,) = torch_steps.measure(ranks=(2,), steps=2, kinds=("ddp",), widths={"small": 32})
+    assert row["params"] == 1072 and row["gloo_ms"] > 0 and row["simdist_ms"] > 0

@@ -205,8 +205,8 @@ def test_a_mismatch_names_the_line_of_each_rank_that_made_the_call(world3):
         world3.run(program)
     first = program.__code__.co_firstlineno
     message = str(info.value)
-    assert f"rank 0 called it at test_failures.py:{first + 3}: return comm.allreduce(np.ones(2, np.float32))" in message
-    assert f"rank 2 called it at test_failures.py:{first + 2}: return comm.allreduce(np.ones(3, np.float32))" in message
+    assert f"rank 0 of the run called it at test_failures.py:{first + 3}: return comm.allreduce(np.ones(2, np.float32))" in message
+    assert f"rank 2 of the run called it at test_failures.py:{first + 2}: return comm.allreduce(np.ones(3, np.float32))" in message
 
 
 def test_ranks_may_catch_a_mismatch_and_continue(world3):

@@ -253,7 +253,7 @@ def test_ranks_that_disagree_raise_collective_mismatch_naming_both_calls_and_eac
     with pytest.raises(simdist.CollectiveMismatch, match=r"float32 \(4,\).*float32 \(6,\)") as caught:
         _on_ranks(ranks, _mismatch_body)
     for rank in range(SIZE):
-        assert (f"rank {rank} called it at test_torch_backend.py:{_mismatch_body.__code__.co_firstlineno + 1}: "
+        assert (f"rank {rank} of the run called it at test_torch_backend.py:{_mismatch_body.__code__.co_firstlineno + 1}: "
                 "dist.all_reduce(torch.ones(6 if rank == 1 else 4))") in str(caught.value)
 
 
@@ -315,6 +315,16 @@ def test_simdist_run_gives_the_environment_torchrun_gives(tmp_path):
                       "assert all(os.environ.get(k) for k in keys), [k for k in keys if not os.environ.get(k)]\n"
                       "sys.exit(0 if os.environ['RANK'] == os.environ['LOCAL_RANK'] and"
                       " os.environ['WORLD_SIZE'] == '2' else 3)\n")
+    outcome = run_script(str(script), [], 2, timeout=60)
+    assert outcome.status == 0, outcome.error
+
+
+def test_a_rank_variable_of_the_launchers_environment_is_each_ranks_own(tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "7")
+    monkeypatch.setenv("MASTER_PORT", "12345")
+    script = tmp_path / "env.py"
+    script.write_text("import os, sys\n"
+                      "sys.exit(0 if os.environ['RANK'] in '01' and os.environ['MASTER_PORT'] == '12345' else 3)\n")
     outcome = run_script(str(script), [], 2, timeout=60)
     assert outcome.status == 0, outcome.error
 

@@ -7,11 +7,12 @@ identical to the bit on every rank and in every run, and a rank that calls
 something else than the others raises ``simdist.CollectiveMismatch``.
 ``simdist run -n N train.py`` runs an unmodified torchrun script so (with
 the environment torchrun sets); in a function run by ``World(n).run``,
-``init_process_group()`` joins that world. See docs/torch.md.
+``init_process_group()`` joins that world; ``simdist.torch.testing.on_ranks``
+runs a test's body so. See docs/torch.md.
 
 torch is an optional dependency (``pip install "simdist[torch]"``).
 """
 
-from ._launch import BACKEND, arm, torchrun_env
+from ._launch import BACKEND
 
-__all__ = ["BACKEND", "arm", "torchrun_env"]
+__all__ = ["BACKEND"]

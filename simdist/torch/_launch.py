@@ -38,6 +38,10 @@ NOT_SIMULATED = (
     "simdist.World(n).run(fn)")
 
 
+#: What differs from rank to rank (set whatever the launcher's environment holds).
+RANK_KEYS = frozenset(("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE"))
+
+
 def torchrun_env(rank: int, size: int) -> dict[str, str]:
     """The environment torchrun gives rank ``rank`` of ``size`` on one node."""
     env = dict(_TORCHRUN_ENV, RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(rank),
