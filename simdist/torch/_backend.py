@@ -1,19 +1,21 @@
-"""The ``simdist`` backend of torch.distributed: c10d's calls as MPI calls.
+"""The ``simdist`` process group of torch.distributed: c10d's calls as MPI calls.
 
-``SimdistBackend`` is what a process group of the ``simdist`` backend holds
-for the CPU. Each c10d call becomes the call of the simulated MPI (the
-stand-in of ``fake_backends.mpi4py``) on the group's communicator that
-means the same, so every reduction is the contract's fold in rank order
-and every call is matched across the ranks as simdist matches them (a
-rank that disagrees raises ``CollectiveMismatch`` instead of moving data).
-Tensors travel as described in ``_tensors``; the ``Work`` each call
-returns is ``_work``'s.
+``SimdistGroup`` is the process group c10d gets from the ``simdist``
+creator. It is a ``ProcessGroup`` of its own (as torch's threaded test
+group is), not a ``Backend`` inside one: c10d asks a Python ``Backend`` for
+things only C++ can answer (its name, under ``TORCH_DISTRIBUTED_DEBUG=DETAIL``).
+Each c10d call becomes the call of the simulated MPI (the stand-in of
+``fake_backends.mpi4py``) on the group's communicator that means the same,
+so every reduction is the contract's fold in rank order and every call is
+matched across the ranks as simdist matches them (a rank that disagrees
+raises ``CollectiveMismatch`` instead of moving data). Tensors travel as
+described in ``_tensors``; the ``Work`` each call returns is ``_work``'s.
 """
 
 from __future__ import annotations
 
 import torch
-from torch._C._distributed_c10d import Backend
+from torch.distributed import ProcessGroup
 
 from ._tensors import ReduceOps, Staged, op_name, premultiplied
 from ._work import Pending, finished
@@ -25,9 +27,9 @@ def _one(tensors, call: str) -> torch.Tensor:
     return tensors[0]
 
 
-class SimdistBackend(Backend):
-    """One process group's calls on ``comm``, a communicator of the simulated
-    MPI whose ranks are the group's ranks."""
+class SimdistGroup(ProcessGroup):
+    """A process group whose calls run on ``comm``, a communicator of the
+    simulated MPI whose ranks are the group's ranks."""
 
     # c10d's properties of these names call back into a subclass by the same
     # names: values here, or every read of them recurses
@@ -44,8 +46,15 @@ class SimdistBackend(Backend):
     def getBackendName(self) -> str:
         return "simdist"
 
+    def _get_backend(self, device=None) -> "SimdistGroup":  # the group is its own backend on the CPU
+        return self
+
+    @property
+    def group_name(self) -> str:  # c10d's name of the group (DeviceMesh looks groups up by it)
+        return self._name
+
     def __repr__(self) -> str:
-        return f"SimdistBackend(rank={self.rank()}, size={self.size()}, group={self._name!r})"
+        return f"SimdistGroup(rank={self.rank()}, size={self.size()}, group={self._name!r})"
 
     # -- reductions -----------------------------------------------------------
 
@@ -246,12 +255,6 @@ class SimdistBackend(Backend):
     def recv(self, tensors, src: int, tag: int):
         staged = Staged(_one(tensors, "recv"), "recv")
         return Pending(self.MPI, self.comm.Irecv(staged.array, source=src, tag=tag), tensors, staged, True)
-
-    def probe_source(self, tag: int) -> int:
-        """The group rank of the next message with ``tag`` (waits for one)."""
-        status = self.MPI.Status()
-        self.comm.Probe(self.MPI.ANY_SOURCE, tag, status)
-        return status.Get_source()
 
     def recv_anysource(self, tensors, tag: int):
         return self.recv(tensors, self.MPI.ANY_SOURCE, tag)

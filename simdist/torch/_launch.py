@@ -21,7 +21,6 @@ c10d asks only the members of a new group to make their backend.
 
 from __future__ import annotations
 
-import functools
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -74,7 +73,7 @@ def simulated_mpi():
 def create(options, backend_options=None):
     """c10d's creator of a ``simdist`` group (``extended_api``): the members'
     communicator, made by the members alone."""
-    from ._backend import SimdistBackend
+    from ._backend import SimdistGroup
 
     MPI = simulated_mpi()
     world = MPI.COMM_WORLD
@@ -92,7 +91,7 @@ def create(options, backend_options=None):
         comm = world.Create_group(group, tag=zlib.crc32(name.encode()) & 0xFFFFF)
         group.Free()
     comm.Set_name(f"torch group {name}")
-    return SimdistBackend(comm, MPI, name)
+    return SimdistGroup(comm, MPI, name)
 
 
 def _rendezvous(url: str, timeout: timedelta = timedelta(minutes=30), **kwargs):
@@ -144,33 +143,8 @@ def _store_path() -> str:
     return f"/proc/{os.getpid()}/fd/{_store_fd}"
 
 
-def _recv_learning_the_sender(recv):
-    """torch's ``recv`` from any rank asks the Work for its sender, which
-    a backend written in Python cannot answer (c10d hands Python a plain
-    copy of the Work); on a simdist group the sender is learnt by a probe
-    first and the message received from it."""
-
-    @functools.wraps(recv)
-    def receive(tensor, src=None, group=None, tag=0, group_src=None):
-        if src is None and group_src is None:
-            from torch.distributed.distributed_c10d import _group_or_default_group
-
-            from ._backend import SimdistBackend
-
-            backend = _group_or_default_group(group)._get_backend(tensor.device)
-            if isinstance(backend, SimdistBackend):
-                group_src = backend.probe_source(tag)
-        return recv(tensor, src=src, group=group, tag=tag, group_src=group_src)
-
-    receive.learns_the_sender = True
-    return receive
-
-
 def _attach(dist) -> None:
     """Register the backend and the rendezvous in an imported torch.distributed."""
-    c10d = importlib.import_module("torch.distributed.distributed_c10d")
-    if not getattr(c10d.recv, "learns_the_sender", False):
-        c10d.recv = dist.recv = _recv_learning_the_sender(c10d.recv)
     if BACKEND.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(BACKEND, create, extended_api=True, devices=["cpu"])
     plugin = dist.Backend._plugins[BACKEND.upper()]
