@@ -231,6 +231,46 @@ def test_groups_are_made_by_their_members_alone(ranks):
     assert _on_ranks(ranks, _subgroup_body) == [(4.0, 2.0), (2.0, 1.0), (4.0, 2.0)]
 
 
+def _async_and_objects_body(dist, rank, size):
+    from torch.distributed.distributed_c10d import _coalescing_manager
+
+    out = {}
+    t = torch.ones(2) * rank
+    work = dist.all_reduce(t, async_op=True)
+    out["future"] = work.get_future().then(lambda f: f.value()[0] * 2).wait().tolist()
+    work.wait()
+    gathered = [None] * size if rank == 0 else None
+    dist.gather_object({"r": rank}, gathered, dst=0)
+    out["gather_object"] = gathered
+    mine = [None]
+    dist.scatter_object_list(mine, [f"x{j}" for j in range(size)] if rank == 0 else None, src=0)
+    out["scatter_object_list"] = mine[0]
+    dist.monitored_barrier()
+    single, _ = dist.new_subgroups(group_size=1)
+    u = torch.ones(1)
+    dist.all_reduce(u, group=single)
+    out["new_subgroups"] = u.item()
+    a, b = torch.ones(2) * rank, torch.ones(3) * rank
+    with _coalescing_manager(async_ops=True) as cm:
+        dist.all_reduce(a)
+        dist.all_reduce(b)
+    cm.wait()
+    c = torch.ones(1) * rank
+    dist.all_reduce_coalesced([c])
+    out["coalesced"] = a.tolist() + b.tolist() + c.tolist()
+    return out
+
+
+def test_async_work_object_collectives_monitored_barrier_subgroups_and_coalescing(ranks):
+    total = float(sum(range(SIZE)))
+    for rank, out in enumerate(_on_ranks(ranks, _async_and_objects_body)):
+        assert out["future"] == [2 * total] * 2
+        assert out["gather_object"] == ([{"r": r} for r in range(SIZE)] if rank == 0 else None)
+        assert out["scatter_object_list"] == f"x{rank}"
+        assert out["new_subgroups"] == 1.0
+        assert out["coalesced"] == [total] * 6
+
+
 def _noncontiguous_body(dist, rank, size):
     m = torch.arange(12.0).view(3, 4) * (rank + 1)
     dist.all_reduce(m[:, 1])  # a column: strided

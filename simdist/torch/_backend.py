@@ -50,6 +50,10 @@ class SimdistGroup(ProcessGroup):
         return self
 
     @property
+    def _device_types(self) -> list:  # what torch's CPU-only calls (monitored_barrier) ask of a group
+        return [torch.device("cpu")]
+
+    @property
     def group_name(self) -> str:  # c10d's name of the group (DeviceMesh looks groups up by it)
         return self._name
 
