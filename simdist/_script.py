@@ -55,10 +55,14 @@ def _mpi4py_stand_in(comm, enabled: bool):
 
 
 @contextlib.contextmanager
-def _torchrun_env(rank: int, size: int):
+def _torchrun_env(rank: int, size: int, enabled: bool):
     """The environment torchrun gives a rank while the script runs: its
     rank and sizes always, the rest (``MASTER_ADDR``, ``OMP_NUM_THREADS``,
-    ...) where the launcher's environment has not set them."""
+    ...) where the launcher's environment has not set them (simulator only:
+    under mpiexec, across hosts, a rank's local rank is not its rank)."""
+    if not enabled:
+        yield
+        return
     from .torch._launch import RANK_KEYS, torchrun_env
 
     env = {k: v for k, v in torchrun_env(rank, size).items() if k in RANK_KEYS or k not in os.environ}
@@ -80,7 +84,7 @@ def _rank_main(comm, target: str, argv: list[str], module: bool, mpi4py_stand_in
     ``checks`` are on while it runs, writing findings to ``findings_dir``;
     ``race``: the settings of a run that looks for message races."""
     with (_checks.active(checks, findings_dir, comm.rank), _races.on_rank(race, comm.rank),
-          _mpi4py_stand_in(comm, mpi4py_stand_in), _torchrun_env(comm.rank, comm.size)):
+          _mpi4py_stand_in(comm, mpi4py_stand_in), _torchrun_env(comm.rank, comm.size, mpi4py_stand_in)):
         try:
             return run_main(target, argv, module)
         except CollectiveMismatch as exc:  # the run sees each rank's call; the rank sees its line
