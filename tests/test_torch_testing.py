@@ -43,3 +43,15 @@ def test_ranks_that_disagree_fail_the_test_with_a_mismatch_naming_their_lines():
 
     with pytest.raises(simdist.CollectiveMismatch, match=r"dist.broadcast\(torch.zeros\(3\), src=dist.get_rank\(\)\)"):
         body()
+
+
+def test_without_torch_on_ranks_says_how_to_install_it(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['torch'] = None\n"  # as if torch were not installed
+            "import simdist, simdist.torch\n"
+            "from simdist.torch.testing import on_ranks\n"
+            "on_ranks(2)(lambda: None)()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "pip install 'simdist[torch]'" in done.stderr, done.stderr

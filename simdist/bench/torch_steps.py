@@ -98,6 +98,9 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args(argv)
+    from simdist.torch._launch import require_torch
+
+    require_torch()
     rows = measure(tuple(int(n) for n in args.ranks.split(",")), args.steps)
     if args.json:
         with open(args.json, "w") as out:

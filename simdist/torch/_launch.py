@@ -44,6 +44,15 @@ NOT_SIMULATED = (
 RANK_KEYS = frozenset(("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE"))
 
 
+def require_torch() -> None:
+    """Raise an ImportError that says how to install torch, if it is missing."""
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        raise ImportError("simdist.torch needs PyTorch, an optional dependency: pip install 'simdist[torch]' "
+                          "(from a clone: pip install -e \".[torch]\")") from exc
+
+
 def torchrun_env(rank: int, size: int) -> dict[str, str]:
     """The environment torchrun gives rank ``rank`` of ``size`` on one node."""
     env = dict(_TORCHRUN_ENV, RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(rank),

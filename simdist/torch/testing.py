@@ -45,6 +45,9 @@ def on_ranks(size: int, *, timeout: float = 60.0):
         def test(*args, **kwargs):
             from simdist import World
 
+            from ._launch import require_torch
+
+            require_torch()
             with World(size, timeout=timeout) as world:
                 world.run(_in_group, body, args, kwargs)
 
