@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ctypes
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -52,3 +54,24 @@ def test_unpinned_ranks_run_blas_on_one_thread_and_start_no_pool():
 
 def _thread_count(comm=None):
     return len(os.listdir("/proc/self/task"))
+
+
+def test_a_rank_forked_after_its_driver_ran_a_torch_op_runs_torch_ops(tmp_path):
+    """GNU OpenMP's pool does not survive a fork: without one torch thread
+    per rank, the rank's first product waits for ever (and, as user code,
+    is never timed out)."""
+    pytest.importorskip("torch")
+    script = tmp_path / "driver.py"
+    script.write_text(
+        "import torch, simdist\n"
+        "a = torch.randn(256, 256)\n"
+        "(a @ a).sum()  # the driver's OpenMP pool is now alive\n"
+        "def product(comm):\n"
+        "    import torch\n"
+        "    b = torch.randn(256, 256)\n"
+        "    return torch.get_num_threads(), float((b @ b).sum() * 0)\n"
+        "with simdist.World(2, timeout=10) as world:\n"
+        "    print(world.run(product))\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[(1, 0.0), (1, 0.0)]"

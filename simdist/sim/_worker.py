@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import os
 import pickle
+import sys
 
 from .._stdin import take_stdin
 from .._worker import Channel, become_worker, execute, forward_logs, watch_lifeline
@@ -34,6 +35,18 @@ def _pin(rank: int, size: int) -> None:
 #: OpenBLAS's thread-count setters, as numpy's and scipy's builds name them.
 _BLAS_SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
                  "openblas_set_num_threads64_", "openblas_set_num_threads")
+
+
+def one_torch_thread() -> None:
+    """torch's intra-op pool gets one thread, when the rank was forked from a
+    process that had imported torch: the pool (GNU OpenMP's) of a process
+    that already ran a parallel op does not survive a fork, and the child's
+    first op waits for its threads for ever (measured: a 256x256 product in
+    a rank forked after one in its driver never returned). With one thread
+    an op runs on the calling thread alone, as in a pinned rank it should."""
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "set_num_threads"):
+        torch.set_num_threads(1)
 
 
 def one_blas_thread() -> bool:
@@ -114,6 +127,7 @@ def main(rank: int, layout_args: dict, shared_fd, conn, lifeline, order: str = "
     # by 1024x1024 float32 product took 32 ms with numpy's default threads in
     # a pinned rank, 1.3 ms with one; at N=4 on 2 CPUs, 8 to 28 ms and 1.6 to 3.7 ms).
     one_blas_thread()
+    one_torch_thread()
     keep_freed_memory()
     forward_logs(channel)
     channel.send(("ready", os.getpid()))
