@@ -210,7 +210,7 @@ def execute(rank: int, make_comm, payload: bytes, sys_path, cwd, log_levels, *, 
         fn, args, kwargs = pickle.loads(payload)
         _current = make_comm()
         if getattr(_current, "transport", None) is not None:  # a simulator rank: torch.distributed joins it
-            from .torch._launch import arm
+            from .torch._hook import arm
 
             arm()
         if started:

@@ -13,6 +13,7 @@ runs a test's body so. See docs/torch.md.
 torch is an optional dependency (``pip install "simdist[torch]"``).
 """
 
-from ._launch import BACKEND
+#: The backend's name for ``init_process_group``.
+BACKEND = "simdist"
 
 __all__ = ["BACKEND"]

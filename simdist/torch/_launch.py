@@ -2,8 +2,8 @@
 
 In a simulator rank (a function of ``World.run``, a script of ``simdist
 run``) the ``simdist`` backend is the rank's own world; nothing needs
-starting. ``arm()`` (called as the rank starts) makes sure that as soon as
-the program imports ``torch.distributed``:
+starting. As soon as the program imports ``torch.distributed``, ``_hook``
+(armed as the rank starts) calls ``attach``:
 
 - the backend ``"simdist"`` is registered (``create`` makes its groups);
 - ``"gloo"`` (asked for by name, as ``"cpu:gloo"``, or by default) makes a
@@ -22,14 +22,12 @@ c10d asks only the members of a new group to make their backend.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.machinery
 import os
-import sys
 import zlib
 from datetime import timedelta
 
-BACKEND = "simdist"
+from . import BACKEND
+
 #: What torchrun sets in every rank, beside the rank and size.
 _TORCHRUN_ENV = {"GROUP_RANK": "0", "ROLE_NAME": "default", "GROUP_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
                  "MASTER_PORT": "29500", "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
@@ -152,7 +150,7 @@ def _store_path() -> str:
     return f"/proc/{os.getpid()}/fd/{_store_fd}"
 
 
-def _attach(dist) -> None:
+def attach(dist) -> None:
     """Register the backend and the rendezvous in an imported torch.distributed."""
     if BACKEND.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(BACKEND, create, extended_api=True, devices=["cpu"])
@@ -163,36 +161,3 @@ def _attach(dist) -> None:
     handlers = importlib.import_module("torch.distributed.rendezvous")._rendezvous_handlers  # register_rendezvous_handler refuses to replace one
     if handlers["env"] is not _rendezvous:
         handlers["env"] = _rendezvous
-
-
-class _AttachOnImport(importlib.abc.MetaPathFinder):
-    """Attaches to ``torch.distributed`` once it has been imported."""
-
-    def find_spec(self, name, path, target=None):
-        if name != "torch.distributed":
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
-        if spec is None or spec.loader is None:
-            return None
-        load = spec.loader.exec_module
-
-        def exec_module(module):
-            load(module)
-            _attach(module)
-
-        spec.loader.exec_module = exec_module
-        return spec
-
-
-_FINDER = _AttachOnImport()
-
-
-def arm() -> None:
-    """In a simulator rank: attach now if torch.distributed is imported,
-    or as soon as it is."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and hasattr(dist, "Backend"):
-        _attach(dist)
-    elif _FINDER not in sys.meta_path:
-        sys.meta_path.insert(0, _FINDER)
-

@@ -1,0 +1,53 @@
+"""Attaching the simdist backend to torch.distributed when a rank imports it.
+
+``arm()`` runs as every simulator rank starts (``simdist._worker``). It
+imports nothing of torch or of the simulated MPI: the worker is below both.
+Once the program has imported ``torch.distributed``, ``_launch.attach``
+registers the backend there (see ``_launch``); ``_launch`` is named, not
+imported, here, as the worker must not depend on the layers above it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+
+_LAUNCH = "simdist.torch._launch"
+
+
+def _attach(dist) -> None:
+    importlib.import_module(_LAUNCH).attach(dist)
+
+
+class _AttachOnImport(importlib.abc.MetaPathFinder):
+    """Attaches to ``torch.distributed`` once it has been imported."""
+
+    def find_spec(self, name, path, target=None):
+        if name != "torch.distributed":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
+        if spec is None or spec.loader is None:
+            return None
+        load = spec.loader.exec_module
+
+        def exec_module(module):
+            load(module)
+            _attach(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+_FINDER = _AttachOnImport()
+
+
+def arm() -> None:
+    """In a simulator rank: attach now if torch.distributed is imported,
+    or as soon as it is."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and hasattr(dist, "Backend"):
+        _attach(dist)
+    elif _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)
