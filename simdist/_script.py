@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from . import checks as _checks
 from .checks import _latereads, _races
+from ._environ import patched
 from ._errors import CollectiveMismatch, CollectiveTimeout, Deadlock, RankDied, RankError, SimdistError
 from ._main import run_main
 from ._world import World
@@ -54,28 +55,16 @@ def _mpi4py_stand_in(comm, enabled: bool):
     return installed(comm)
 
 
-@contextlib.contextmanager
 def _torchrun_env(rank: int, size: int, enabled: bool):
     """The environment torchrun gives a rank while the script runs: its
     rank and sizes always, the rest (``MASTER_ADDR``, ``OMP_NUM_THREADS``,
     ...) where the launcher's environment has not set them (simulator only:
     under mpiexec, across hosts, a rank's local rank is not its rank)."""
     if not enabled:
-        yield
-        return
+        return contextlib.nullcontext()
     from .torch._launch import RANK_KEYS, torchrun_env
 
-    env = {k: v for k, v in torchrun_env(rank, size).items() if k in RANK_KEYS or k not in os.environ}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    return patched({k: v for k, v in torchrun_env(rank, size).items() if k in RANK_KEYS or k not in os.environ})
 
 
 def _rank_main(comm, target: str, argv: list[str], module: bool, mpi4py_stand_in: bool = False,

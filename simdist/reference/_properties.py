@@ -27,6 +27,7 @@ import time
 import xml.etree.ElementTree as ET
 from typing import Callable
 
+from .._environ import patched
 from ..mpi._spmd import launched
 
 __all__ = ["run_properties", "missing_requirements", "REQUIREMENTS", "INSTALL"]
@@ -121,18 +122,9 @@ def _in_this_job(command: list[str], env: dict) -> subprocess.CompletedProcess:
     and every rank draws the same examples (the seed is fixed)."""
     import pytest
 
-    saved = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
     out = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(out):
-            status = int(pytest.main(command[3:]))  # after "python -m pytest"
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    with patched(env), contextlib.redirect_stdout(out):
+        status = int(pytest.main(command[3:]))  # after "python -m pytest"
     return subprocess.CompletedProcess(command, status, out.getvalue(), "")
 
 

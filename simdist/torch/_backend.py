@@ -96,9 +96,8 @@ class SimdistGroup(ProcessGroup):
 
     def _reduce_scatter(self, output: torch.Tensor, input: torch.Tensor, op, call: str) -> None:
         name = op_name(op)
-        send = Staged(input, call)
+        send = Staged(input.clone() if name == "PREMUL_SUM" else input, call)  # the factor goes on a copy
         if name == "PREMUL_SUM":
-            send = Staged(input.clone(), call)
             premultiplied(send, op)
         recv = Staged(output, call)
         mpi_op = self._ops.mpi_op(name, output.dtype, call)
@@ -208,7 +207,6 @@ class SimdistGroup(ProcessGroup):
         recv.done()
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts):
-        size = self.comm.Get_size()
         call = "all_to_all_single"
         in_row = input[0].numel() if input.dim() and input.shape[0] else 0
         out_row = output[0].numel() if output.dim() and output.shape[0] else 0

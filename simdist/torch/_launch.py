@@ -103,7 +103,7 @@ def create(options, backend_options=None):
 
 def _rendezvous(url: str, timeout: timedelta = timedelta(minutes=30), **kwargs):
     """``env://`` in a simulated rank: the world's rank and size, and a store
-    served by rank 0 (see the module docstring)."""
+    over rank 0's memfd (see the module docstring)."""
     from urllib.parse import parse_qs, urlparse
 
     import torch.distributed as dist

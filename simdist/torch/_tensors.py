@@ -8,7 +8,8 @@ reduced by an op that folds them as bfloat16 with torch's own arithmetic
 bfloat16 result, as numpy's float16 steps are for float16).
 
 Every reduction is the simulated MPI's, hence the contract's fold in rank
-order. torch's ops map onto it as follows (``ops`` and ``prepare``):
+order. torch's ops map onto it as follows (``ReduceOps.mpi_op`` and
+``premultiplied``):
 
 - SUM, PRODUCT, MIN, MAX, BAND, BOR, BXOR: the MPI op of that name;
 - on bool tensors SUM and MAX are a logical or, PRODUCT and MIN a logical
@@ -39,8 +40,7 @@ _NO_DTYPE = (torch.complex32, torch.float8_e4m3fn, torch.float8_e5m2)
 
 def op_name(op) -> str:
     """``ReduceOp.SUM`` (or a ReduceOp object) as ``"SUM"``."""
-    kind = op.op if isinstance(op, ReduceOp) else op
-    return _NAMES[ReduceOp.RedOpType(kind) if not isinstance(kind, ReduceOp.RedOpType) else kind]
+    return _NAMES[op.op if isinstance(op, ReduceOp) else op]
 
 
 def check_dtype(t: torch.Tensor, call: str) -> None:
@@ -61,20 +61,17 @@ class Staged:
     """A tensor's contiguous form: ``array`` over it; ``done()`` writes it
     back when it had to be a copy."""
 
-    __slots__ = ("tensor", "buffer", "array")
+    __slots__ = ("tensor", "buffer", "array", "copied")
 
     def __init__(self, tensor: torch.Tensor, call: str):
         check_dtype(tensor, call)
         self.tensor = tensor
-        self.buffer = tensor.detach()
-        if not self.buffer.is_contiguous():
-            self.buffer = self.buffer.contiguous()
-        if self.buffer.is_conj():
-            self.buffer = self.buffer.resolve_conj()
+        self.buffer = tensor.detach().contiguous().resolve_conj()  # each the tensor itself when it already is
+        self.copied = self.buffer.data_ptr() != tensor.data_ptr() or self.buffer.stride() != tensor.stride()
         self.array = as_array(self.buffer).reshape(-1)
 
     def done(self) -> None:
-        if self.buffer.data_ptr() != self.tensor.data_ptr() or self.buffer.stride() != self.tensor.stride():
+        if self.copied:
             with torch.no_grad():
                 self.tensor.copy_(self.buffer.view(self.tensor.shape))
 
