@@ -52,7 +52,13 @@ def next_sequence(st) -> int:
 class Counted:
     """The SimComm of a blocking collective, counting the call in the
     communicator's sequence when the collective is entered (its checks
-    passed): a call that raises before has changed nothing."""
+    passed): a call that raises before has changed nothing.
+
+    Once the collective's first step returns, the engine takes what has
+    arrived if a message is in flight: what the peers sent before they entered the
+    collective has then landed, however soon they entered it, so a buffer
+    of a pending receive read after a Barrier holds the same bytes in every
+    run (the simulator moves messages only while the rank waits)."""
 
     __slots__ = ("_st", "_sc")
 
@@ -60,10 +66,22 @@ class Counted:
         self._st, self._sc = st, st.sc
 
     def __getattr__(self, name):
-        if self._st is not None:
-            next_sequence(self._st)
-            self._st = None
-        return getattr(self._sc, name)
+        st = self._st
+        if st is None:
+            return getattr(self._sc, name)
+        next_sequence(st)
+        self._st = None
+        method, engine = getattr(self._sc, name), st.engine
+        if not callable(method):
+            return method
+
+        def then_progress(*args, **kwargs):
+            out = method(*args, **kwargs)
+            if engine.in_flight():
+                engine.progress()
+            return out
+
+        return then_progress
 
 
 #: A payload of more bytes, in a call whose receivers know the size of

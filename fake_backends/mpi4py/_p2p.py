@@ -418,12 +418,12 @@ class Engine:
         progress, and say whether a message is still in flight, one whose
         next step needs this rank (a queued record or piece, a send awaiting
         its CTS, a posted or matched receive, an ACK owed)."""
-        if not self._in_flight():
+        if not self.in_flight():
             return False
         self.progress()
-        return self._in_flight()
+        return self.in_flight()
 
-    def _in_flight(self) -> bool:
+    def in_flight(self) -> bool:
         return bool(self._busy or self._acks_due or self._local or self._posted or self._awaiting_cts
                     or self._incoming)
 
