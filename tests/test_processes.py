@@ -269,14 +269,8 @@ def holders(fd: int):
     return find
 
 
-def shmem_bytes() -> int:
-    with open("/proc/meminfo") as fh:
-        return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("Shmem:"))
-
-
 @pytest.mark.parametrize("start_method", SLOW_STARTS)
 def test_a_closed_world_is_held_by_no_worker_of_another_world(start_method):
-    before = shmem_bytes()
     a = simdist.World(2, slot_bytes=128 << 20)  # 256 MiB of slots, allocated up front
     a_pids = a.pids
     memfd, lifeline = holders(a._driver.arena.fd), holders(a._driver._lifeline[1])
@@ -285,9 +279,10 @@ def test_a_closed_world_is_held_by_no_worker_of_another_world(start_method):
             assert b.run(lambda comm: comm.rank) == [0, 1]
             a.close()
             assert wait_gone(a_pids) == []
+            # no descriptor and no mapping of it anywhere: the kernel has freed it (the
+            # machine's Shmem total is no measure: other tests run beside this one)
             assert memfd() == [], "a worker of B holds A's shared memory"
             assert lifeline() == [], "a worker of B holds A's lifeline"
-            assert shmem_bytes() < before + (64 << 20), "A's shared memory was not freed"
     finally:
         a.close()
 

@@ -370,12 +370,16 @@ def test_a_rank_variable_of_the_launchers_environment_is_each_ranks_own(tmp_path
 
 
 @pytest.mark.slow
-def test_outside_a_simulated_rank_the_backend_says_how_to_run(tmp_path):
+def test_a_process_outside_simdist_makes_a_world_of_its_own_size(tmp_path):
+    """No launcher but the process itself: a hosted world of one."""
     import subprocess
 
-    code = ("import torch.distributed as dist\n"
-            "from simdist.torch._launch import create\n"
-            "class O: group_rank = 0; group_size = 1; global_ranks_in_group = [0]; group_id = 'x'\n"
-            "create(O())\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode != 0 and "simdist run -n N" in done.stderr, done.stderr
+    code = ("import torch, torch.distributed as dist, sys\n"
+            "dist.init_process_group('simdist', init_method='file://' + sys.argv[1], rank=0, world_size=1)\n"
+            "t = torch.arange(3.0)\n"
+            "dist.all_reduce(t)\n"
+            "print(type(dist.group.WORLD).__name__, t.tolist())\n")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "store")], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == "SimdistGroup [0.0, 1.0, 2.0]\n"

@@ -231,6 +231,7 @@ class Arena:
         # MPI's progress rule has it: ``mover()`` never waits and returns True
         # while it has messages in flight (``Transport.move_in_collectives``).
         self.mover = None
+        self.verdict = None  # hosted world (``_hosted``): the host's error, raised for ``Aborted``
         self._status_words = [] if rank is None else [
             layout.status_word(rank, w) for w in (S_STATE, S_PROGRESS, S_CTX, S_WAITING_FOR, S_P2P_KIND, S_P2P_PEER,
                                                   S_P2P_TAG, S_P2P_NBYTES, S_P2P_SEQ, S_BLOCK_WORD, S_BLOCK_TARGET)]
@@ -413,13 +414,12 @@ class Arena:
     def _check_peer(self, word: int, target: int, writer: int) -> None:
         """Raise instead of waiting forever: the run is aborting, or ``writer``
         has failed or returned without making the call we wait for."""
+        self.check_abort()
         q = self.q
-        if q[H_ABORT]:
-            raise Aborted("the run was aborted by the driver" if q[H_ABORT] == ABORT_DRIVER else "a rank failed")
         state = q[self.layout.status_word(writer, S_STATE)]
         if state in (RETURNED, FAILED) and q[word] < target:
             if state == FAILED:
-                raise Aborted(f"rank {writer} failed")
+                raise self._aborted(f"rank {writer} failed")
             from ._report import current_call
 
             mine = current_call(self, self.rank)
@@ -458,7 +458,11 @@ class Arena:
         """Raise ``Aborted`` if the run is being aborted."""
         q = self.q
         if q[H_ABORT]:
-            raise Aborted("the run was aborted by the driver" if q[H_ABORT] == ABORT_DRIVER else "a rank failed")
+            raise self._aborted("the run was aborted by the driver" if q[H_ABORT] == ABORT_DRIVER else "a rank failed")
+
+    def _aborted(self, reason: str) -> BaseException:
+        """``Aborted`` (the driver reports); in a hosted world the host's verdict."""
+        return Aborted(reason) if self.verdict is None else self.verdict(reason)
 
     def _check_writers(self, pairs, writers) -> None:
         """``_check_peer`` for a wait on any of several words."""
@@ -469,7 +473,7 @@ class Arena:
                   if (state := q[lay.status_word(w, S_STATE)]) != SPARE}
         for w, state in states.items():
             if state == FAILED:
-                raise Aborted(f"rank {w} failed")
+                raise self._aborted(f"rank {w} failed")
         if not states or any(state != RETURNED for state in states.values()):
             return
         others = list(states)

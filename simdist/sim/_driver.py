@@ -251,23 +251,8 @@ class SimDriver(Driver):
         """A Deadlock as soon as no rank can move (``_deadlock``), else at the
         timeout: a Deadlock if the waiting ranks wait in a cycle, otherwise
         the report of a CollectiveTimeout."""
-        positions = _positions(self.arena)
-        at_once = deadlocked(self.arena)
-        waited = self.watch.hung(positions, [p[0] == CALL or finished(outcomes, r) for r, p in enumerate(positions)])
-        if not at_once and waited is None:
-            return None
-        if at_once and release_buffered(self.arena, self._released):  # sends run synchronous for the buffering check
-            return None
-        ranks = self.ranks()
-        if at_once:  # found within a poll of the last move: how long is not news
-            waited = dict.fromkeys(ranks)
-        report = {r: whereabouts(self.arena, r, w) for r, w in waited.items() if r in ranks}
-        chain, closed = wait_cycle(self.arena)
-        if not at_once and not closed:
-            return report
-        cycle = [(r, short_call(self.arena, r)) for r in chain]
-        locations = {r: where for r in chain if (where := call_location(self.arena, r))}
-        return Deadlock(self.timeout, report, cycle, closed, at_once, locations)
+        returned = [finished(outcomes, r) for r in range(self.arena.size)]
+        return hang_verdict(self.arena, self.watch, self.ranks(), returned, self._released)
 
     def abort(self, outcomes, dead) -> None:
         """Wake and unwind every rank still running; kill those that do not."""
@@ -284,6 +269,28 @@ class SimDriver(Driver):
             self._workers[rank].stop()
         if restart := [r for r in stuck if r < self.size]:  # a spare slot starts again only when spawned
             self._start(restart)
+
+
+def hang_verdict(arena: Arena, watch, ranks: list[int], returned: list[bool], released: dict):
+    """What ``SimDriver.hang_report`` says, for the ranks ``ranks`` of
+    ``arena`` (``returned[r]``: rank r has returned and waits for the rest):
+    None, a Deadlock, or the per-rank report of a CollectiveTimeout."""
+    positions = _positions(arena)
+    at_once = deadlocked(arena)
+    waited = watch.hung(positions, [p[0] == CALL or returned[r] for r, p in enumerate(positions)])
+    if not at_once and waited is None:
+        return None
+    if at_once and release_buffered(arena, released):  # sends run synchronous for the buffering check
+        return None
+    if at_once:  # found within a poll of the last move: how long is not news
+        waited = dict.fromkeys(ranks)
+    report = {r: whereabouts(arena, r, w) for r, w in waited.items() if r in ranks}
+    chain, closed = wait_cycle(arena)
+    if not at_once and not closed:
+        return report
+    cycle = [(r, short_call(arena, r)) for r in chain]
+    locations = {r: where for r in chain if (where := call_location(arena, r))}
+    return Deadlock(watch.timeout, report, cycle, closed, at_once, locations)
 
 
 def _positions(arena: Arena) -> list[tuple]:

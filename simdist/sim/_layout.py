@@ -36,6 +36,8 @@ S_STATE, S_PROGRESS, S_CTX, S_WAITING_FOR = 0, 1, 2, 4  # WAITING_FOR: rank + 1,
 # driver, finding such a rank in a deadlock, adds 1 to its RELEASE word, which
 # ends the rank's blocking probe (``Transport.waiting_in``).
 S_MPI_PEER, S_MPI_RELEASABLE, S_RELEASE = 3, 11, 80
+# PID: in a hosted world (``_hosted``), the process id of the rank, written when it joins.
+S_PID = 81
 MPI_ANY_PEER = -1
 MPI_CALL_BYTES = 128
 S_P2P_KIND, S_P2P_PEER, S_P2P_TAG, S_P2P_NBYTES, S_P2P_SEQ = 5, 6, 7, 9, 10

@@ -30,12 +30,22 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _LIBRARY_DIRS = (_PACKAGE + os.sep, os.path.join(os.path.dirname(_PACKAGE), "fake_backends", "mpi4py") + os.sep)
 
 
+def _library_dirs() -> tuple[str, ...]:
+    """simdist's and the stand-in's folders, and torch's once it is imported
+    (a ``dist.*`` call's site is the line that called torch)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not getattr(torch, "__file__", None):
+        return _LIBRARY_DIRS
+    return (*_LIBRARY_DIRS, os.path.dirname(os.path.abspath(torch.__file__)) + os.sep)
+
+
 def user_call_site(full: bool = False) -> str:
     """``file.py:line`` of the innermost frame of the caller's stack that is
-    not simdist's or the mpi4py stand-in's ("" if there is none); with
-    ``full``, the file's absolute path."""
+    not simdist's, the mpi4py stand-in's or torch's ("" if there is none);
+    with ``full``, the file's absolute path."""
     frame = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename.startswith(_LIBRARY_DIRS):
+    libraries = _library_dirs()
+    while frame is not None and frame.f_code.co_filename.startswith(libraries):
         frame = frame.f_back
     if frame is None:
         return ""

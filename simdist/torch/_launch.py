@@ -28,14 +28,18 @@ from datetime import timedelta
 
 from . import BACKEND
 
+#: Seconds without progress before a hosted world reports a hang (``World``'s default).
+DEFAULT_TIMEOUT = 60.0
+
 #: What torchrun sets in every rank, beside the rank and size.
 _TORCHRUN_ENV = {"GROUP_RANK": "0", "ROLE_NAME": "default", "GROUP_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
                  "MASTER_PORT": "29500", "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
                  "TORCHELASTIC_RUN_ID": "simdist"}
 NOT_SIMULATED = (
-    "the simdist backend of torch.distributed runs in simdist's simulated ranks: start the program with "
-    "`simdist run -n N script.py` (or `-m module`), or call init_process_group inside a function run by "
-    "simdist.World(n).run(fn)")
+    "the simdist backend of torch.distributed runs on simdist's simulated ranks: start the program with "
+    "`simdist run -n N script.py` (or `-m module`), call init_process_group inside a function run by "
+    "simdist.World(n).run(fn), or under a launcher that gives every rank its rank, the size and a store "
+    "(torchrun, torch.multiprocessing.spawn)")
 
 
 #: What differs from rank to rank (set whatever the launcher's environment holds).
@@ -60,13 +64,19 @@ def torchrun_env(rank: int, size: int) -> dict[str, str]:
     return env
 
 
-def simulated_mpi():
-    """The simulated MPI of this rank (installed for the run if it is not)."""
+def simulated_mpi(options=None):
+    """The simulated MPI of this rank (installed for the run if it is not).
+
+    Outside a simulator rank, the process joins a hosted world (``_join``)
+    when c10d makes its default group (``options``): the launcher started
+    the ranks and gave each its rank, the size and a store."""
     from fake_backends.mpi4py import _runtime
 
     if _runtime.current is None:
         from simdist import _worker
 
+        if _worker._current is None and options is not None:
+            _worker._current = _join(options)
         if _worker._current is None or getattr(_worker._current, "transport", None) is None:
             raise RuntimeError(NOT_SIMULATED)
         from fake_backends.mpi4py._install import for_current_run
@@ -77,12 +87,46 @@ def simulated_mpi():
     return MPI
 
 
+#: The store's key under which rank 0 says where the hosted world is.
+_WORLD_KEY = "simdist/hosted-world"
+
+
+def _join(options):
+    """This process's SimComm of a world hosted for the launcher's ranks
+    (``simdist.sim._hosted``): rank 0 starts the host and puts where it is
+    in the store, the others read it there."""
+    from simdist.sim import _hosted
+
+    rank, size = options.group_rank, options.group_size
+    if list(options.global_ranks_in_group) not in ([], list(range(size))):
+        raise RuntimeError(f"rank {rank}: the simdist backend's first group must be the whole world "
+                           f"(init_process_group), not ranks {list(options.global_ranks_in_group)}")
+    if rank == 0:
+        hosted = _hosted.start(size, hang_timeout(options.timeout))
+        options.store.set(_WORLD_KEY, hosted.dumps())
+    else:
+        hosted = _hosted.Hosted.loads(bytes(options.store.get(_WORLD_KEY)))
+    return _hosted.join(hosted, rank)
+
+
+def hang_timeout(timeout: timedelta) -> float:
+    """Seconds a hosted world waits before it reports a hang: the group's
+    timeout when the program chose one, else simdist's default (torch's
+    default of 30 minutes is too long for a hang that can be found now)."""
+    from torch.distributed.constants import default_pg_timeout
+
+    env = os.environ.get("SIMDIST_TIMEOUT")
+    if env:
+        return float(env)
+    return DEFAULT_TIMEOUT if timeout == default_pg_timeout else timeout.total_seconds()
+
+
 def create(options, backend_options=None):
     """c10d's creator of a ``simdist`` group (``extended_api``): the members'
     communicator, made by the members alone."""
     from ._backend import SimdistGroup
 
-    MPI = simulated_mpi()
+    MPI = simulated_mpi(options)
     world = MPI.COMM_WORLD
     ranks = list(options.global_ranks_in_group) or list(range(options.group_size))
     if len(ranks) != options.group_size or max(ranks) >= world.Get_size():
@@ -150,14 +194,27 @@ def _store_path() -> str:
     return f"/proc/{os.getpid()}/fd/{_store_fd}"
 
 
-def attach(dist) -> None:
-    """Register the backend and the rendezvous in an imported torch.distributed."""
+#: Set (to 1) in a launcher's environment: Gloo's name gives the simdist
+#: backend in every process, as in a simulator rank.
+GLOO_VARIABLE = "SIMDIST_GLOO"
+
+
+def attach(dist, simulated: bool = True) -> None:
+    """Register the backend in an imported torch.distributed; Gloo's name
+    too in a simulator rank (``simulated``) or under ``SIMDIST_GLOO=1``, and
+    the ``env://`` rendezvous in a simulator rank."""
     if BACKEND.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(BACKEND, create, extended_api=True, devices=["cpu"])
+    if simulated or os.environ.get(GLOO_VARIABLE, "0") not in ("", "0"):
+        _take_gloos_name(dist)
+    if simulated:
+        handlers = importlib.import_module("torch.distributed.rendezvous")._rendezvous_handlers  # register_rendezvous_handler refuses to replace one
+        if handlers["env"] is not _rendezvous:
+            handlers["env"] = _rendezvous
+
+
+def _take_gloos_name(dist) -> None:
     plugin = dist.Backend._plugins[BACKEND.upper()]
     dist.Backend._plugins["GLOO"] = plugin  # c10d looks its backends' creators up here
     # and would take a group of type GLOO for a ProcessGroupGloo (DDP's logger casts it so)
     dist.Backend.backend_type_map["gloo"] = dist.ProcessGroup.BackendType.CUSTOM
-    handlers = importlib.import_module("torch.distributed.rendezvous")._rendezvous_handlers  # register_rendezvous_handler refuses to replace one
-    if handlers["env"] is not _rendezvous:
-        handlers["env"] = _rendezvous
