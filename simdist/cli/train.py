@@ -49,6 +49,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--inject-bug", choices=BUGS, help="reproduce a classic data-parallel bug (verification must fail)")
     p.add_argument("--timeout", type=float, default=d.timeout,
                    help=f"seconds without progress before a hang is reported (default {d.timeout:g})")
+    p.add_argument("--framework", choices=("graph", "torch"), default="graph",
+                   help="simdist's graph (default) or torch: the same MLP in torch with DistributedDataParallel "
+                        "(pip install 'simdist[torch]')")
     p.add_argument("--json", metavar="FILE", help="also write the report as JSON ('-': to stdout, instead of the text)")
     return p
 
@@ -62,8 +65,13 @@ def run(args) -> int:
     text = args.json != "-"
     say = (lambda line: print(line, flush=True)) if text else (lambda line: print(line, file=sys.stderr))
     try:
-        report = train(config, progress=True, say=say)
-    except (InvalidArgument, ModuleNotFoundError) as error:
+        if args.framework == "torch":
+            from ..train._torch import train_torch
+
+            report = train_torch(config, say=say)
+        else:
+            report = train(config, progress=True, say=say)
+    except (InvalidArgument, ImportError) as error:
         message = str(error).removeprefix("train: ")
         print(f"simdist train: error: {message}", file=sys.stderr)
         return 2
