@@ -383,3 +383,28 @@ def test_a_process_outside_simdist_makes_a_world_of_its_own_size(tmp_path):
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout == "SimdistGroup [0.0, 1.0, 2.0]\n"
+
+
+def _coalesced_gather_and_profile_body(dist, rank, size):
+    inputs = [torch.full((2,), float(rank)), torch.full((3,), 10.0 + rank)]
+    outputs = [[torch.zeros(2), torch.zeros(3)] for _ in range(size)]
+    with torch.autograd.profiler.profile(record_shapes=True) as prof:
+        dist.all_gather_coalesced(outputs, inputs)
+        t = torch.ones(2, 3, dtype=torch.complex64)
+        dist.all_reduce(t)
+        if rank < 2:
+            (dist.send if rank == 0 else dist.recv)(torch.zeros(4), 1 - rank)
+    events = [(e.name, e.is_async, e.input_shapes) for e in prof.function_events if ":" in e.name
+              and e.name.split(":")[0] in ("gloo", "simdist")]
+    return [[o.tolist() for o in row] for row in outputs], events
+
+
+def test_all_gather_coalesced_fills_one_row_per_rank_and_calls_are_async_profiler_events(ranks):
+    """As under Gloo: ``outputs[r][k]`` is rank r's k-th input, and each call
+    is a profiler event named for the group's backend, with its inputs."""
+    for rank, (rows, events) in enumerate(_on_ranks(ranks, _coalesced_gather_and_profile_body)):
+        assert rows == [[[float(r)] * 2, [10.0 + r] * 3] for r in range(SIZE)]
+        # init_process_group() with no backend: the group stands in for Gloo, and its events say so
+        expected = [("gloo:all_gather", True, [[2], [3]]), ("gloo:all_reduce", True, [[2, 3, 2]])]
+        expected += [(("gloo:send" if rank == 0 else "gloo:recv"), True, [[4]])] if rank < 2 else []
+        assert events == expected

@@ -17,8 +17,14 @@ from __future__ import annotations
 import torch
 from torch.distributed import ProcessGroup
 
+from . import _profiling
+from ._profiling import profiled
 from ._tensors import ReduceOps, Staged, op_name, premultiplied
 from ._work import Pending, finished
+
+#: A profiler event's inputs: the call's first argument (a list of tensors), or its tensors.
+_FIRST = lambda tensors, *rest: tensors  # noqa: E731
+_SECOND = lambda outputs, inputs, *rest: inputs  # noqa: E731
 
 
 def _one(tensors, call: str) -> torch.Tensor:
@@ -40,6 +46,7 @@ class SimdistGroup(ProcessGroup):
         self.comm, self.MPI = comm, MPI
         self._name = name
         self._ops = ReduceOps(MPI)
+        self._backend_name: str | None = None
 
     # -- what c10d asks of a backend --------------------------------------------
 
@@ -52,6 +59,17 @@ class SimdistGroup(ProcessGroup):
     @property
     def _device_types(self) -> list:  # what torch's CPU-only calls (monitored_barrier) ask of a group
         return [torch.device("cpu")]
+
+    @property
+    def backend_name(self) -> str:
+        """``simdist`` when the program asked for it, else ``gloo`` (the
+        group stands in for Gloo: asked by its name, ``cpu:gloo``, or none)."""
+        if self._backend_name is None:
+            from torch.distributed import distributed_c10d
+
+            asked = str(distributed_c10d._world.pg_map.get(self, ("simdist",))[0])
+            self._backend_name = "simdist" if asked == "simdist" else "gloo"
+        return self._backend_name
 
     @property
     def group_name(self) -> str:  # c10d's name of the group (DeviceMesh looks groups up by it)
@@ -81,15 +99,18 @@ class SimdistGroup(ProcessGroup):
                 staged.buffer.div_(self.comm.Get_size())
         staged.done()
 
+    @profiled("all_reduce", _FIRST)
     def allreduce(self, tensors, opts):
         self._reduce(_one(tensors, "all_reduce"), opts.reduceOp, "all_reduce")
         return finished(tensors)
 
+    @profiled("all_reduce", _FIRST)
     def allreduce_coalesced(self, tensors, opts):
         for tensor in tensors:
             self._reduce(tensor, opts.reduceOp, "all_reduce_coalesced")
         return finished(tensors)
 
+    @profiled("reduce", _FIRST)
     def reduce(self, tensors, opts):
         self._reduce(_one(tensors, "reduce"), opts.reduceOp, "reduce", root=opts.rootRank)
         return finished(tensors)
@@ -110,18 +131,21 @@ class SimdistGroup(ProcessGroup):
                 recv.buffer.div_(self.comm.Get_size())
         recv.done()
 
+    @profiled("reduce_scatter", _FIRST)
     def reduce_scatter(self, outputs, inputs, opts):
         output, parts = _one(outputs, "reduce_scatter"), _one(inputs, "reduce_scatter")
         self._check_count(parts, "reduce_scatter", "input_list")
         self._reduce_scatter(output, torch.cat([p.reshape(-1) for p in parts]), opts.reduceOp, "reduce_scatter")
         return finished(outputs)
 
+    @profiled("reduce_scatter_tensor", lambda output, *rest: [output])
     def reduce_scatter_single(self, output, input, opts):
         self._reduce_scatter(output, input, opts.reduceOp, "reduce_scatter_tensor")
         return finished([output])
 
     _reduce_scatter_base = reduce_scatter_single
 
+    @profiled("reduce_scatter_tensor_coalesced", _FIRST)
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts):
         for output, input in zip(outputs, inputs, strict=True):
             self._reduce_scatter(output, input, opts.reduceOp, "reduce_scatter_tensor_coalesced")
@@ -129,6 +153,7 @@ class SimdistGroup(ProcessGroup):
 
     # -- moving data ------------------------------------------------------------
 
+    @profiled("broadcast", _FIRST)
     def broadcast(self, tensors, opts):
         staged = Staged(_one(tensors, "broadcast"), "broadcast")
         self.comm.Bcast(staged.array, root=opts.rootRank)
@@ -147,32 +172,41 @@ class SimdistGroup(ProcessGroup):
         self.comm.Allgather(send.array, recv.array)
         recv.done()
 
+    @profiled("all_gather", _SECOND)
     def allgather(self, outputs, inputs, opts):
-        parts, input = _one(outputs, "all_gather"), _one(inputs, "all_gather")
-        self._check_count(parts, "all_gather", "tensor_list")
+        self._allgather(_one(outputs, "all_gather"), _one(inputs, "all_gather"), "all_gather")
+        return finished(outputs)
+
+    def _allgather(self, parts, input: torch.Tensor, call: str) -> None:
+        self._check_count(parts, call, "tensor_list")
         whole = input.new_empty((self.comm.Get_size(), *input.shape))
-        self._gathered(whole, input, "all_gather")
+        self._gathered(whole, input, call)
         with torch.no_grad():
             for part, row in zip(parts, whole):
                 part.copy_(row.view(part.shape) if part.numel() == row.numel() else row)
-        return finished(outputs)
 
+    @profiled("all_gather", _SECOND)
     def allgather_coalesced(self, outputs, inputs, opts):
-        for parts, input in zip(outputs, inputs, strict=True):
-            self.allgather([parts], [input], opts)
+        """``outputs[r][k]`` gets rank ``r``'s ``inputs[k]``."""
+        self._check_count(outputs, "all_gather_coalesced", "output_tensor_lists")
+        for k, input in enumerate(inputs):
+            self._allgather([row[k] for row in outputs], input, "all_gather_coalesced")
         return finished(outputs)
 
+    @profiled("all_gather_into_tensor", lambda output, input, *rest: [input])
     def all_gather_single(self, output, input, opts):
         self._gathered(output, input, "all_gather_into_tensor")
         return finished([output])
 
     _allgather_base = all_gather_single
 
+    @profiled("all_gather_into_tensor_coalesced", _SECOND)
     def all_gather_single_coalesced(self, outputs, inputs, opts):
         for output, input in zip(outputs, inputs, strict=True):
             self._gathered(output, input, "all_gather_into_tensor_coalesced")
         return finished(outputs)
 
+    @profiled("gather", _SECOND)
     def gather(self, outputs, inputs, opts):
         input, root = _one(inputs, "gather"), opts.rootRank
         send = Staged(input, "gather")
@@ -188,6 +222,7 @@ class SimdistGroup(ProcessGroup):
                 part.copy_(row)
         return finished(outputs)
 
+    @profiled("scatter", lambda outputs, inputs, *rest: inputs[0] if inputs else [])
     def scatter(self, outputs, inputs, opts):
         output, root = _one(outputs, "scatter"), opts.rootRank
         recv = Staged(output, "scatter")
@@ -206,6 +241,7 @@ class SimdistGroup(ProcessGroup):
         self.comm.Alltoallv([send.array, in_counts], [recv.array, out_counts])
         recv.done()
 
+    @profiled("all_to_all", lambda output, input, *rest: [input])
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts):
         call = "all_to_all_single"
         in_row = input[0].numel() if input.dim() and input.shape[0] else 0
@@ -229,6 +265,7 @@ class SimdistGroup(ProcessGroup):
                              f"the {what}'s first dimension {tensor.shape[0] if tensor.dim() else 1}")
         return [s * row for s in splits]
 
+    @profiled("all_to_all", _SECOND)
     def alltoall(self, outputs, inputs, opts):
         call = "all_to_all"
         self._check_count(inputs, call, "input_tensor_list")
@@ -241,6 +278,7 @@ class SimdistGroup(ProcessGroup):
                 part.copy_(piece.view(part.shape))
         return finished(outputs)
 
+    @profiled("barrier", lambda *args: [])
     def barrier(self, opts=None):
         self.comm.Barrier()
         return finished([])
@@ -252,11 +290,13 @@ class SimdistGroup(ProcessGroup):
 
     def send(self, tensors, dst: int, tag: int):
         staged = Staged(_one(tensors, "send"), "send")
-        return Pending(self.MPI, self.comm.Isend(staged.array, dest=dst, tag=tag), tensors, staged, False)
+        event = _profiling.start(self, "send", tensors)
+        return Pending(self.MPI, self.comm.Isend(staged.array, dest=dst, tag=tag), tensors, staged, False, event)
 
     def recv(self, tensors, src: int, tag: int):
         staged = Staged(_one(tensors, "recv"), "recv")
-        return Pending(self.MPI, self.comm.Irecv(staged.array, source=src, tag=tag), tensors, staged, True)
+        event = _profiling.start(self, "recv" if src != self.MPI.ANY_SOURCE else "recvAnySource", tensors)
+        return Pending(self.MPI, self.comm.Irecv(staged.array, source=src, tag=tag), tensors, staged, True, event)
 
     def recv_anysource(self, tensors, tag: int):
         return self.recv(tensors, self.MPI.ANY_SOURCE, tag)

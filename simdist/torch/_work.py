@@ -12,6 +12,8 @@ from __future__ import annotations
 from torch._C._distributed_c10d import Work, _create_work_from_future
 from torch.futures import Future
 
+from . import _profiling
+
 
 def finished(result) -> Work:
     future = Future()
@@ -22,12 +24,14 @@ def finished(result) -> Work:
 class Pending(Work):
     """A posted send or receive of ``tensors`` through ``staged`` (their
     contiguous form, kept alive until the request completes); a receive
-    writes ``staged`` back into the tensor then."""
+    writes ``staged`` back into the tensor then, and the call's profiler
+    ``event`` (``_profiling``) ends."""
 
-    def __init__(self, MPI, request, tensors, staged, receive: bool):
+    def __init__(self, MPI, request, tensors, staged, receive: bool, event=None):
         super().__init__()
         self._MPI = MPI
         self._request, self._tensors, self._staged, self._receive = request, tensors, staged, receive
+        self._event = event
         self._future: Future | None = None
         self._source = -1
 
@@ -39,6 +43,8 @@ class Pending(Work):
         if self._receive:
             self._staged.done()
         self._staged = None
+        _profiling.end(self._event)
+        self._event = None
         if self._future is not None:
             self._future.set_result(self._tensors)
 
