@@ -19,7 +19,9 @@ store to meet through. No driver forks them, so the world is *hosted*:
   or a ``Deadlock`` at once). It writes the error, pickled, to the verdict
   file, marks the dead rank FAILED or sets the abort word, and wakes every
   rank: a rank waiting in a call raises that error (``Arena.verdict``), in
-  its own process, where the launcher prints it.
+  its own process, where the launcher prints it. A rank still in its own
+  code ``timeout`` seconds after the verdict (computing for ever) is
+  killed, as a driver stops the ranks of a failed run.
 
 The host ends when every rank that joined has ended.
 """
@@ -38,12 +40,13 @@ from dataclasses import asdict, dataclass
 from .._driver import GRACE, POLL, HangWatch, ProcessEnd
 from .._errors import CollectiveTimeout, RankDied, SimdistError
 from ._arena import Arena
-from ._layout import ABORT_DRIVER, FAILED, H_ABORT, RETURNED, S_PID, S_STATE, USER, Layout
+from ._layout import ABORT_DRIVER, CALL, FAILED, H_ABORT, RETURNED, S_PID, S_STATE, USER, Layout
 
 #: How long the ranks of a new hosted world have to join.
 JOIN_LIMIT = 120.0
-#: How long a rank that finds the run aborted waits for the host's verdict.
-VERDICT_WAIT = 2.0
+#: How long a rank that finds the run aborted waits for the host's verdict
+#: (a rank that raised has it once that rank's process has exited).
+VERDICT_WAIT = 30.0
 
 
 @dataclass(frozen=True)
@@ -220,8 +223,8 @@ def _watch(arena: Arena, verdict_fd: int, timeout: float) -> None:
                 judged = time.monotonic()
         elif time.monotonic() - judged > max(GRACE, timeout):
             for rank, end in ends.items():  # computing for ever since the verdict: stopped, as a driver stops it
-                if rank not in gone:
-                    end.kill()
+                if rank not in gone and q[lay.status_word(rank, S_STATE)] in (USER, CALL):
+                    end.kill()  # (a rank that raised the verdict is FAILED, and may take its time to exit)
         if not ends and time.monotonic() - started > JOIN_LIMIT:
             return
         time.sleep(POLL)

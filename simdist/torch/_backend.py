@@ -22,6 +22,8 @@ from ._profiling import profiled
 from ._tensors import ReduceOps, Staged, op_name, premultiplied
 from ._work import Pending, finished
 
+_SUM = torch.distributed.AllreduceOptions().reduceOp  # SUM, of the type c10d passes
+
 #: A profiler event's inputs: the call's first argument (a list of tensors), or its tensors.
 _FIRST = lambda tensors, *rest: tensors  # noqa: E731
 _SECOND = lambda outputs, inputs, *rest: inputs  # noqa: E731
@@ -100,14 +102,14 @@ class SimdistGroup(ProcessGroup):
         staged.done()
 
     @profiled("all_reduce", _FIRST)
-    def allreduce(self, tensors, opts):
-        self._reduce(_one(tensors, "all_reduce"), opts.reduceOp, "all_reduce")
+    def allreduce(self, tensors, opts=None):  # a comm hook may call it with no options: SUM, as Gloo's
+        self._reduce(_one(tensors, "all_reduce"), _SUM if opts is None else opts.reduceOp, "all_reduce")
         return finished(tensors)
 
     @profiled("all_reduce", _FIRST)
-    def allreduce_coalesced(self, tensors, opts):
+    def allreduce_coalesced(self, tensors, opts=None):
         for tensor in tensors:
-            self._reduce(tensor, opts.reduceOp, "all_reduce_coalesced")
+            self._reduce(tensor, _SUM if opts is None else opts.reduceOp, "all_reduce_coalesced")
         return finished(tensors)
 
     @profiled("reduce", _FIRST)
