@@ -54,11 +54,13 @@ class Counted:
     communicator's sequence when the collective is entered (its checks
     passed): a call that raises before has changed nothing.
 
-    Once the collective's first step returns, the engine takes what has
-    arrived if a message is in flight: what the peers sent before they entered the
-    collective has then landed, however soon they entered it, so a buffer
-    of a pending receive read after a Barrier holds the same bytes in every
-    run (the simulator moves messages only while the rank waits)."""
+    When a message is in flight as the collective starts (a receive
+    pending, say), the engine takes what has arrived once its first step
+    returns: what the peers sent before they entered the collective has then
+    landed, however soon they entered it, so a buffer of a pending receive
+    read after a Barrier holds the same bytes in every run (the simulator
+    moves messages only while the rank waits). With nothing in flight there
+    is nowhere for a message to land, and the call is the SimComm's own."""
 
     __slots__ = ("_st", "_sc")
 
@@ -72,7 +74,7 @@ class Counted:
         next_sequence(st)
         self._st = None
         method, engine = getattr(self._sc, name), st.engine
-        if not callable(method):
+        if not callable(method) or not engine.in_flight():
             return method
 
         def then_progress(*args, **kwargs):

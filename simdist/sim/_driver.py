@@ -158,8 +158,7 @@ class SimDriver(Driver):
 
     def _start(self, ranks) -> None:
         lay = self._layout
-        layout_args = {"size": lay.size, "slot_bytes": lay.slot_bytes, "ring_bytes": lay.ring_bytes, "contexts": lay.contexts,
-                       "ranks": lay.ranks}
+        layout_args = lay.arguments()
         fd = _SharedFd(self.arena.fd)
         lifeline = _SharedFd(self._lifeline[0])
         # A forked child is born with SIGINT blocked until it ignores it; the

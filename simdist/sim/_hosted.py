@@ -166,9 +166,7 @@ def _host_main(size: int, timeout: float) -> None:
     layout = Layout(size, None, ranks=size)
     arena = Arena.create(layout)
     verdict_fd = os.memfd_create("simdist-verdict")
-    hosted = Hosted(os.getpid(), arena.fd, verdict_fd,
-                    {"size": layout.size, "slot_bytes": layout.slot_bytes, "ring_bytes": layout.ring_bytes,
-                     "contexts": layout.contexts, "ranks": layout.ranks})
+    hosted = Hosted(os.getpid(), arena.fd, verdict_fd, layout.arguments())
     print(hosted.dumps(), flush=True)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())  # rank 0 reads up to the end of the line only
@@ -199,11 +197,10 @@ def _watch(arena: Arena, verdict_fd: int, timeout: float) -> None:
                     died[rank] = "raised an exception (its traceback is in its output)"
                 elif state != RETURNED:
                     died[rank] = "ended without returning (killed, or it exited at once)"
-        if ends and len(gone) == len(ends):
-            if len(ends) == size or time.monotonic() - started > JOIN_LIMIT:
-                return
+        if len(gone) == len(ends) and (len(ends) == size or time.monotonic() - started > JOIN_LIMIT):
+            return  # every rank that joined has ended, and no other will join
         if judged is None and died:
-            _give(arena, verdict_fd, RankDied(died, " in the simulated world; its own output says why"))
+            _give(verdict_fd, RankDied(died, " in the simulated world; its own output says why"))
             for rank in died:
                 q[lay.status_word(rank, S_STATE)] = FAILED
             arena.wake_all()
@@ -217,7 +214,7 @@ def _watch(arena: Arena, verdict_fd: int, timeout: float) -> None:
                         if rank not in ends:
                             report[rank] = f"rank {rank} has not joined the world (its process made no process group)"
                     report = CollectiveTimeout(timeout, report)
-                _give(arena, verdict_fd, report)
+                _give(verdict_fd, report)
                 q[H_ABORT] = ABORT_DRIVER
                 arena.wake_all()
                 judged = time.monotonic()
@@ -225,14 +222,11 @@ def _watch(arena: Arena, verdict_fd: int, timeout: float) -> None:
             for rank, end in ends.items():  # computing for ever since the verdict: stopped, as a driver stops it
                 if rank not in gone and q[lay.status_word(rank, S_STATE)] in (USER, CALL):
                     end.kill()  # (a rank that raised the verdict is FAILED, and may take its time to exit)
-        if not ends and time.monotonic() - started > JOIN_LIMIT:
-            return
         time.sleep(POLL)
 
 
-def _give(arena: Arena, verdict_fd: int, error: BaseException) -> None:
-    data = pickle.dumps(error)
-    os.pwrite(verdict_fd, data, 0)
+def _give(verdict_fd: int, error: BaseException) -> None:
+    os.pwrite(verdict_fd, pickle.dumps(error), 0)
 
 
 if __name__ == "__main__":

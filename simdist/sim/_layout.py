@@ -123,6 +123,11 @@ class Layout:
         self.slots = _align(self.rings + size * size * self.ring_bytes, 4096)
         self.total = self.slots + size * self.slot_bytes
 
+    def arguments(self) -> dict:
+        """What ``Layout(**arguments)`` takes to rebuild this layout in another process."""
+        return {"size": self.size, "slot_bytes": self.slot_bytes, "ring_bytes": self.ring_bytes,
+                "contexts": self.contexts, "ranks": self.ranks}
+
     # word (int64) indexes
     def status_word(self, rank: int, word: int) -> int:
         return (self.status + rank * STATUS) // 8 + word

@@ -46,7 +46,7 @@ def op_name(op) -> str:
 def check_dtype(t: torch.Tensor, call: str) -> None:
     if t.device.type != "cpu":
         raise ValueError(f"{call}: the simdist backend takes CPU tensors; this one is on {t.device}")
-    if t.is_sparse or t.layout != torch.strided:
+    if t.layout != torch.strided:
         raise TypeError(f"{call}: the simdist backend moves dense tensors; this one's layout is {t.layout} "
                         "(call .to_dense() first)")
     if t.dtype in _NO_DTYPE or t.is_quantized:

@@ -27,7 +27,6 @@ gradients without averaging them (a hand-written hook's classic slip);
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import time
 from dataclasses import dataclass
 
@@ -36,7 +35,8 @@ import numpy as np
 from .._errors import InvalidValue
 from .._world import World
 from ._data import load
-from ._loop import batches
+from ._loop import Record, _digest, batches
+from ._verify import _deterministic, _replicas
 
 __all__ = ["train_torch", "TOLERANCE"]
 
@@ -65,13 +65,6 @@ def _mlp(job: TorchJob, features: int, classes: int):
                                torch.nn.Linear(job.hidden, classes)).to(dtype)
 
 
-def _digest(tensors) -> bytes:
-    h = hashlib.blake2b(digest_size=16)
-    for t in tensors:
-        h.update(t.detach().contiguous().numpy().tobytes())
-    return h.digest()
-
-
 def _summed(state, bucket):
     """A comm hook that forgets to divide: the sum of the ranks' gradients."""
     import torch.distributed as dist
@@ -79,8 +72,9 @@ def _summed(state, bucket):
     return dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(lambda fut: fut.value()[0])
 
 
-def rank_main(comm, job: TorchJob) -> dict:
-    """One rank's training: digests, losses and (rank 0) the per-step check."""
+def rank_main(comm, job: TorchJob) -> Record:
+    """One rank's training: digests, losses, the final weights and (rank 0)
+    the per-step check, in ``check``."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -100,7 +94,7 @@ def rank_main(comm, job: TorchJob) -> dict:
     loss_fn = torch.nn.CrossEntropyLoss()
     local = job.batch // size
     first = 0 if job.bug == "unsharded-data" else rank * local
-    record = {"digests": [], "losses": [], "worst": 0.0, "worst_step": 0, "norm_ratio": 1.0, "epochs": []}
+    record = Record(check={"worst": 0.0, "worst_step": 0, "norm_ratio": 1.0})
     step = 0
     for epoch in range(1, job.epochs + 1):
         started = time.perf_counter()
@@ -113,21 +107,22 @@ def rank_main(comm, job: TorchJob) -> dict:
             loss = loss_fn(ddp(x_train[mine]), y_train[mine])
             loss.backward()
             if reference is not None:
-                _compare(record, step, model, reference, loss_fn, x_train[torch.from_numpy(rows)],
+                _compare(record.check, step, model, reference, loss_fn, x_train[torch.from_numpy(rows)],
                          y_train[torch.from_numpy(rows)])
             opt.step()
             mean = loss.detach().clone()
             dist.all_reduce(mean, op=dist.ReduceOp.AVG)
-            record["losses"].append(float(mean))
-            record["digests"].append(_digest(model.parameters()))
-        record["epochs"].append({"epoch": epoch, "loss": record["losses"][-1],
+            record.losses.append(float(mean))
+            record.digests.append(_digest(p.detach().numpy() for p in model.parameters()))
+        record.epochs.append({"epoch": epoch, "loss": record.losses[-1],
                                  "test_accuracy": _accuracy(model, data, dtype) if rank == 0 else None,
                                  "seconds": round(time.perf_counter() - started, 3)})
+    record.final = {name: p.detach().numpy().copy() for name, p in model.named_parameters()}
     dist.destroy_process_group()
     return record
 
 
-def _compare(record: dict, step: int, model, reference, loss_fn, x, y) -> None:
+def _compare(check: dict, step: int, model, reference, loss_fn, x, y) -> None:
     """One device's gradient on the global batch, from the same weights, against DDP's."""
     reference.zero_grad()
     loss_fn(reference(x), y).backward()
@@ -136,8 +131,8 @@ def _compare(record: dict, step: int, model, reference, loss_fn, x, y) -> None:
         scale = float(q.grad.abs().max()) or 1.0
         worst = max(worst, float((p.grad - q.grad).abs().max()) / scale)
         ours, theirs = ours + float(p.grad.double().norm() ** 2), theirs + float(q.grad.double().norm() ** 2)
-    if worst > record["worst"]:
-        record.update(worst=worst, worst_step=step, norm_ratio=(ours / theirs) ** 0.5 if theirs else float("inf"))
+    if worst > check["worst"]:
+        check.update(worst=worst, worst_step=step, norm_ratio=(ours / theirs) ** 0.5 if theirs else float("inf"))
 
 
 def _accuracy(model, data, dtype) -> float:
@@ -187,14 +182,14 @@ def train_torch(config, say=lambda line: None) -> dict:
         seconds = time.perf_counter() - started
         say("verifying: a rerun, for determinism")
         rerun = world.run(rank_main, job)
-    details = {"replicas_identical": _replicas(main), "matches_single_device": _single(main[0], config),
+    details = {"replicas_identical": _replicas(main), "matches_single_device": _single(main[0].check, config),
                "deterministic": _deterministic(main, rerun)}
-    losses = main[0]["losses"]
+    losses = main[0].losses
     return {
         "config": {**dataclasses.asdict(config), "framework": "torch"},
         "description": describe,
-        "epochs": main[0]["epochs"],
-        "test_accuracy": main[0]["epochs"][-1]["test_accuracy"],
+        "epochs": main[0].epochs,
+        "test_accuracy": main[0].epochs[-1]["test_accuracy"],
         "single_device_test_accuracy": _one_device(job),
         "final_loss": losses[-1],
         "train_seconds": round(seconds, 3),
@@ -208,35 +203,16 @@ def train_torch(config, say=lambda line: None) -> dict:
     }
 
 
-def _replicas(main: list) -> dict:
-    for i, digests in enumerate(zip(*(r["digests"] for r in main))):
-        if len(set(digests)) > 1:
-            odd = [r for r, d in enumerate(digests) if d != digests[0]]
-            return {"ok": False, "first_step": i + 1,
-                    "explanation": f"after step {i + 1}, ranks {odd} hold parameters that differ from rank 0's"}
-    steps = len(main[0]["digests"])
-    return {"ok": True, "steps": steps,
-            "explanation": f"every rank's parameters were equal to the bit after each of {steps} steps"}
-
-
-def _deterministic(main: list, rerun: list) -> dict:
-    for rank, (a, b) in enumerate(zip(main, rerun)):
-        for i, (x, y) in enumerate(zip(a["digests"], b["digests"])):
-            if x != y:
-                return {"ok": False, "explanation": f"a rerun differed on rank {rank} at step {i + 1}"}
-    return {"ok": True, "explanation": "a rerun gave the same bits at every step, on every rank"}
-
-
-def _single(record: dict, config) -> dict:
-    tolerance, worst, size = TOLERANCE[config.dtype], record["worst"], config.size
-    facts = {"worst_ratio": worst / tolerance, "worst_step": record["worst_step"], "norm_ratio": record["norm_ratio"]}
+def _single(check: dict, config) -> dict:
+    tolerance, worst, size = TOLERANCE[config.dtype], check["worst"], config.size
+    facts = {"worst_ratio": worst / tolerance, "worst_step": check["worst_step"], "norm_ratio": check["norm_ratio"]}
     if worst <= tolerance:
         text = (f"DDP's gradient was one device's at every step, within {worst:.2g} of its largest element "
                 f"(tolerance {tolerance:g})")
-    elif abs(record["norm_ratio"] / size - 1) < 0.05:
-        text = (f"at step {record['worst_step']} the gradient is {record['norm_ratio']:.2f}x one device's: it is "
+    elif abs(check["norm_ratio"] / size - 1) < 0.05:
+        text = (f"at step {check['worst_step']} the gradient is {check['norm_ratio']:.2f}x one device's: it is "
                 f"summed over the {size} ranks instead of averaged")
     else:
-        text = (f"at step {record['worst_step']} DDP's gradient differs from one device's by {worst:.3g} of its "
+        text = (f"at step {check['worst_step']} DDP's gradient differs from one device's by {worst:.3g} of its "
                 "largest element: the ranks do not train on their own rows of each global batch")
     return {"ok": worst <= tolerance, "explanation": text, **facts}
