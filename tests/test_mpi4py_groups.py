@@ -194,6 +194,21 @@ def test_create_gives_a_communicator_ordered_as_the_group_and_compare_classifies
     ok(tmp_path, CREATE, n)
 
 
+@pytest.mark.parametrize("make", ["comm.Dup()", "comm.Create_group(comm.Get_group())"])
+def test_a_communicator_the_program_named_is_named_in_reports(tmp_path, make):
+    path = tmp_path / "prog.py"
+    path.write_text(PRELUDE + textwrap.dedent(f"""
+        import numpy as np
+        sub = {make}
+        sub.Set_name("rows")
+        sub.Allreduce(MPI.IN_PLACE, np.zeros(2 if rank == 0 else 3))
+    """))
+    outcome = run_script(str(path), [], 2, timeout=30.0)
+    assert outcome.status != 0
+    assert "CollectiveMismatch" in outcome.error and " rows" in outcome.error, outcome.error
+    assert "context" not in outcome.error and "of Create_group" not in outcome.error, outcome.error
+
+
 @pytest.mark.slow
 def test_a_create_group_collective_a_member_never_calls_is_reported_naming_it(tmp_path):
     path = tmp_path / "prog.py"

@@ -273,6 +273,17 @@ def test_the_program_passes_under_the_stand_in(tmp_path, name):
     ok(tmp_path, PROGRAMS[name], n=1)
 
 
+def test_info_env_is_each_runs_own_folder_when_a_ranks_process_runs_several(tmp_path, monkeypatch):
+    """The ranks' processes outlive a run; MPI.INFO_ENV must not keep the first run's folder."""
+    for folder in ("first", "second"):
+        (tmp_path / folder).mkdir()
+        monkeypatch.chdir(tmp_path / folder)
+        ok(tmp_path / folder, """
+            import os
+            assert MPI.INFO_ENV.Get("wdir") == os.getcwd() == MPI.Info.Create_env().Get("wdir"), os.getcwd()
+        """)
+
+
 FATAL = """
     comm.Set_errhandler(MPI.{handler})
     try:

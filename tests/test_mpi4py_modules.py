@@ -230,8 +230,8 @@ def test_intercommunicators_on_other_numbers_of_ranks(tmp_path, n):
 
 
 def test_a_process_that_never_joins_an_intercommunicator_collective_is_a_reported_hang(tmp_path):
-    """Reported as the engine reports point-to-point waits: each rank's wait
-    and the line of its call."""
+    """Each rank's wait, named as the user called it, and the line of its
+    call: a deadlock, found at once."""
     outcome = run(tmp_path, """
         local = comm.Split(rank % 2, rank)
         inter = local.Create_intercomm(0, comm, 1 - rank % 2, tag=0)
@@ -242,7 +242,9 @@ def test_a_process_that_never_joins_an_intercommunicator_collective_is_a_reporte
     """, 2, timeout=10.0)
     assert outcome.status == HUNG, outcome.error
     line = (PRELUDE + "\n").count("\n") + 4  # inter.allreduce(rank)
-    assert "rank 0: waiting in probe" in outcome.error and f"at prog.py:{line}" in outcome.error, outcome.error
+    assert f"rank 0: waiting in allreduce on the intercommunicator Create_intercomm of Split(color=0) of " \
+           f"MPI_COMM_WORLD at prog.py:{line}, on rank 1" in outcome.error, outcome.error
+    assert "deadlock: rank 0 in allreduce" in outcome.error, outcome.error
 
 
 @pytest.mark.slow

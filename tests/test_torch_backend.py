@@ -290,11 +290,30 @@ def _mismatch_body(dist, rank, size):
 
 
 def test_ranks_that_disagree_raise_collective_mismatch_naming_both_calls_and_each_ranks_line(ranks):
-    with pytest.raises(simdist.CollectiveMismatch, match=r"float32 \(4,\).*float32 \(6,\)") as caught:
+    with pytest.raises(simdist.CollectiveMismatch, match=r"torch group 0 .*float32 \(4,\).*float32 \(6,\)") as caught:
         _on_ranks(ranks, _mismatch_body)
     for rank in range(SIZE):
         assert (f"rank {rank} of the run called it at test_torch_backend.py:{_mismatch_body.__code__.co_firstlineno + 1}: "
                 "dist.all_reduce(torch.ones(6 if rank == 1 else 4))") in str(caught.value)
+
+
+SUBGROUP_HANG = textwrap.dedent("""
+    import time, torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    group = dist.new_group([1, 2])
+    if dist.get_rank() == 1:
+        dist.all_reduce(torch.ones(4), group=group)
+    if dist.get_rank() == 2:
+        time.sleep(60)
+""")
+
+
+def test_a_hang_in_a_subgroup_names_the_collective_and_the_torch_group(tmp_path):
+    (tmp_path / "hang.py").write_text(SUBGROUP_HANG)
+    outcome = run_script(str(tmp_path / "hang.py"), [], SIZE, timeout=3.0)
+    assert outcome.status != 0
+    assert ("rank 1: waiting in allreduce (float32 (4,), op=sum) on torch group 1 of ranks [1, 2] at hang.py:6"
+            in outcome.error), outcome.error
 
 
 DDP_SCRIPT = textwrap.dedent("""

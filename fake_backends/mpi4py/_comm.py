@@ -210,7 +210,11 @@ class Comm(Handle, FreeableHandles, IntegerHandles, GroupCalls, PointToPoint, Pa
         return self._st().name
 
     def Set_name(self, name: str) -> None:
-        self._st().name = str(name)
+        st = self._st()
+        st.name = str(name)
+        naming = getattr(st.sc, "set_name", None)  # the simulator's reports name it too
+        if naming is not None:
+            naming(st.name)
 
     name = property(Get_name, Set_name)
 

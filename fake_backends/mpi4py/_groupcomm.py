@@ -60,6 +60,10 @@ class GroupComm:
         self._ctx = context ^ COLLECTIVE_BIT
         self.origin = "a communicator of Create_group"  # what its reports name it
 
+    def set_name(self, name: str) -> None:
+        """Name this communicator in reports (``MPI_Comm_set_name``)."""
+        self.origin = name
+
     # -- the exchange every collective is made of ---------------------------------------
     def _exchange(self, kind: str, outgoing: dict, sources, signature: str = "") -> dict:
         """Send ``outgoing[dest]`` to each dest, then receive from each of
@@ -75,13 +79,15 @@ class GroupComm:
         got = {}
         for source in sources:
             op = engine.recv(self._ctx, source, 0, None, f"{kind} (from rank {source})")
-            engine.wait_until(lambda op=op: op.done, f"{kind} on {where}")
+            engine.wait_until(lambda op=op: op.done, f"{kind} on {where}", peer=members[source])
             their_kind, obj = pickle.loads(memoryview(op.data))
             if their_kind != kind:
                 raise CollectiveMismatch(f"rank {self.rank}: {kind} met rank {source}'s {their_kind} on {where}",
                                          {self.rank: kind, source: their_kind})
             got[source] = obj
-        engine.wait_until(lambda: all(op.done for op in sends), f"{kind} on {where}")
+        pending = next((op.dest for op in sends if not op.done), None)
+        if pending is not None:  # a large payload waits for its receiver
+            engine.wait_until(lambda: all(op.done for op in sends), f"{kind} on {where}", peer=pending)
         return got
 
     def _everyone(self):

@@ -156,7 +156,7 @@ class Info(Handle, IntegerHandles):
     @classmethod
     def Create_env(cls, args=None) -> "Info":
         """A new info with what MPI_INFO_ENV holds (``args``: the command line, if given)."""
-        items = _environment()
+        items = dict(INFO_ENV._items)
         if args is not None:
             args = [str(arg) for arg in args]
             items.update(command=args[0] if args else "", argv=" ".join(args[1:]))
@@ -292,8 +292,15 @@ def _environment() -> dict:
             "thread_level": "MPI_THREAD_SERIALIZED"}
 
 
+def refresh_environment() -> None:
+    """MPI_INFO_ENV as of this run's start (a rank's process may run several
+    programs, each from its own folder). A long command line or directory
+    (pytest's, say) is cut to what an info value may hold."""
+    INFO_ENV._items = {key: value[:MAX_INFO_VAL - 1] for key, value in _environment().items()}
+
+
 INFO_NULL = Info()
 INFO_NULL._constant = True
-# A long command line or directory (pytest's, say) is cut to what an info value may hold.
-INFO_ENV = Info.Create({key: value[:MAX_INFO_VAL - 1] for key, value in _environment().items()})
+INFO_ENV = Info.Create()
 INFO_ENV._constant = True
+refresh_environment()

@@ -26,6 +26,7 @@ import weakref
 
 from simdist._errors import SimdistError
 
+from ._hints import refresh_environment
 from ._p2p import TRANSPORT_TAG, Engine
 
 NOT_RUNNING = (
@@ -52,6 +53,7 @@ class Runtime:
         self._self_ctx = -1
         self.states: list = []  # every communicator state of the run (see close)
         self.at_close: list = []  # what to release when the run ends (open files, windows not freed)
+        refresh_environment()
 
     def close(self) -> None:
         """Drop every reference to the rank's SimComms. Comm objects the

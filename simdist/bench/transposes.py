@@ -105,9 +105,9 @@ def measure(sizes: list[int], ranks: list[int], rounds: int, reps: int) -> list[
                         best[launcher][call] = min(best[launcher][call], max(row[call] for row in rows))
             for call in CALLS:
                 mpi, sim = best["Open MPI"][call], best["simdist run"][call]
-                cells.append({"call": call, "ranks": p, "n": n, "open_mpi_ms": round(mpi * 1e3, 2),
-                              "simdist_ms": round(sim * 1e3, 2), "ratio": round(sim / mpi, 2), "ok": ok})
-                print(f"{call:20} P={p} N={n:4}: Open MPI {mpi * 1e3:8.2f} ms, simdist run {sim * 1e3:8.2f} ms, "
+                cells.append({"call": call, "ranks": p, "n": n, "open_mpi_ms": round(mpi * 1e3, 4),
+                              "simdist_ms": round(sim * 1e3, 4), "ratio": round(sim / mpi, 2), "ok": ok})
+                print(f"{call:20} P={p} N={n:4}: Open MPI {mpi * 1e3:8.3f} ms, simdist run {sim * 1e3:8.3f} ms, "
                       f"simdist/Open MPI {sim / mpi:5.2f}{'' if ok else '  WRONG RESULT'}", flush=True)
     return cells
 

@@ -140,9 +140,9 @@ from .._inherited import close_fd, copies_of, disown, unmap_shared
 from ._layout import (
     ABORT_DRIVER, ANY_RING, E_ARRIVE, FAILED, H_ABORT, H_MAGIC, H_SIZE, MAGIC, R_HEAD, R_MATCHED, R_TAIL, RETURNED,
     S_BELL, S_BLOCK_TARGET, S_BLOCK_WORD, S_BLOCKED, S_CTX, S_P2P_KIND, S_P2P_NBYTES, S_P2P_PEER, S_P2P_SEQ, S_P2P_TAG,
-    S_PROGRESS, S_SITE_FOR, S_STATE, S_WAITING_FOR, SITE_BYTES, SPARE, STATUS, Layout,
+    S_PROGRESS, S_STATE, S_WAITING_FOR, SPARE, STATUS, Layout,
 )
-from ._report import user_call_site
+from ._report import record_site
 
 __all__ = ["Arena"]
 
@@ -232,6 +232,7 @@ class Arena:
         # while it has messages in flight (``Transport.move_in_collectives``).
         self.mover = None
         self.verdict = None  # hosted world (``_hosted``): the host's error, raised for ``Aborted``
+        self.names: dict[int, str] = {}  # contexts this rank's program named (``SimComm.name``), for reports
         self._status_words = [] if rank is None else [
             layout.status_word(rank, w) for w in (S_STATE, S_PROGRESS, S_CTX, S_WAITING_FOR, S_P2P_KIND, S_P2P_PEER,
                                                   S_P2P_TAG, S_P2P_NBYTES, S_P2P_SEQ, S_BLOCK_WORD, S_BLOCK_TARGET)]
@@ -558,7 +559,7 @@ class Arena:
             q[lay.status_word(me, S_WAITING_FOR)] = on + 1
         ts = _Timespec(0, 50_000_000)
         addr = ctypes.c_void_p(self._bell_addr[me])
-        self._record_site()
+        record_site(self)
         q[lay.status_word(me, S_BLOCK_WORD)] = word
         q[lay.status_word(me, S_BLOCK_TARGET)] = target
         try:
@@ -584,17 +585,3 @@ class Arena:
             if q[blocked] & 1:
                 q[blocked] += 1
             q[lay.status_word(me, S_WAITING_FOR)] = 0
-
-    def _record_site(self) -> None:
-        """Write where the user's code made the current call (see ``S_SITE``),
-        once per call."""
-        q, lay, me = self.q, self.layout, self.rank
-        calls = q[lay.status_word(me, S_PROGRESS)] + 1
-        if q[lay.status_word(me, S_SITE_FOR)] == calls:
-            return
-        text = user_call_site(full=True).encode("utf-8", "replace")
-        if len(text) >= SITE_BYTES:
-            text = user_call_site().encode("utf-8", "replace")[: SITE_BYTES - 1]
-        at = lay.site_offset(me)
-        self.buf[at : at + SITE_BYTES] = text.ljust(SITE_BYTES, b"\0")
-        q[lay.status_word(me, S_SITE_FOR)] = calls

@@ -307,8 +307,9 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
     def _close(self, why: str) -> None:
         """Refuse every later call, saying ``why``."""
         self._closed = why
+        self._arena.names.pop(self._ctx, None)
         self._transport.close(why)
         self._plans.clear()  # the fast path must see the check
 
     def __repr__(self):
-        return f"<SimComm rank {self._rank} of {self._size} on {self._name}>"
+        return f"<SimComm rank {self._rank} of {self._size} on {self.name}>"

@@ -37,6 +37,16 @@ CACHE_LIMIT = 64
 class PhaseProtocol:
     """One rank's side of the phase protocol on one communicator context."""
 
+    @property
+    def name(self) -> str:
+        """How reports name this communicator: the name its program gave it
+        (``set_name``), else ``the world`` or its context."""
+        return comm_name(self._ctx, self._arena.names)
+
+    def set_name(self, name: str) -> None:
+        """Name this communicator in reports (``MPI_Comm_set_name``; a torch group)."""
+        self._arena.names[self._ctx] = name
+
     def _init_phases(self, arena, members: list[int], ctx: int, epoch: int) -> None:
         """The words this rank writes and waits on, as int64 indexes into
         ``arena.q``; ``epoch`` is the last epoch of this context's entries."""
@@ -50,7 +60,6 @@ class PhaseProtocol:
         self._epoch = epoch
         self._seq = 0
         self._closed = None  # why every call raises once closed: FREED, EARLIER_RUN (_transport)
-        self._name = comm_name(ctx)
         self._peers = [m for m in members if m != me]
         self._peer_arrive = [lay.arrive_word(m, ctx) for m in self._peers]
         self._peer_done = [lay.done_word(m, ctx) for m in self._peers]
@@ -226,7 +235,7 @@ class PhaseProtocol:
         buf, lay = self._arena.buf, self._arena.layout
         rows = {m: sig.read(buf, lay.sig_offset(m, self._ctx, bank)) for m in self._members}
         try:
-            sig.check_match(self._name, {self._members.index(m): row for m, row in rows.items()})
+            sig.check_match(self.name, {self._members.index(m): row for m, row in rows.items()})
         except BaseException:
             # Every member detects it and abandons the call; release any
             # member that would wait for us to be done with its slot.

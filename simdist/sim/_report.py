@@ -53,16 +53,45 @@ def user_call_site(full: bool = False) -> str:
     return f"{os.path.abspath(path) if full else os.path.basename(path)}:{frame.f_lineno}"
 
 
-def call_location(arena, rank: int) -> tuple[str, int] | None:
-    """The file (absolute path when it fitted) and line of ``rank``'s current
-    call, if it has slept in it; else None."""
+def record_site(arena) -> None:
+    """Write where the user's code made this rank's current call (see
+    ``S_SITE``), once per call, and the name its program gave the call's
+    communicator, if any (``Arena.names``), after a newline."""
+    q, lay, me = arena.q, arena.layout, arena.rank
+    calls = q[lay.status_word(me, S_PROGRESS)] + 1
+    if q[lay.status_word(me, S_SITE_FOR)] == calls:
+        return
+    name = arena.names.get(q[lay.status_word(me, S_CTX)])
+    name = b"" if name is None else b"\n" + name.encode("utf-8", "replace")[:_NAME_BYTES]
+    text = user_call_site(full=True).encode("utf-8", "replace")
+    if len(text) + len(name) >= SITE_BYTES:
+        text = user_call_site().encode("utf-8", "replace")[: SITE_BYTES - 1 - len(name)]
+    at = lay.site_offset(me)
+    arena.buf[at : at + SITE_BYTES] = (text + name).ljust(SITE_BYTES, b"\0")
+    q[lay.status_word(me, S_SITE_FOR)] = calls
+
+
+_NAME_BYTES = 96  # of a communicator's name in the site text
+
+
+def _site_text(arena, rank: int) -> tuple[str, str] | None:
+    """``rank``'s current call's site and its communicator's name ("" if
+    unnamed), if it has slept in the call; else None."""
     lay, q = arena.layout, arena.q
     if q[lay.status_word(rank, S_STATE)] != CALL:
         return None
     if q[lay.status_word(rank, S_SITE_FOR)] != q[lay.status_word(rank, S_PROGRESS)] + 1:
         return None
     at = lay.site_offset(rank)
-    path, _, line = bytes(arena.buf[at : at + SITE_BYTES]).rstrip(b"\0").decode("utf-8", "replace").rpartition(":")
+    site, _, name = bytes(arena.buf[at : at + SITE_BYTES]).rstrip(b"\0").decode("utf-8", "replace").partition("\n")
+    return site, name
+
+
+def call_location(arena, rank: int) -> tuple[str, int] | None:
+    """The file (absolute path when it fitted) and line of ``rank``'s current
+    call, if it has slept in it; else None."""
+    text = _site_text(arena, rank)
+    path, _, line = text[0].rpartition(":") if text else ("", "", "")
     return (path, int(line)) if path and line.isdigit() else None
 
 
@@ -76,7 +105,10 @@ def call_site(arena, rank: int) -> str:
 P2P_ANY_SOURCE = 1
 
 
-def comm_name(ctx: int) -> str:
+def comm_name(ctx: int, names: dict | None = None) -> str:
+    """How reports name context ``ctx``: the name the program gave it (``names``), if any."""
+    if names and ctx in names:
+        return names[ctx]
     return "the world" if ctx == 0 else f"a sub-communicator (context {ctx})"
 
 
@@ -132,7 +164,8 @@ def _simulator_call(arena, rank: int) -> str:
     # The current call's bank holds the larger call epoch: epochs only grow.
     bank = int(q[lay.call_epoch_word(rank, ctx, 1)] > q[lay.call_epoch_word(rank, ctx, 0)])
     row = sig.read(arena.buf, lay.sig_offset(rank, ctx, bank))
-    return f"{sig.describe(row)} on {comm_name(ctx)}"
+    text = _site_text(arena, rank)
+    return f"{sig.describe(row)} on {text[1] if text and text[1] else comm_name(ctx)}"
 
 
 #: The arena's state words, by the names of the shared sentences.

@@ -141,7 +141,7 @@ def create(options, backend_options=None):
         group = world.Get_group().Incl(ranks)
         comm = world.Create_group(group, tag=zlib.crc32(name.encode()) & 0xFFFFF)
         group.Free()
-    comm.Set_name(f"torch group {name}")
+    comm.Set_name(f"torch group {name}" + ("" if len(ranks) == world.Get_size() else f" of ranks {ranks}"))
     return SimdistGroup(comm, MPI, name)
 
 
