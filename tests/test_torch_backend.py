@@ -109,6 +109,19 @@ def test_an_integer_average_is_refused_naming_the_call(ranks):
         assert "all_reduce" in message and "AVG" in message and "torch.int32" in message
 
 
+def _uneven_all_to_all_body(dist, rank, size):
+    outs = [torch.empty(j + 1) for j in range(size)]
+    try:
+        dist.all_to_all(outs, [torch.full((rank + 1,), 1.0) for _ in range(size)])
+    except RuntimeError as exc:
+        return str(exc)
+
+
+def test_all_to_all_of_tensors_of_different_shapes_is_refused_as_gloo_refuses_it(ranks):
+    for message in _on_ranks(ranks, _uneven_all_to_all_body):
+        assert "invalid tensor size at index 1 of output_tensor_list (expected (1,), got (2,))" in message, message
+
+
 def _premul_body(dist, rank, size):
     t = torch.full((3,), float(rank + 1))
     dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.5))
@@ -150,8 +163,8 @@ def _moves_body(dist, rank, size):
     recv = torch.empty((rank + 1) * size, 2)
     dist.all_to_all_single(recv, send, [rank + 1] * size, [j + 1 for j in range(size)])
     out["all_to_all_single"] = recv[:, 0].tolist()
-    outs = [torch.empty(j + 1) for j in range(size)]
-    dist.all_to_all(outs, [torch.full((rank + 1,), float(rank * 10 + j)) for j in range(size)])
+    outs = [torch.empty(2) for j in range(size)]
+    dist.all_to_all(outs, [torch.full((2,), float(rank * 10 + j)) for j in range(size)])
     out["all_to_all"] = [o.tolist() for o in outs]
     objs = [None] * size
     dist.all_gather_object(objs, {"rank": rank, "word": "x" * rank})
@@ -175,7 +188,7 @@ def test_every_collective_moves_what_its_docs_say(ranks):
         assert out["reduce_scatter_tensor"] == full[2 * rank: 2 * rank + 2].tolist()
         assert out["scatter"] == [float(rank)] * 2
         assert out["all_to_all_single"] == [float(10 * j + rank) for j in range(n) for _ in range(rank + 1)]
-        assert out["all_to_all"] == [[float(j * 10 + rank)] * (j + 1) for j in range(n)]
+        assert out["all_to_all"] == [[float(j * 10 + rank)] * 2 for j in range(n)]
         assert out["all_gather_object"] == [{"rank": r, "word": "x" * r} for r in range(n)]
         assert out["broadcast_object_list"] == [("hello", 0)]
     assert got[2]["reduce"] == [float(sum(i + r for r in range(n))) for i in range(4)]

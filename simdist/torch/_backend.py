@@ -35,6 +35,19 @@ def _one(tensors, call: str) -> torch.Tensor:
     return tensors[0]
 
 
+def _check_one_size(inputs, outputs, call: str) -> None:
+    """Gloo's all_to_all of lists moves tensors of one shape only: refuse the rest as it does."""
+    for what, tensors in (("input_tensor_list", inputs), ("output_tensor_list", outputs)):
+        for i, t in enumerate(tensors):
+            if t.shape != tensors[0].shape:
+                raise RuntimeError(f"{call}: invalid tensor size at index {i} of {what} (expected "
+                                   f"{tuple(tensors[0].shape)}, got {tuple(t.shape)}); as with Gloo, every tensor "
+                                   "has one shape: for uneven blocks use all_to_all_single with split sizes")
+    if inputs[0].shape != outputs[0].shape:
+        raise RuntimeError(f"{call}: the input tensors' shape {tuple(inputs[0].shape)} is not the output tensors' "
+                           f"{tuple(outputs[0].shape)}; as with Gloo, they must be the same")
+
+
 class SimdistGroup(ProcessGroup):
     """A process group whose calls run on ``comm``, a communicator of the
     simulated MPI whose ranks are the group's ranks."""
@@ -272,6 +285,7 @@ class SimdistGroup(ProcessGroup):
         call = "all_to_all"
         self._check_count(inputs, call, "input_tensor_list")
         self._check_count(outputs, call, "output_tensor_list")
+        _check_one_size(inputs, outputs, call)
         input = torch.cat([t.reshape(-1) for t in inputs])
         output = outputs[0].new_empty(sum(t.numel() for t in outputs))
         self._alltoallv(output, input, [t.numel() for t in outputs], [t.numel() for t in inputs], call)
