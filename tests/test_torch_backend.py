@@ -3,6 +3,8 @@ contract's semantics, computed here from each rank's inputs."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import textwrap
 
@@ -440,3 +442,21 @@ def test_all_gather_coalesced_fills_one_row_per_rank_and_calls_are_async_profile
         expected = [("gloo:all_gather", True, [[2], [3]]), ("gloo:all_reduce", True, [[2, 3, 2]])]
         expected += [(("gloo:send" if rank == 0 else "gloo:recv"), True, [[4]])] if rank < 2 else []
         assert events == expected
+
+
+@pytest.mark.slow
+def test_torch_distributed_debug_detail_runs_ddp_and_a_mismatch_is_still_simdists_report(tmp_path):
+    """Under DETAIL torch wraps backends in its checker; a DDP script runs, and
+    a rank that disagrees is named with its line as without it."""
+    env = {**os.environ, "TORCH_DISTRIBUTED_DEBUG": "DETAIL"}
+    (tmp_path / "train.py").write_text(DDP_SCRIPT)
+    done = subprocess.run([sys.executable, "-m", "simdist", "run", "-n", "2", "train.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (tmp_path / "mismatch.py").write_text("import torch, torch.distributed as dist\n"
+                                          "dist.init_process_group('gloo')\n"
+                                          "dist.all_reduce(torch.ones(6 if dist.get_rank() == 1 else 4))\n")
+    done = subprocess.run([sys.executable, "-m", "simdist", "run", "-n", "3", "mismatch.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert done.returncode == 1 and "CollectiveMismatch" in done.stderr, done.stderr[-3000:]
+    assert "rank 1 of the run called it at mismatch.py:3" in done.stderr, done.stderr[-3000:]
