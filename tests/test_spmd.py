@@ -238,6 +238,24 @@ def test_world_under_mpiexec_joins_the_job_and_a_raising_run_aborts_it(tmp_path)
     assert "ZeroDivisionError: division by zero" in done.stderr
 
 
+CAPTURED = """
+    import os, simdist
+
+    with simdist.World(2, backend="mpi") as world:
+        world.run(lambda comm: comm.rank)
+        os.dup2(os.open("captured.txt", os.O_WRONLY | os.O_CREAT), 2)  # as pytest's capture does
+        world.run(lambda comm: 1 / (comm.rank - 1))
+"""
+
+
+@pytest.mark.slow
+def test_a_failed_run_is_reported_on_the_launchers_stderr_while_a_harness_captures_the_rank(tmp_path):
+    done = launch(2, [script(tmp_path, CAPTURED)], tmp_path)
+    assert done.returncode != 0
+    assert "simdist: rank 1 of 2 failed in World.run; aborting the MPI job" in done.stderr, done.stderr
+    assert "ZeroDivisionError: division by zero" in done.stderr, done.stderr
+
+
 @pytest.mark.slow
 def test_training_under_mpiexec_trains_and_verifies(tmp_path):
     pytest.importorskip("sklearn")

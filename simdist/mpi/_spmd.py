@@ -47,6 +47,10 @@ HUNG = 124  # the exit status of a job aborted for a hang (as timeout(1), and si
 _driven = False  # this process is a rank of simdist's own driver (mpi._worker), not the user's launcher's
 _program = None  # comm() of this process, made on first use
 _watch = None  # this process's _Watchdog
+# The job's standard error as the launcher gave it, kept when the job's world
+# is first used: a test harness in the rank (the property suite that `simdist
+# check` runs in the job) may capture descriptor 2 when the rank aborts.
+_launchers_stderr: int | None = None
 _segments_gone = False  # the library's files in /dev/shm are unlinked (_forget_segments)
 
 
@@ -114,10 +118,11 @@ def _job_world():
     """``MPI.COMM_WORLD``, once MPI confirms the launcher's world."""
     from mpi4py import MPI
 
-    global _segments_gone
+    global _segments_gone, _launchers_stderr
     if not _segments_gone:
         _segments_gone = True
         _forget_segments(MPI.COMM_WORLD)
+        _launchers_stderr = os.dup(2)
     launcher, announced = launched()
     size = MPI.COMM_WORLD.Get_size()
     if announced is not None and announced != size:
@@ -182,8 +187,12 @@ def _abort(world, status: int, text: str) -> None:
             stream.flush()
         except Exception:
             pass
-    sys.stderr.write(text if text.endswith("\n") else text + "\n")
-    sys.stderr.flush()
+    text = text if text.endswith("\n") or not text else text + "\n"
+    if _launchers_stderr is None:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    else:
+        os.write(_launchers_stderr, text.encode("utf-8", "replace"))
     world.Abort(status)
 
 
