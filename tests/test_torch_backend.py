@@ -124,6 +124,33 @@ def test_all_to_all_of_tensors_of_different_shapes_is_refused_as_gloo_refuses_it
         assert "invalid tensor size at index 1 of output_tensor_list (expected (1,), got (2,))" in message, message
 
 
+def _sparse_body(dist, rank, size):
+    every = [torch.sparse_coo_tensor(torch.randint(0, 6, (2, 5), generator=torch.Generator().manual_seed(r)),
+                                     torch.randn(5, generator=torch.Generator().manual_seed(10 + r)), (6, 6))
+             for r in range(size)]
+    mine = every[rank].clone()
+    dist.all_reduce(mine)
+    refused = []
+    for call in (lambda: dist.all_reduce(every[rank].clone(), op=dist.ReduceOp.MAX),
+                 lambda: dist.broadcast(every[rank].clone(), src=0)):
+        try:
+            call()
+        except (RuntimeError, TypeError) as exc:
+            refused.append(str(exc))
+    return mine.coalesce(), sum(t.to_dense() for t in every), refused
+
+
+def test_a_sparse_tensor_is_summed_as_gloo_sums_it_and_other_uses_are_refused(ranks):
+    results = _on_ranks(ranks, _sparse_body)
+    first = results[0][0]
+    for got, dense_sum, refused in results:
+        assert got.is_coalesced() and torch.equal(got.indices(), first.indices())
+        assert torch.equal(got.values(), first.values())  # the same bits on every rank
+        assert torch.allclose(got.to_dense(), dense_sum, rtol=0, atol=1e-6)
+        assert "ReduceOp.SUM only" in refused[0] and "ReduceOp.MAX" in refused[0], refused
+        assert "layout is torch.sparse_coo" in refused[1], refused
+
+
 def _premul_body(dist, rank, size):
     t = torch.full((3,), float(rank + 1))
     dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.5))

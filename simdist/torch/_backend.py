@@ -116,8 +116,30 @@ class SimdistGroup(ProcessGroup):
 
     @profiled("all_reduce", _FIRST)
     def allreduce(self, tensors, opts=None):  # a comm hook may call it with no options: SUM, as Gloo's
-        self._reduce(_one(tensors, "all_reduce"), _SUM if opts is None else opts.reduceOp, "all_reduce")
+        tensor, op = _one(tensors, "all_reduce"), _SUM if opts is None else opts.reduceOp
+        if tensor.layout == torch.sparse_coo:
+            self._sparse_sum(tensor, op)
+        else:
+            self._reduce(tensor, op, "all_reduce")
         return finished(tensors)
+
+    def _sparse_sum(self, tensor: torch.Tensor, op) -> None:
+        """A sparse COO tensor's all_reduce, which Gloo allows for SUM: every
+        rank gathers every rank's coalesced indices and values and coalesces
+        their concatenation in rank order, so each computes the same bits."""
+        if op_name(op) != "SUM":
+            raise RuntimeError(f"all_reduce: a sparse tensor is reduced with ReduceOp.SUM only (as by Gloo), "
+                               f"not ReduceOp.{op_name(op)}")
+        mine = tensor.detach().coalesce()
+        parts = self.comm.allgather((tuple(mine.shape), mine.indices(), mine.values()))
+        for rank, (shape, _, values) in enumerate(parts):
+            if shape != tuple(mine.shape) or values.dtype != mine.dtype:
+                raise RuntimeError(f"all_reduce: rank {rank} of the group passed a sparse {values.dtype} tensor of "
+                                   f"shape {list(shape)}, this rank a {mine.dtype} one of shape {list(mine.shape)}")
+        indices = torch.cat([part[1] for part in parts], dim=1)
+        values = torch.cat([part[2] for part in parts])
+        with torch.no_grad():
+            tensor.copy_(torch.sparse_coo_tensor(indices, values, mine.shape).coalesce())
 
     @profiled("all_reduce", _FIRST)
     def allreduce_coalesced(self, tensors, opts=None):

@@ -47,8 +47,8 @@ def check_dtype(t: torch.Tensor, call: str) -> None:
     if t.device.type != "cpu":
         raise ValueError(f"{call}: the simdist backend takes CPU tensors; this one is on {t.device}")
     if t.layout != torch.strided:
-        raise TypeError(f"{call}: the simdist backend moves dense tensors; this one's layout is {t.layout} "
-                        "(call .to_dense() first)")
+        raise TypeError(f"{call}: the simdist backend moves dense tensors here (a sparse COO tensor only through "
+                        f"all_reduce with SUM, as Gloo); this one's layout is {t.layout} (call .to_dense() first)")
     if t.dtype in _NO_DTYPE or t.is_quantized:
         raise TypeError(f"{call}: the simdist backend cannot move a tensor of dtype {t.dtype}")
 
