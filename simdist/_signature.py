@@ -32,6 +32,19 @@ ROOT_ONLY_ARRAY = frozenset((KIND_CODE["broadcast"], KIND_CODE["scatter"]))
 
 _structs: dict[int, struct.Struct] = {}
 
+#: The names of torch groups (``simdist.torch``): reports on one name its
+#: collectives as torch.distributed does (``all_reduce``, not ``allreduce``).
+TORCH_GROUP = "torch group "
+_TORCH_CALLS = {"allreduce": "all_reduce", "allgather": "all_gather", "alltoall": "all_to_all"}
+
+
+def call_name(kind: str, comm_name: str) -> str:
+    """The name of collective ``kind`` in reports on the communicator ``comm_name``."""
+    if not comm_name.startswith(TORCH_GROUP):
+        return kind
+    head, space, rest = kind.partition(" ")
+    return _TORCH_CALLS.get(head, head) + space + rest
+
 
 def packer(ndim: int) -> struct.Struct:
     s = _structs.get(ndim)
@@ -49,12 +62,13 @@ def read(buf, offset: int) -> tuple[int, ...]:
     return head + struct.unpack_from(f"{min(ndim, MAX_NDIM)}q", buf, offset + 8 * HEAD_WORDS)
 
 
-def describe(sig: tuple[int, ...]) -> str:
-    """``allreduce #3 (float32 (4, 2), op=sum)``, for messages and reports."""
+def describe(sig: tuple[int, ...], comm_name: str = "") -> str:
+    """``allreduce #3 (float32 (4, 2), op=sum)``, for messages and reports
+    (on a torch group, ``all_reduce #3 ...``)."""
     kind, seq, op, root, dtype, ndim = sig[:HEAD_WORDS]
     if not 0 < kind <= len(KINDS):
         return "an unknown call"
-    name = KINDS[kind - 1]
+    name = call_name(KINDS[kind - 1], comm_name)
     parts = []
     if ndim >= 0:
         shape = tuple(sig[HEAD_WORDS:HEAD_WORDS + ndim])
@@ -87,9 +101,9 @@ def check_match(comm_name: str, sigs: dict[int, tuple[int, ...]]) -> None:
             continue
         raise CollectiveMismatch(
             f"ranks of {comm_name} called collectives that do not match: "
-            f"rank {ref_rank} called {describe(ref)}, rank {r} called {describe(s)}"
+            f"rank {ref_rank} called {describe(ref, comm_name)}, rank {r} called {describe(s, comm_name)}"
             + _hint(ref, s),
-            {ref_rank: describe(ref), r: describe(s)},
+            {ref_rank: describe(ref, comm_name), r: describe(s, comm_name)},
         )
 
 

@@ -354,7 +354,7 @@ def test_a_hang_in_a_subgroup_names_the_collective_and_the_torch_group(tmp_path)
     (tmp_path / "hang.py").write_text(SUBGROUP_HANG)
     outcome = run_script(str(tmp_path / "hang.py"), [], SIZE, timeout=3.0)
     assert outcome.status != 0
-    assert ("rank 1: waiting in allreduce (float32 (4,), op=sum) on torch group 1 of ranks [1, 2] at hang.py:6"
+    assert ("rank 1: waiting in all_reduce (float32 (4,), op=sum) on torch group 1 of ranks [1, 2] at hang.py:6"
             in outcome.error), outcome.error
 
 

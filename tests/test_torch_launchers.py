@@ -131,7 +131,7 @@ def test_a_rank_that_ends_without_the_call_is_a_mismatch(tmp_path):
         dist.all_reduce(torch.ones(4))
         """, 2)
     assert results[1][0] == 0
-    assert "simdist.CollectiveMismatch: rank 0 waits in allreduce" in results[0][2]
+    assert "simdist.CollectiveMismatch: rank 0 waits in all_reduce" in results[0][2]
     assert "rank 1 has returned" in results[0][2]
 
 
@@ -157,7 +157,7 @@ def test_a_rank_that_waits_while_another_computes_for_ever_times_out(tmp_path):
         """, 2, timeout=60)
     assert results[0][0] == 1 and results[1][0] == -signal.SIGKILL  # stopped after the verdict, as in a World
     err = results[0][2]
-    assert "simdist.CollectiveTimeout" in err and "rank 0: waiting in allreduce" in err, err[-2000:]
+    assert "simdist.CollectiveTimeout" in err and "rank 0: waiting in all_reduce" in err, err[-2000:]
 
 
 def test_torchrun_starts_a_simulated_world(tmp_path):

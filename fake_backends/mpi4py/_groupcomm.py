@@ -30,6 +30,7 @@ import numpy as np
 from simdist._arguments import check_op
 from simdist._errors import CollectiveMismatch
 from simdist._reduction import fold
+from simdist._signature import call_name
 
 from ._p2p import PICKLED
 from ._pickle import pickle
@@ -71,6 +72,7 @@ class GroupComm:
         pickled before the first send: one that cannot be leaves nothing sent.
         ``signature`` (dtype, shape, op, root) must be every member's."""
         engine, members, where = self.engine, self.transport.members, self.origin
+        kind = call_name(kind, where)
         if signature:
             kind = f"{kind} ({signature})"
         payloads = {dest: np.frombuffer(pickle.dumps((kind, obj)), np.uint8) for dest, obj in outgoing.items()}

@@ -165,7 +165,8 @@ def _simulator_call(arena, rank: int) -> str:
     bank = int(q[lay.call_epoch_word(rank, ctx, 1)] > q[lay.call_epoch_word(rank, ctx, 0)])
     row = sig.read(arena.buf, lay.sig_offset(rank, ctx, bank))
     text = _site_text(arena, rank)
-    return f"{sig.describe(row)} on {text[1] if text and text[1] else comm_name(ctx)}"
+    name = text[1] if text and text[1] else comm_name(ctx)
+    return f"{sig.describe(row, name)} on {name}"
 
 
 #: The arena's state words, by the names of the shared sentences.

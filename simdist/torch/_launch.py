@@ -26,6 +26,7 @@ import os
 import zlib
 from datetime import timedelta
 
+from .._signature import TORCH_GROUP
 from . import BACKEND
 
 #: Seconds without progress before a hosted world reports a hang (``World``'s default).
@@ -141,7 +142,7 @@ def create(options, backend_options=None):
         group = world.Get_group().Incl(ranks)
         comm = world.Create_group(group, tag=zlib.crc32(name.encode()) & 0xFFFFF)
         group.Free()
-    comm.Set_name(f"torch group {name}" + ("" if len(ranks) == world.Get_size() else f" of ranks {ranks}"))
+    comm.Set_name(f"{TORCH_GROUP}{name}" + ("" if len(ranks) == world.Get_size() else f" of ranks {ranks}"))
     return SimdistGroup(comm, MPI, name)
 
 
