@@ -144,7 +144,7 @@ def test_a_deadlock_is_reported_at_once_with_each_ranks_line(tmp_path):
     assert time.monotonic() - began < 50  # not at the timeout
     for code, _, err in results:
         assert code == 1
-        assert "simdist.Deadlock: deadlock: rank 0 in Wait for Irecv(source=1, tag=0)" in err, err[-2000:]
+        assert "simdist.Deadlock: deadlock: rank 0 in Wait for irecv(src=1, tag=0)" in err, err[-2000:]
         assert "at prog.py:6" in err  # the user's dist.recv, not torch's frame
 
 

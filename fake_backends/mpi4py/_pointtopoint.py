@@ -24,6 +24,7 @@ import warnings
 import numpy as np
 
 from simdist import checks as _checks
+from simdist._signature import TORCH_GROUP
 
 from . import _latereads, _misuse
 from ._buffered import check_space, need
@@ -65,6 +66,16 @@ def sent() -> SendOp:
 
 def _names(source: int, tag: int) -> str:
     return f"source={'ANY_SOURCE' if source == ANY_SOURCE else source}, tag={'ANY_TAG' if tag == ANY_TAG else tag}"
+
+
+def _described(call: str, peer: str, st) -> str:
+    """``Irecv(source=1, tag=0) on MPI_COMM_WORLD``, as reports name the call
+    (``peer``: its arguments); on a torch group in torch's words, as its
+    ``isend``/``irecv`` made it: ``irecv(src=1, tag=0) on torch group 0``."""
+    if st.name.startswith(TORCH_GROUP):
+        call = call.lower()
+        peer = peer.replace("dest=", "dst=").replace("source=ANY_SOURCE", "src=None").replace("source=", "src=")
+    return f"{call}({peer}) on {st.name}"
 
 
 def buffer_data(buf, what: str = "buf"):
@@ -117,7 +128,7 @@ class PointToPoint:
             return None
         dest = self._peer(st, dest, call, "dest", False)
         data, flags = data_of()
-        desc = f"{call}(dest={dest}, tag={tag}) on {st.name}"
+        desc = _described(call, f"dest={dest}, tag={tag}", st)
         return st, st.members[dest], tag, data, flags, desc, _misuse.note(desc, data.size)
 
     def _prepare_send(self, data_of, dest, tag, sync: bool, call: str, ctx_bit: int = 0):
@@ -169,7 +180,7 @@ class PointToPoint:
         source = self._peer(st, source, call, "source", True)
         spec = sink_of()
         sink, unpack = receive_into(spec)
-        desc = f"{call}({_names(source, tag)}) on {st.name}"
+        desc = _described(call, _names(source, tag), st)
         peer = None if source == ANY_SOURCE else st.members[source]
         check = _misuse.recv_check(spec, desc)
 
@@ -339,7 +350,7 @@ class PointToPoint:
         if not block:
             engine.progress()
             return engine.find(st.ctx, source, tag, take)
-        desc = f"{call}({_names(source, tag)}) on {st.name}"
+        desc = _described(call, _names(source, tag), st)
         peer = None if source == ANY_SOURCE else st.members[source]
         return engine.wait_until(lambda: engine.find(st.ctx, source, tag, take), desc, peer=peer)
 
