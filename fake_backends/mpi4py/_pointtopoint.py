@@ -68,13 +68,14 @@ def _names(source: int, tag: int) -> str:
     return f"source={'ANY_SOURCE' if source == ANY_SOURCE else source}, tag={'ANY_TAG' if tag == ANY_TAG else tag}"
 
 
-def _described(call: str, peer: str, st) -> str:
-    """``Irecv(source=1, tag=0) on MPI_COMM_WORLD``, as reports name the call
-    (``peer``: its arguments); on a torch group in torch's words, as its
+def _described(call: str, st, dest: int | None = None, source: int = 0, tag: int = 0) -> str:
+    """``Irecv(source=1, tag=0) on MPI_COMM_WORLD`` (a send: give ``dest``),
+    as reports name the call; on a torch group in torch's words, as its
     ``isend``/``irecv`` made it: ``irecv(src=1, tag=0) on torch group 0``."""
     if st.name.startswith(TORCH_GROUP):
-        call = call.lower()
-        peer = peer.replace("dest=", "dst=").replace("source=ANY_SOURCE", "src=None").replace("source=", "src=")
+        peer = f"dst={dest}" if dest is not None else f"src={None if source == ANY_SOURCE else source}"
+        return f"{call.lower()}({peer}, tag={tag}) on {st.name}"
+    peer = f"dest={dest}, tag={tag}" if dest is not None else _names(source, tag)
     return f"{call}({peer}) on {st.name}"
 
 
@@ -128,7 +129,7 @@ class PointToPoint:
             return None
         dest = self._peer(st, dest, call, "dest", False)
         data, flags = data_of()
-        desc = _described(call, f"dest={dest}, tag={tag}", st)
+        desc = _described(call, st, dest=dest, tag=tag)
         return st, st.members[dest], tag, data, flags, desc, _misuse.note(desc, data.size)
 
     def _prepare_send(self, data_of, dest, tag, sync: bool, call: str, ctx_bit: int = 0):
@@ -180,7 +181,7 @@ class PointToPoint:
         source = self._peer(st, source, call, "source", True)
         spec = sink_of()
         sink, unpack = receive_into(spec)
-        desc = _described(call, _names(source, tag), st)
+        desc = _described(call, st, source=source, tag=tag)
         peer = None if source == ANY_SOURCE else st.members[source]
         check = _misuse.recv_check(spec, desc)
 
@@ -350,7 +351,7 @@ class PointToPoint:
         if not block:
             engine.progress()
             return engine.find(st.ctx, source, tag, take)
-        desc = _described(call, _names(source, tag), st)
+        desc = _described(call, st, source=source, tag=tag)
         peer = None if source == ANY_SOURCE else st.members[source]
         return engine.wait_until(lambda: engine.find(st.ctx, source, tag, take), desc, peer=peer)
 

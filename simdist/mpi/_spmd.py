@@ -122,6 +122,7 @@ def _job_world():
     if not _segments_gone:
         _segments_gone = True
         _forget_segments(MPI.COMM_WORLD)
+    if _launchers_stderr is None:
         _launchers_stderr = os.dup(2)
     launcher, announced = launched()
     size = MPI.COMM_WORLD.Get_size()

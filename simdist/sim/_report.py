@@ -53,6 +53,9 @@ def user_call_site(full: bool = False) -> str:
     return f"{os.path.abspath(path) if full else os.path.basename(path)}:{frame.f_lineno}"
 
 
+_NAME_BYTES = 96  # of a communicator's name in the site text
+
+
 def record_site(arena) -> None:
     """Write where the user's code made this rank's current call (see
     ``S_SITE``), once per call, and the name its program gave the call's
@@ -69,9 +72,6 @@ def record_site(arena) -> None:
     at = lay.site_offset(me)
     arena.buf[at : at + SITE_BYTES] = (text + name).ljust(SITE_BYTES, b"\0")
     q[lay.status_word(me, S_SITE_FOR)] = calls
-
-
-_NAME_BYTES = 96  # of a communicator's name in the site text
 
 
 def _site_text(arena, rank: int) -> tuple[str, str] | None:
@@ -165,7 +165,7 @@ def _simulator_call(arena, rank: int) -> str:
     bank = int(q[lay.call_epoch_word(rank, ctx, 1)] > q[lay.call_epoch_word(rank, ctx, 0)])
     row = sig.read(arena.buf, lay.sig_offset(rank, ctx, bank))
     text = _site_text(arena, rank)
-    name = text[1] if text and text[1] else comm_name(ctx)
+    name = text[1] if text and text[1] else comm_name(ctx, arena.names)
     return f"{sig.describe(row, name)} on {name}"
 
 

@@ -82,8 +82,10 @@ class SimdistGroup(ProcessGroup):
         if self._backend_name is None:
             from torch.distributed import distributed_c10d
 
-            asked = str(distributed_c10d._world.pg_map.get(self, ("simdist",))[0])
-            self._backend_name = "simdist" if asked == "simdist" else "gloo"
+            asked = distributed_c10d._world.pg_map.get(self)
+            if asked is None:  # asked while c10d still makes the group
+                return "simdist"
+            self._backend_name = "simdist" if str(asked[0]) == "simdist" else "gloo"
         return self._backend_name
 
     @property
