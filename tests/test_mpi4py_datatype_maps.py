@@ -96,6 +96,45 @@ def test_regular_types_of_billions_of_elements_are_made_without_listing_them():
         datatype.Free()
 
 
+def test_a_layout_known_from_the_constructor_moves_the_bytes_its_elements_name():
+    """Where a vector, subarray, contiguous or darray type of a grid is a
+    grid again, its layout comes from the constructor's numbers, never from
+    the byte index; it must move exactly the bytes, in the order, that the
+    listed elements give, and reach the same lowest and highest byte."""
+    rng = random.Random(11)
+    noise = np.random.default_rng(11)
+    known = 0
+    for _ in range(400):
+        datatype = _random_type(rng, 3)
+        tm = datatype._typemap()
+        for count in (1, 2, 5):
+            tm._layouts.clear()
+            layout = tm.layout(count)
+            index = tm.byte_index(count)
+            known += tm._known_grid(count) is not None
+            if index.size:
+                base = -int(index.min())
+                memory = noise.integers(0, 256, int(index.max()) + base + 1, dtype=np.uint8)
+                assert layout.at(base).gather(memory).tolist() == memory[index + base].tolist()
+                assert (layout.lo, layout.hi) == (int(index.min()), int(index.max()))
+            else:
+                assert layout.nbytes == 0
+    assert known > 300
+
+
+def test_a_subarray_of_billions_of_elements_is_laid_out_without_its_byte_index():
+    """A parallel FFT's transposes build subarray types per plan: their
+    layouts are a few numbers (an index would take 8 bytes per byte)."""
+    cube = MPI.DOUBLE.Create_subarray([2048] * 3, [1024] * 3, [512] * 3)
+    column = MPI.DOUBLE.Create_vector(10**9, 1, 2).Create_resized(0, 8)
+    layouts = [cube._typemap().layout(2), column._typemap().layout(3)]
+    assert [(g.start, g.shape, g.strides, g.run) for g in layouts] == [
+        (17188261888, (2, 1024, 1024), (68719476736, 33554432, 16384), 8192), (0, (3, 10**9), (8, 16), 8)]
+    assert cube._typemap()._index is None and column._typemap()._index is None
+    for datatype in (cube, column):
+        datatype.Free()
+
+
 def test_decode_gives_one_handle_per_datatype_and_freeing_them_leaves_none():
     """As mpi4py's: a constructor of one datatype gives it as the basetype
     (a struct of one block lists that same handle); the caller frees it."""

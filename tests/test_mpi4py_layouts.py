@@ -15,14 +15,15 @@ D = MPI.DOUBLE
 
 
 TYPES = {  # name: (how to make it, whether 1 and 3 of it are a grid)
-    "vector": (lambda: D.Create_vector(5, 1, 4), (True, False)),  # the extent ends one element past the last
-    "vector of runs": (lambda: D.Create_vector(3, 2, 5), (True, False)),
+    # 3 of these: runs of one copy and the next touch, yet a grid of copies
+    "vector": (lambda: D.Create_vector(5, 1, 4), (True, True)),  # the extent ends one element past the last
+    "vector of runs": (lambda: D.Create_vector(3, 2, 5), (True, True)),
     "negative stride": (lambda: D.Create_vector(4, 1, -3), (True, True)),
     "subarray 3-d": (lambda: MPI.DOUBLE_COMPLEX.Create_subarray([4, 6, 5], [4, 3, 5], [0, 3, 0]), (True, True)),
     "subarray inner cut": (lambda: MPI.INT.Create_subarray([4, 6, 5], [2, 3, 2], [1, 2, 3]), (True, True)),
     "indexed, uneven": (lambda: D.Create_indexed([1, 3], [0, 5]), (False, False)),
     "struct of two kinds": (lambda: MPI.Datatype.Create_struct([1, 1], [0, 12], [MPI.INT, D]), (False, False)),
-    "below zero": (lambda: D.Create_indexed_block(1, [-1, 1]), (True, False)),
+    "below zero": (lambda: D.Create_indexed_block(1, [-1, 1]), (True, True)),
     "contiguous": (lambda: D.Create_contiguous(7), (True, True)),
 }
 

@@ -25,7 +25,7 @@ import operator
 import numpy as np
 
 from ._errors import ERR_ARG, ERR_TYPE, Exception as MPIException
-from ._layouts import Grid, layout_of
+from ._layouts import Grid, layout_of, regular
 
 # the combiners of MPI (MPI.COMBINER_*), as Open MPI numbers them
 NAMED, DUP, CONTIGUOUS, VECTOR, HVECTOR, INDEXED, HINDEXED = 0, 1, 2, 3, 5, 6, 8
@@ -52,7 +52,7 @@ class TypeMap:
     nothing until a call moves it."""
 
     __slots__ = ("lb", "ub", "align", "contents", "combiner", "committed", "size", "nelem", "true_lb", "true_ub",
-                 "uniform", "handles", "_build", "_codes", "_offsets", "_index", "_sizes", "_layouts")
+                 "uniform", "handles", "_build", "_codes", "_offsets", "_index", "_sizes", "_layouts", "_grid_of")
 
     def __init__(self, lb: int, ub: int, align: int, contents, *, size: int, nelem: int, true_lb: int,
                  true_ub: int, uniform, build=None, codes=None, offsets=None):
@@ -69,6 +69,7 @@ class TypeMap:
         self._index = None
         self._sizes = None
         self._layouts = {}  # count -> its layout (see _layouts), the last few used
+        self._grid_of = None  # what gives the layout of one element from the constructor's numbers (or None)
 
     def _materialize(self) -> None:
         if self._codes is None:
@@ -90,6 +91,7 @@ class TypeMap:
         tm = TypeMap(lb, ub, self.align, contents, size=self.size, nelem=self.nelem, true_lb=self.true_lb,
                      true_ub=self.true_ub, uniform=self.uniform, build=lambda: (self.codes, self.offsets))
         tm._index = self._index
+        tm._grid_of = lambda: self.layout(1)
         return tm
 
     @property
@@ -132,12 +134,26 @@ class TypeMap:
         """Where the bytes of ``count`` elements lie, from displacement 0 (see ``_layouts``)."""
         found = self._layouts.get(count)
         if found is None:
-            found = layout_of(self.byte_index(count))
+            found = self._known_grid(count) if self.size and count else None
+            if found is None:
+                found = layout_of(self.byte_index(count))
             if isinstance(found, Grid) or found.nbytes <= _CACHED_INDEX_BYTES:  # a grid is a few numbers
                 if len(self._layouts) >= 8:
                     self._layouts.clear()
                 self._layouts[count] = found
         return found
+
+    def _known_grid(self, count: int) -> Grid | None:
+        """The layout of ``count`` elements where it is a grid known without
+        the byte index: one element's from its constructor, ``count`` of
+        them as one more dimension at the extent."""
+        if count == 1:
+            one = self._grid_of() if self._grid_of is not None else None
+        else:
+            one = self.layout(1)
+        if not isinstance(one, Grid) or count == 1:
+            return one if isinstance(one, Grid) else None
+        return regular(one.start, (count, *one.shape), (self.extent, *one.strides), one.run)
 
     def basic_dtype(self):
         """The numpy dtype of the basic elements if they are all of one datatype, else None."""
@@ -178,8 +194,10 @@ def basic_map(datatype) -> TypeMap:
         BASIC.append(datatype)
     size = datatype.Get_size()
     align = datatype._dtype.alignment if datatype._dtype is not None else 1
-    return TypeMap(0, size, align, (NAMED, [], [], []), size=size, nelem=1, true_lb=0, true_ub=size,
-                   uniform=code, codes=[code], offsets=[0])
+    tm = TypeMap(0, size, align, (NAMED, [], [], []), size=size, nelem=1, true_lb=0, true_ub=size,
+                 uniform=code, codes=[code], offsets=[0])
+    tm._grid_of = lambda: Grid(0, (), (), size)
+    return tm
 
 
 def _ints(values, what: str) -> list[int]:
@@ -315,7 +333,30 @@ def _grid(old: TypeMap, axes: list, strides: list[int], blocks: int, contents) -
             disp = (disp[:, None] + values * stride).reshape(-1)
         return np.tile(old.codes, copies), (disp[:, None] + old.offsets[None, :]).reshape(-1)
 
-    return _map(_copies_bounds(old, low, high, copies), align, contents, build)
+    tm = _map(_copies_bounds(old, low, high, copies), align, contents, build)
+    tm._grid_of = lambda: _grid_layout(old, axes, strides)
+    return tm
+
+
+def _grid_layout(old: TypeMap, axes: list, strides: list[int]) -> Grid | None:
+    """The layout of ``_grid``'s copies where each axis is evenly spaced and
+    ``old`` is a grid itself (else None: found from the byte index)."""
+    inner = old.layout(1)
+    if not isinstance(inner, Grid):
+        return None
+    start, shape, steps = inner.start, [], []
+    for axis, stride in zip(axes, strides):
+        if isinstance(axis, range):
+            first, n, step = axis.start, len(axis), axis.step
+        else:
+            gaps = np.unique(np.diff(axis))
+            if gaps.size > 1:
+                return None
+            first, n, step = int(axis[0]), len(axis), int(gaps[0]) if gaps.size else 1
+        start += first * stride
+        shape.append(n)
+        steps.append(step * stride)
+    return regular(start, (*shape, *inner.shape), (*steps, *inner.strides), inner.run)
 
 
 def contiguous(old: TypeMap, oldtype, count) -> TypeMap:

@@ -11,8 +11,13 @@ sum(k_i * stride_i)`` for ``k_i < shape_i``, each run ``run`` bytes
 long. Such a layout (``Grid``) moves as one strided numpy copy, in units
 of up to 8 bytes, at the speed of a copy of the array; any other type map
 (``Scattered``) moves through its byte index. Both are found once per
-type map and count (``layout_of``, cached on the type map) and placed at a
-displacement with ``at``, so a call neither builds an index nor scans one.
+type map and count (cached on the type map) and placed at a displacement
+with ``at``, so a call neither builds an index nor scans one. A grid is
+found from the constructor's own numbers where a vector, subarray or
+contiguous type of a grid (or ``count`` copies of one) is a grid again
+(``regular``), and from the byte index otherwise (``layout_of``): a
+library that builds its transposes' subarray types per call never pays
+for an index.
 ``Blocks`` is the layouts of a vector call's blocks, one after another.
 ``gather`` can pack straight into a message's place (``out``), where the
 call has one, instead of into a copy of its own; ``gather_range`` and
@@ -177,6 +182,23 @@ class Blocks:
             take = min(part.nbytes, nbytes - done)
             part.scatter(memory, packed[done:done + part.nbytes], take)
             done += part.nbytes
+
+
+def regular(start: int, shape, strides, run: int) -> Grid:
+    """The grid of runs of ``run`` bytes at ``start + sum(k_i * strides_i)``,
+    in its fewest dimensions, as ``layout_of`` finds it from the bytes:
+    dimensions of one dropped, runs that continue each other joined, and
+    a dimension that continues the next merged into it."""
+    dims = [(n, s) for n, s in zip(shape, strides) if n != 1]
+    while dims and dims[-1][1] == run:
+        run *= dims.pop()[0]
+    merged: list[tuple[int, int]] = []
+    for n, s in reversed(dims):
+        if merged and s == merged[0][0] * merged[0][1]:
+            merged[0] = (n * merged[0][0], merged[0][1])
+        else:
+            merged.insert(0, (n, s))
+    return Grid(start, tuple(n for n, _ in merged), tuple(s for _, s in merged), run)
 
 
 def layout_of(index: np.ndarray) -> Grid | Scattered:
