@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import simdist
 from simdist.reference import load_factory
+from simdist.reference._focus import NAMED_FACTORIES, named_backend
+from simdist.reference._ranks import target_of
 
 __all__ = ["Backend", "parse_spec", "under_test"]
 
@@ -21,17 +23,19 @@ def parse_spec(backend: str, factory: str | None = None) -> tuple[str, str | Non
     """``(world backend, factory spec)`` from ``--simdist-backend`` and ``--simdist-factory``."""
     if backend in ("sim", "mpi"):
         return backend, factory
+    if backend in NAMED_FACTORIES:  # torch-gloo, torch-nccl: a factory on the simulator's ranks
+        return named_backend(backend, factory, "--simdist-backend")
     if ":" in backend and factory is None:
         load_factory(backend)            # fail now, with its message, not on every rank
         return "sim", backend
     raise simdist.InvalidValue(
-        f"--simdist-backend={backend!r} must be sim, mpi or MODULE:FACTORY "
+        f"--simdist-backend={backend!r} must be sim, mpi, torch-gloo, torch-nccl or MODULE:FACTORY "
         "(with --simdist-factory MODULE:FACTORY to wrap mpi)")
 
 
 def under_test(base, factory: str | None):
     """The communicator a property tests, on a rank."""
-    return base if factory is None else load_factory(factory)(base)
+    return target_of(base, factory)
 
 
 def _call(base, factory, fn, args):
@@ -54,6 +58,7 @@ class Backend:
     size: int
     world: simdist.World
     hung: str | None = None
+    refused: str | None = None  # what the backend last said it does not support, in this test
 
     @property
     def name(self) -> str:
@@ -73,3 +78,25 @@ class Backend:
             pytest.fail(f"{self.name} hung:\n{hang}", pytrace=False)
         except simdist.RankDied as death:    # nothing to shrink: fail now (the world recovers)
             pytest.fail(f"{self.name} lost a rank:\n{death}", pytrace=False)
+        except simdist.RankError as error:
+            refused = _refusal(error, self.size)
+            if refused is None:
+                raise
+            self.refused = refused
+            from hypothesis import reject
+            from hypothesis.control import currently_in_test_context
+
+            if currently_in_test_context():  # an example the backend cannot run: another one
+                reject()
+            pytest.skip(f"{self.name} does not support it: {refused}")
+
+
+def _refusal(error: simdist.RankError, size: int) -> str | None:
+    """The message of a call every rank refused as "not supported" (as
+    ``simdist check`` reports a row unsupported), else None."""
+    raised = error.exceptions
+    if len(raised) != size or error.aborted or error.died:
+        return None
+    if all(isinstance(e, simdist.InvalidArgument) and "not supported" in str(e).lower() for e in raised.values()):
+        return str(raised[min(raised)])
+    return None

@@ -3,9 +3,12 @@
 Registered through the ``pytest11`` entry point, so installing simdist is
 enough. Options:
 
-``--simdist-backend sim|mpi|MODULE:FACTORY[,...]``
-    what to test (default ``sim``); ``MODULE:FACTORY`` wraps the simulator's
-    communicator: ``FACTORY(base)`` returns the communicator to test. Several,
+``--simdist-backend sim|mpi|torch-gloo|torch-nccl|MODULE:FACTORY[,...]``
+    what to test (default ``sim``); ``torch-gloo`` is torch's Gloo on the
+    simulated ranks (``torch-nccl``: NCCL, one GPU per rank);
+    ``MODULE:FACTORY`` wraps the simulator's communicator: ``FACTORY(base)``
+    returns the communicator to test, or a torch process group (tested
+    through the contract, ``simdist.torch.check.TorchCommunicator``). Several,
     separated by commas, run every test against each (one world serves them
     all);
 ``--simdist-factory MODULE:FACTORY``
@@ -57,7 +60,7 @@ _FAILED = pytest.StashKey[dict]()      # (backend spec, size) -> the first test 
 
 def pytest_addoption(parser):
     group = parser.getgroup("simdist", "simdist: the backend that property suites test")
-    group.addoption("--simdist-backend", default="sim", metavar="sim|mpi|MODULE:FACTORY",
+    group.addoption("--simdist-backend", default="sim", metavar="sim|mpi|torch-gloo|torch-nccl|MODULE:FACTORY",
                     help="backend to test (default sim)")
     group.addoption("--simdist-factory", default=None, metavar="MODULE:FACTORY",
                     help="test FACTORY(base), base being --simdist-backend's communicator")
@@ -298,6 +301,8 @@ def _spec_of(item) -> str | None:
 
 
 def pytest_runtest_setup(item):
+    if {"world", "comm"} & set(getattr(item, "fixturenames", ())):
+        _backend(item.config, _size(item), _spec_of(item)).refused = None
     if item.config.getoption("simdist_first_failure") and {"world", "comm"} & set(item.fixturenames):
         first = item.config.stash[_FAILED].get((_spec_of(item), _size(item)))
         if first is not None:
@@ -309,6 +314,12 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     uses_backend = {"world", "comm"} & set(getattr(item, "fixturenames", ()))
+    if report.when == "call" and report.failed and uses_backend and call.excinfo is not None:
+        refused = _backend(item.config, _size(item), _spec_of(item)).refused
+        if refused is not None and call.excinfo.typename in ("Unsatisfiable", "FailedHealthCheck"):  # refused
+            report.outcome = "skipped"
+            report.longrepr = (str(item.path), item.location[1], f"Skipped: {_spec_of(item)} does not support "
+                                                                 f"it: {refused}")
     if report.failed and uses_backend:
         item.config.stash[_FAILED].setdefault((_spec_of(item), _size(item)), _seeds.own_name(item))
     if report.when == "call" and report.failed and uses_backend:

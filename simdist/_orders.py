@@ -72,7 +72,8 @@ import numpy as np
 
 from ._reduction import fold as _fold
 
-__all__ = ["ORDERS", "in_order", "fold", "ring", "recursive_doubling", "ring_blocks", "depth"]
+__all__ = ["ORDERS", "in_order", "fold", "ring", "recursive_doubling", "ring_blocks", "gloo_ring",
+           "gloo_ring_chunks", "depth"]
 
 
 def combine(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -160,11 +161,65 @@ def recursive_doubling(op: str, parts: Sequence[np.ndarray]) -> np.ndarray:
     return _finish(op, values[0], n).reshape(shape)
 
 
+_GLOO_MAX_SEGMENT = 1 << 20  # gloo::AllreduceOptions::kMaxSegmentSize, bytes
+
+
+def gloo_ring_chunks(count: int, size: int, itemsize: int) -> list[tuple[int, int]]:
+    """``[(start, stop), ...]`` of the ``size`` chunks Gloo's ring cuts a
+    buffer of ``count`` elements of ``itemsize`` bytes into (see
+    :func:`gloo_ring`); the last ones may be short or empty."""
+    max_segment = itemsize * max(1, _GLOO_MAX_SEGMENT // itemsize)
+    segments = max(-(-count * itemsize // max_segment), 2 * size)
+    segments = -(-segments // size) * size  # a multiple of the ranks
+    per_chunk = (segments // size) * -(-count // segments)  # elements
+    return [(min(c * per_chunk, count), min((c + 1) * per_chunk, count)) for c in range(size)]
+
+
+def gloo_ring(op: str, parts: Sequence[np.ndarray]) -> np.ndarray:
+    """What Gloo's ring allreduce computes (``gloo/allreduce.cc``, the
+    algorithm ``ProcessGroupGloo`` uses on CPU tensors).
+
+    The buffer is cut into ``2N`` or more segments (a multiple of ``N``,
+    each at most 1 MiB, all but the last ones ``ceil(count / segments)``
+    elements long), ``segments / N`` consecutive ones per chunk, so the
+    chunks are not numpy's even split: 100 float32 on 4 ranks make chunks
+    of 26, 26, 26 and 22, and 1 element on 4 ranks one chunk of 1 and three
+    empty ones. Chunk ``c`` starts at rank ``c - 1``, which sends its
+    elements to ``c - 2``; each rank adds what it receives to its own
+    (``own + received``) and passes it on, so chunk ``c`` ends at rank ``c``
+    as ``x_c + (x_{c+1} + (... + (x_{c-2} + x_{c-1})))``, the ranks in
+    descending ring order. A complex sum is the sum of its real and
+    imaginary parts as one float buffer twice as long (c10d's
+    ``view_as_real``), so a chunk may end between the two parts of a
+    number. ``mean`` (Gloo's ``AVG``) is not the sum divided: it is refused.
+    Checked against torch 2.14.1's Gloo: see docs/backends.md.
+    """
+    if op == "mean":
+        raise ValueError("gloo_ring: Gloo's AVG is not the contract's mean (see docs/backends.md); "
+                         "no named order gives it")
+    shape = np.shape(parts[0])
+    flat = _flat(parts)
+    dtype = flat[0].dtype
+    if dtype.kind == "c":  # as c10d sends it: the real view, twice as long
+        flat = [f.view(f.real.dtype) for f in flat]
+    n, count = len(flat), flat[0].size
+    out = flat[0].copy()
+    for c, (start, stop) in enumerate(gloo_ring_chunks(count, n, flat[0].itemsize)):
+        if n == 1 or start == stop:
+            continue
+        acc = flat[(c - 1) % n][start:stop].copy()
+        for j in range(2, n + 1):
+            acc = combine(op, flat[(c - j) % n][start:stop], acc)
+        out[start:stop] = acc
+    return out.view(dtype).reshape(shape)
+
+
 #: Named orders, by name: ``ORDERS[name](op, parts) -> ndarray``.
 ORDERS: dict[str, Callable[[str, Sequence[np.ndarray]], np.ndarray]] = {
     "fold": fold,
     "ring": ring,
     "recursive_doubling": recursive_doubling,
+    "gloo_ring": gloo_ring,
 }
 
 

@@ -19,6 +19,10 @@ Which communicator is checked:
 
 ``--backend sim`` / ``--backend mpi``
     the world's own communicator (the simulator, or mpi4py under mpiexec);
+``--backend torch-gloo`` / ``--backend torch-nccl``
+    torch's Gloo (NCCL: one GPU per rank), a process group of the
+    simulated ranks (:mod:`simdist.torch.check`); without a GPU,
+    ``torch-nccl`` says so and exits with status 1;
 ``--backend MODULE:FACTORY``
     a user's communicator on the simulator: ``FACTORY(base)`` gets the
     simulator's communicator and returns the object to check (``MODULE`` is
@@ -40,7 +44,7 @@ import time
 from .._errors import InvalidArgument, SimdistError
 from ..mpi._spmd import launched_rank
 from ..reference import SWEEP_COLLECTIVES, sweep
-from ..reference._focus import parse_sizes
+from ..reference._focus import NAMED_FACTORIES, named_backend, parse_sizes
 from ..reference._properties import run_properties
 from . import _json
 
@@ -67,8 +71,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("-n", "--size", default="4", metavar="N",
                    help="number of ranks (default 4); several: 2-5 or 2,3,5,8 (a report per size)")
-    p.add_argument("--backend", default="sim", metavar="sim|mpi|MODULE:FACTORY",
-                   help="what to check (default sim)")
+    p.add_argument("--backend", default="sim", metavar="sim|mpi|torch-gloo|torch-nccl|MODULE:FACTORY",
+                   help="what to check (default sim); torch-gloo: torch's Gloo on the simulated ranks, torch-nccl: "
+                        "NCCL, one GPU per rank")
     p.add_argument("--factory", metavar="MODULE:FACTORY",
                    help="check FACTORY(base), base being the --backend's communicator")
     p.add_argument("--json", metavar="FILE",
@@ -96,9 +101,14 @@ def _target(args) -> tuple[str, str | None]:
     """(backend, factory) from --backend and --factory; raises ValueError
     with the message to print when they do not make sense together."""
     backend, factory = args.backend, args.factory
+    if backend in NAMED_FACTORIES:
+        if factory is not None:
+            raise ValueError(f"--backend {backend} is a factory of its own; it takes no --factory")
+        return backend, None
     if backend not in ("sim", "mpi"):
         if ":" not in backend:
-            raise ValueError(f"--backend {backend}: use sim, mpi or MODULE:FACTORY (e.g. mybackend:make_comm)")
+            raise ValueError(f"--backend {backend}: use sim, mpi, torch-gloo, torch-nccl or MODULE:FACTORY "
+                             "(e.g. mybackend:make_comm)")
         if factory is not None:
             raise ValueError("give the factory either as --backend MODULE:FACTORY or as --factory MODULE:FACTORY, "
                              "not both")
@@ -210,6 +220,7 @@ def _properties(args, size: int, backend: str, factory: str | None, progress_to)
     def announce() -> None:
         print("check: running the property suite (python -m pytest --pyargs properties) ...", file=progress_to)
 
+    backend, factory = named_backend(backend, factory)
     return run_properties(backend if backend == "mpi" else "sim", factory, size, timeout=args.timeout,
                           seed=args.seed, examples=10 if args.quick else 25, announce=announce,
                           collectives=_names(args.collectives), ops=_names(args.ops), dtypes=_names(args.dtypes),

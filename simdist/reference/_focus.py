@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._arguments import DTYPES
-from .._errors import InvalidType, InvalidValue
+from .._errors import InvalidType, InvalidValue, SimdistError
 from .._reduction import ops_for
 from ._cases import SWEEP_COLLECTIVES
 from ._ranks import load_factory
@@ -84,6 +84,32 @@ def implemented(factory: str | None) -> tuple | None:
         raise InvalidType(f"{factory}.implements={declared!r} must be a set of collective names, "
                           f"e.g. {{'allreduce'}}")
     return select_collectives(list(declared), what=f"{factory}.implements")
+
+
+#: Backends named by a word that are a factory on the simulator's ranks:
+#: torch's, each rank making a process group of the real backend
+#: (:mod:`simdist.torch.check`).
+NAMED_FACTORIES = {"torch-gloo": "simdist.torch.check:gloo", "torch-nccl": "simdist.torch.check:nccl"}
+
+
+def named_backend(backend: str, factory: str | None, what: str = "backend") -> tuple[str, str | None]:
+    """``(world backend, factory)`` for ``backend``: a name of
+    :data:`NAMED_FACTORIES` is the simulator's world and that factory (and
+    raises :class:`simdist.SimdistError` saying why where the backend
+    cannot run here: no GPU for NCCL); any other backend is returned as is."""
+    if backend not in NAMED_FACTORIES:
+        return backend, factory
+    if factory is not None:
+        raise InvalidValue(f"{what}={backend!r} is a factory of its own ({NAMED_FACTORIES[backend]}); "
+                           f"it takes no other factory ({factory!r})")
+    try:
+        from simdist.torch.check import unavailable
+    except ImportError as exc:
+        raise SimdistError(f"{what}={backend!r} needs PyTorch: pip install 'simdist[torch]' ({exc})") from None
+    reason = unavailable(backend)
+    if reason:
+        raise SimdistError(f"{backend} skipped: {reason}")
+    return "sim", NAMED_FACTORIES[backend]
 
 
 def parse_sizes(text: str, option: str = "-n") -> list[int]:

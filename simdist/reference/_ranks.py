@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import sys
 import time
 import traceback
 from typing import Callable
@@ -66,7 +67,17 @@ def load_factory(spec: str) -> Callable:
 
 
 def target_of(comm, factory: str | None):
-    return comm if factory is None else load_factory(factory)(comm)
+    """What ``factory`` makes of the rank's ``comm``; a torch process group
+    it returns is checked through the contract (``TorchCommunicator``)."""
+    if factory is None:
+        return comm
+    made = load_factory(factory)(comm)
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and isinstance(made, dist.ProcessGroup):
+        from simdist.torch._contract import TorchCommunicator
+
+        return TorchCommunicator(comm, made)
+    return made
 
 
 def identify(comm, factory: str | None):

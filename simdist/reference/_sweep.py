@@ -45,7 +45,7 @@ from .._errors import (
 )
 from .._world import World
 from ._cases import Row, plan
-from ._focus import implemented, select_collectives, select_dtypes, select_ops
+from ._focus import implemented, named_backend, select_collectives, select_dtypes, select_ops
 from ._judging import Tally, judge_row
 from ._ranks import CaseError, identify, load_factory, rank_main
 
@@ -186,8 +186,8 @@ def _check_args(size, backend, factory, quick, progress, seed, timeout) -> None:
     if size < 1:
         raise InvalidValue(f"sweep: size={size} must be >= 1")
     if backend not in ("sim", "mpi"):
-        raise InvalidValue(f"sweep: backend={backend!r} must be 'sim' or 'mpi'; a user's communicator is "
-                           "passed as factory='module:callable'")
+        raise InvalidValue(f"sweep: backend={backend!r} must be 'sim', 'mpi', 'torch-gloo' or 'torch-nccl'; a "
+                           "user's communicator is passed as factory='module:callable'")
     if factory is not None:
         load_factory(factory)  # fails here, with a clear message, rather than on every rank
     if progress is not None and not callable(progress):
@@ -214,7 +214,10 @@ def sweep(
 ) -> dict:
     """Check every collective of a backend on a world of ``size`` ranks.
 
-    ``backend`` ("sim" or "mpi") is the world's; ``factory``, a
+    ``backend`` ("sim" or "mpi") is the world's, or one of torch's:
+    ``"torch-gloo"`` (Gloo, a ``ProcessGroupGloo`` of the simulated ranks)
+    or ``"torch-nccl"`` (NCCL on CUDA tensors; :class:`simdist.SimdistError`
+    saying so where there is no GPU); ``factory``, a
     ``"module:callable"`` string, names a user's communicator: on every rank,
     ``factory(base)`` gets the world's communicator and returns the object to
     check (anything with the contract's methods). The factory is imported by
@@ -259,6 +262,8 @@ def sweep(
     be imported, say), and :class:`simdist.SimdistError` when nothing can be
     checked (the factory raises, or the world cannot start).
     """
+    named = backend
+    backend, factory = named_backend(backend, factory, "sweep: backend")
     _check_args(size, backend, factory, quick, progress, seed, timeout)
     collectives, ops, dtypes, implements = _selection(collectives, ops, dtypes, factory)
     if sync_sends and size == 1 and "send_recv" in collectives:  # a synchronous send to oneself never completes
@@ -288,7 +293,7 @@ def sweep(
     counts = {v: sum(r["verdict"] == v for r in report_rows) for v in VERDICTS}
     return {
         "size": size,
-        "backend": backend,
+        "backend": named,
         "factory": factory,
         "quick": quick,
         "seed": seed,
