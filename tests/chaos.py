@@ -205,7 +205,8 @@ def _memfds() -> int:
 
 
 def _snapshot(tmp: str) -> dict:
-    return {"fds": set(os.listdir("/proc/self/fd")), "shm": set(os.listdir("/dev/shm")), "tmp": set(os.listdir(tmp))}
+    return {"fds": set(os.listdir("/proc/self/fd")), "shm": set(os.listdir("/dev/shm")), "tmp": set(os.listdir(tmp)),
+            "memfds": _memfds()}
 
 
 def leaks(before: dict, tmp: str, scratch: str, within: float = 5.0) -> dict:
@@ -216,7 +217,7 @@ def leaks(before: dict, tmp: str, scratch: str, within: float = 5.0) -> dict:
         left = {
             "processes": sorted(_descendants(os.getpid()) - before["procs"]) + _forked_children_alive(scratch),
             "descriptors": sorted(now["fds"] - before["fds"]),
-            "memfds": _memfds(),
+            "memfds": max(0, _memfds() - before["memfds"]),  # those held before the run are not its
             "dev_shm": sorted(now["shm"] - before["shm"]),
             "temp_dirs": sorted(now["tmp"] - before["tmp"]),
         }

@@ -582,4 +582,4 @@ def test_public_names_of_the_module():
          "sweep", "load_factory", "SWEEP_COLLECTIVES"]
     )
     assert all(hasattr(module, name) for name in module.__all__)
-    assert module.ORDERS == ("fold", "ring", "recursive_doubling", "tree")
+    assert module.ORDERS == ("fold", "ring", "recursive_doubling", "gloo_ring", "tree")
