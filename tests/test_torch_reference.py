@@ -41,6 +41,7 @@ def _gloo_allreduce(comm):
     return [c.allreduce(_data(comm.rank, count, dtype)) for dtype, count in CASES]
 
 
+@pytest.mark.slow  # Gloo groups on simulated ranks, or a `simdist check` in a child
 @pytest.mark.parametrize("n", [3, 4])
 def test_glooS_allreduce_is_its_named_ring_order_to_the_bit(n):
     """Every rank's result equals ``gloo_ring``'s bits; the ascending fold
@@ -76,6 +77,7 @@ def _check(*args, cwd=None, path=None) -> subprocess.CompletedProcess:
                           stdin=subprocess.DEVNULL, env=env, timeout=600, cwd=cwd)
 
 
+@pytest.mark.slow  # Gloo groups on simulated ranks, or a `simdist check` in a child
 def test_check_torch_gloo_judges_glooS_rows_and_names_what_it_refuses(tmp_path):
     out = tmp_path / "gloo.json"
     done = _check("-n", "3", "--backend", "torch-gloo", "--quick", "--no-properties", "--collectives",
@@ -111,6 +113,7 @@ def test_check_torch_nccl_without_a_gpu_says_why_and_checks_nothing():
         reference.sweep(2, "torch-nccl", quick=True)
 
 
+@pytest.mark.slow  # Gloo groups on simulated ranks, or a `simdist check` in a child
 def test_a_ring_written_with_torch_send_and_recv_is_checked_as_one_written_with_mpi4py():
     """On the simdist backend and on Gloo, every (dtype, op) row it supports passes."""
     for factory in ("torch_ring:make", "torch_ring:make_on_gloo"):
@@ -138,6 +141,7 @@ def make(base):
 '''
 
 
+@pytest.mark.slow  # Gloo groups on simulated ranks, or a `simdist check` in a child
 def test_a_ring_with_a_bug_fails_the_check_naming_the_element(tmp_path):
     (tmp_path / "broken_ring.py").write_text(BROKEN_RING)
     done = _check("-n", "3", "--backend", "broken_ring:make", "--collectives", "allreduce", "--dtypes", "float32",
@@ -146,6 +150,7 @@ def test_a_ring_with_a_bug_fails_the_check_naming_the_element(tmp_path):
     assert "FAIL allreduce float32 sum" in done.stdout and "element(s) wrong" in done.stdout
 
 
+@pytest.mark.slow  # Gloo groups on simulated ranks, or a `simdist check` in a child
 def test_the_property_suite_takes_a_torch_process_group_as_the_backend_under_test():
     """A factory that returns a ProcessGroup is tested through the contract;
     what Gloo refuses is skipped with its reason, never failed."""
