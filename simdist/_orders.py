@@ -205,12 +205,8 @@ def gloo_ring(op: str, parts: Sequence[np.ndarray]) -> np.ndarray:
     n, count = len(flat), flat[0].size
     out = flat[0].copy()
     for c, (start, stop) in enumerate(gloo_ring_chunks(count, n, flat[0].itemsize)):
-        if n == 1 or start == stop:
-            continue
-        acc = flat[(c - 1) % n][start:stop].copy()
-        for j in range(2, n + 1):
-            acc = combine(op, flat[(c - j) % n][start:stop], acc)
-        out[start:stop] = acc
+        # own + received, from rank c - 1 down to c: a fold in that order (+ and * commute to the bit)
+        out[start:stop] = _left_fold(op, [flat[(c - j) % n][start:stop] for j in range(1, n + 1)])
     return out.view(dtype).reshape(shape)
 
 

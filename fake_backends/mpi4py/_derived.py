@@ -149,10 +149,10 @@ class TypeMap:
         them as one more dimension at the extent."""
         if count == 1:
             one = self._grid_of() if self._grid_of is not None else None
-        else:
-            one = self.layout(1)
-        if not isinstance(one, Grid) or count == 1:
             return one if isinstance(one, Grid) else None
+        one = self.layout(1)
+        if not isinstance(one, Grid):
+            return None
         return regular(one.start, (count, *one.shape), (self.extent, *one.strides), one.run)
 
     def basic_dtype(self):

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from .._arguments import check_blocks
 from .._communicator import Communicator
 from .._errors import InvalidType, InvalidValue
 
@@ -205,8 +206,8 @@ class TorchCommunicator(Communicator):
             t = self._tensor(x, "scatter") if x is not None else None
             return self._array(self._user("scatter", t, root))
         x = np.asarray(x) if self.rank == root else None
-        if x is not None and (x.ndim == 0 or x.shape[0] != self.size):
-            raise InvalidValue(f"rank {self.rank}: scatter: x has shape {x.shape}; expecting ({self.size}, ...)")
+        if x is not None:
+            check_blocks(x, self.size, self.rank, "scatter")
         dtype, shape = self._broadcast_header(x[0] if x is not None else None, root)
         out = self._empty(shape, dtype)
         blocks = list(self._tensor(x, "scatter").unbind(0)) if x is not None else None
@@ -217,9 +218,7 @@ class TorchCommunicator(Communicator):
         t = self._tensor(x, "reduce_scatter")
         if "reduce_scatter" in self.functions:
             return self._array(self._user("reduce_scatter", t, op))
-        if t.ndim == 0 or t.shape[0] != self.size:
-            raise InvalidValue(f"rank {self.rank}: reduce_scatter: x has shape {tuple(t.shape)}; expecting "
-                               f"({self.size}, ...)")
+        check_blocks(t, self.size, self.rank, "reduce_scatter")
         out = torch.empty(t.shape[1:], dtype=t.dtype, device=self.device)
         self._torch("reduce_scatter", f"{t.dtype} {op}", _REDUCE_SCATTER, out.reshape(-1),
                     t.reshape(-1), op=self._op(op, "reduce_scatter"), group=self.group)
@@ -229,9 +228,7 @@ class TorchCommunicator(Communicator):
         t = self._tensor(x, "alltoall")
         if "alltoall" in self.functions:
             return self._array(self._user("alltoall", t))
-        if t.ndim == 0 or t.shape[0] != self.size:
-            raise InvalidValue(f"rank {self.rank}: alltoall: x has shape {tuple(t.shape)}; expecting "
-                               f"({self.size}, ...)")
+        check_blocks(t, self.size, self.rank, "alltoall")
         out = torch.empty_like(t)
         self._torch("alltoall", str(t.dtype), dist.all_to_all_single, out, t, group=self.group)
         return self._array(out)
