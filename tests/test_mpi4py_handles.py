@@ -333,8 +333,10 @@ def run_under_mpiexec(path) -> subprocess.CompletedProcess:
     try:
         return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, start_new_session=True)
     finally:
-        remove_orphaned_segments(dev_shm() - shm_before)
-        shutil.rmtree(tmpdir, ignore_errors=True)
+        try:
+            remove_orphaned_segments(dev_shm() - shm_before)
+        finally:
+            shutil.rmtree(tmpdir, ignore_errors=True)
 
 
 def assert_programs_pass_under_mpiexec(tmp_path, programs: dict[str, str]) -> None:

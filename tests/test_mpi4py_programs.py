@@ -203,9 +203,10 @@ def remove_orphaned_segments(names: set[str]) -> None:
     (Open MPI removes its segments only when its ranks end normally), unless
     a live process still maps them."""
     mapped = ""
-    for maps in pathlib.Path("/proc").glob("[0-9]*/maps"):
-        try:
-            mapped += maps.read_text()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:  # a process may end between the listing and the read
+            with open(f"/proc/{pid}/maps") as maps:
+                mapped += maps.read()
         except OSError:
             pass
     for name in names:
