@@ -12,6 +12,11 @@ any row disagrees with what it should be.
 
 ``--first-failure`` stops testing a backend at its first failing property
 (``--simdist-first-failure``), which is what the project's tests use.
+
+``--torch`` adds a column: the property suite against every fake as a
+torch process group (``fake_backends.torch_groups``), driven through
+``torch.distributed``'s calls; a fake whose bug torch's interface cannot
+carry (``INEXPRESSIBLE``) must pass there.
 """
 
 from __future__ import annotations
@@ -94,50 +99,76 @@ def _bug(cls) -> str:
     return sentence if len(sentence) <= 90 else sentence[:90].rsplit(" ", 1)[0] + " ..."
 
 
+def _caught(results: list) -> dict:
+    """What the suite's ``results`` (test, failed, seconds) say of a backend."""
+    failed = [test for test, bad, _ in results if bad]
+    elapsed, caught_after = 0.0, None
+    for _, bad, seconds in results:
+        elapsed += seconds
+        if bad:
+            caught_after = elapsed
+            break
+    return {"properties_run": len(results), "properties_failed": len(failed),
+            "first_property": failed[0] if failed else None,
+            "seconds_to_catch": round(caught_after, 2) if caught_after is not None else None}
+
+
+def _torch_column(name: str, results: list) -> dict:
+    """The suite against the fake ``name`` (or the simulator) as a torch process group."""
+    from fake_backends.torch_groups import FAULTY_AS_GROUPS, INEXPRESSIBLE
+
+    column = {"should_fail": name in FAULTY_AS_GROUPS, "why_not": INEXPRESSIBLE.get(name), **_caught(results)}
+    column["as_expected"] = bool(column["properties_failed"]) == column["should_fail"] and bool(results)
+    return column
+
+
 def kill_table(size: int = 4, examples: int = 25, seed: int = 0, timeout: float = 5.0,
-               first_failure: bool = False, dtypes=None, ops=None, progress=lambda line: None) -> list[dict]:
+               first_failure: bool = False, dtypes=None, ops=None, torch: bool = False,
+               progress=lambda line: None) -> list[dict]:
     """One row per backend (the simulator, then every fake); see the module
     docstring. ``dtypes`` and ``ops`` (names; None: all) narrow the suite
-    and the sweep alike."""
+    and the sweep alike; ``torch`` adds each row's ``"torch"`` column."""
     names = list(fake_backends.FAKES)
     specs = ["sim"] + [f"fake_backends:{n}" for n in names]
-    progress(f"kill table: the property suite against {len(specs)} backends ...")
-    suites = _properties(specs, size, examples, seed, timeout, first_failure, {"dtypes": dtypes, "ops": ops})
+    torch_specs = [f"fake_backends.torch_groups:{n}" for n in ["simulator", *names]] if torch else []
+    progress(f"kill table: the property suite against {len(specs) + len(torch_specs)} backends ...")
+    suites = _properties(specs + torch_specs, size, examples, seed, timeout, first_failure,
+                         {"dtypes": dtypes, "ops": ops})
     rows = []
     for spec in specs:
         name = spec.partition(":")[2] or "sim"
         cls = fake_backends.FAKES.get(name)
         should_fail = name in fake_backends.FAULTY
         results = suites[spec]
-        failed = [test for test, bad, _ in results if bad]
-        elapsed, caught_after = 0.0, None
-        for _, bad, seconds in results:
-            elapsed += seconds
-            if bad:
-                caught_after = elapsed
-                break
+        caught = _caught(results)
         progress(f"kill table: simdist check's sweep against {spec} ...")
         sweep = _sweep(spec, size, timeout, dtypes, ops)
-        rows.append({
-            "backend": spec, "bug": _bug(cls),
-            "should_fail": should_fail, "properties_run": len(results), "properties_failed": len(failed),
-            "first_property": failed[0] if failed else None,
-            "seconds_to_catch": round(caught_after, 2) if caught_after is not None else None,
-            "check": sweep,
-            "as_expected": (bool(failed) == should_fail) and (not sweep["ok"]) == should_fail and bool(results),
-        })
+        row = {"backend": spec, "bug": _bug(cls), "should_fail": should_fail, **caught, "check": sweep,
+               "as_expected": (bool(caught["properties_failed"]) == should_fail) and (not sweep["ok"]) == should_fail
+               and bool(results)}
+        if torch:
+            torch_spec = torch_specs[specs.index(spec)]
+            row["torch"] = _torch_column(name, suites[torch_spec])
+            row["as_expected"] = row["as_expected"] and row["torch"]["as_expected"]
+        rows.append(row)
     return rows
 
 
 def format_markdown(rows: list[dict]) -> str:
-    lines = ["| backend | bug | first property to fail | time to catch | properties failed | "
-             "check rows failed | expected |", "| --- | --- | --- | ---: | ---: | ---: | --- |"]
+    torch = any("torch" in r for r in rows)
+    head = ("| backend | bug | first property to fail | time to catch | properties failed | check rows failed | "
+            + ("as a torch group: properties failed | " if torch else "") + "expected |")
+    lines = [head, "| --- | --- | --- | ---: | ---: | ---: | " + ("---: | " if torch else "") + "--- |"]
     for r in rows:
         caught = f"{r['seconds_to_catch']:.1f} s" if r["seconds_to_catch"] is not None else "-"
-        lines.append(f"| `{r['backend']}` | {r['bug']} | {r['first_property'] and '`' + r['first_property'] + '`' or '-'}"
-                     f" | {caught} | {r['properties_failed']}/{r['properties_run']} | "
-                     f"{r['check']['failed_rows']}/{r['check']['rows']} | "
-                     f"{'yes' if r['as_expected'] else '**NO**'} |")
+        cells = [f"`{r['backend']}`", r["bug"], r["first_property"] and f"`{r['first_property']}`" or "-", caught,
+                 f"{r['properties_failed']}/{r['properties_run']}", f"{r['check']['failed_rows']}/{r['check']['rows']}"]
+        if torch:
+            column = r["torch"]
+            cells.append(f"{column['properties_failed']}/{column['properties_run']}"
+                         + (" (bug not expressible)" if column["why_not"] else ""))
+        cells.append("yes" if r["as_expected"] else "**NO**")
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -148,10 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="Hypothesis seed (default 0)")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds before a hang is reported (default 5)")
     parser.add_argument("--first-failure", action="store_true", help="stop testing a backend at its first failure")
+    parser.add_argument("--torch", action="store_true", help="add the column of every fake as a torch process group")
     parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    rows = kill_table(args.np, args.examples, args.seed, args.timeout, args.first_failure,
+    rows = kill_table(args.np, args.examples, args.seed, args.timeout, args.first_failure, torch=args.torch,
                       progress=lambda line: print(line, file=sys.stderr, flush=True))
     print(format_markdown(rows))
     print(f"\n{len(rows)} backends in {time.perf_counter() - started:.0f} s; "

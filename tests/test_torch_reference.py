@@ -16,6 +16,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import fake_backends  # noqa: E402
 import simdist  # noqa: E402
 from simdist import reference  # noqa: E402
 from simdist._orders import gloo_ring_chunks, in_order  # noqa: E402
@@ -162,3 +163,42 @@ def test_the_property_suite_takes_a_torch_process_group_as_the_backend_under_tes
          "-rs"], capture_output=True, text=True, stdin=subprocess.DEVNULL, env=env, timeout=600, cwd=TESTS)
     assert done.returncode == 0, done.stdout[-3000:]
     assert "passed" in done.stdout and "does not support it" in done.stdout and "'land'" in done.stdout
+
+
+def test_the_simulator_as_a_contract_group_passes_the_sweep_bit_for_bit():
+    """torch's calls on a ContractGroup of the rank's own communicator, and
+    the contract over them, give every row the simulator's own results."""
+    report = reference.sweep(3, "sim", "fake_backends.torch_groups:simulator", quick=True, timeout=30,
+                             dtypes=["float64", "int32", "complex128"], ops=["sum", "mean", "max"])
+    failed = [row for row in report["rows"] if row["verdict"] == "FAIL"]
+    assert report["ok"] and not failed, failed[:2]
+    assert sum(row["verdict"] == "pass" for row in report["rows"]) >= 20
+
+
+class _Narrowing(fake_backends.Wrapper):
+    """Hands back allreduce's result as float32: a dtype torch's tensor does not have."""
+
+    def allreduce(self, x, op="sum"):
+        return self.base.allreduce(x, op=op).astype(np.float32)
+
+
+def _narrowed_all_reduce(comm):
+    import torch.distributed as dist
+
+    from simdist.torch.check import ContractGroup
+
+    t = torch.ones(3, dtype=torch.float64)
+    try:
+        dist.all_reduce(t, group=ContractGroup(_Narrowing(comm)))
+    except RuntimeError as exc:
+        return str(exc), t.tolist()
+    return None, t.tolist()
+
+
+def test_a_contract_group_refuses_a_result_its_tensor_cannot_hold_naming_rank_and_call():
+    with simdist.World(2, timeout=30) as world:
+        outcomes = world.run(_narrowed_all_reduce)
+    for rank, (error, values) in enumerate(outcomes):
+        assert error == (f"rank {rank}: all_reduce: the communicator returned float32 of shape (3,) for a "
+                         "torch.float64 tensor of shape (3,)"), error
+        assert values == [1.0, 1.0, 1.0]  # nothing written

@@ -6,8 +6,11 @@ each call one of torch.distributed's on a process group: Gloo's, NCCL's
 a function of the user's instead, written with torch (a ring all-reduce of
 ``dist.send``/``dist.recv``): it gets the group and a tensor.
 
-Inputs are copied into new tensors (a backend reduces in place), results
-are copied out of them. Where the contract gives the callee what torch
+Inputs of the calls torch makes in place (``all_reduce``, ``reduce``,
+``broadcast``) and of sends are copied into new tensors; the others
+(the inputs of gathers, scatters, ``reduce_scatter`` and ``alltoall``)
+are tensors over the caller's own memory where they can be, so that a
+backend that writes into an input is seen to. Results are copied out. Where the contract gives the callee what torch
 needs on every rank beforehand (the dtype and shape of a broadcast or a
 scatter on the non-roots, of a message on its receiver), a small header
 travels first, over the same group. A refusal of the backend's (Gloo has
@@ -27,6 +30,7 @@ import torch.distributed as dist
 from .._arguments import check_blocks
 from .._communicator import Communicator
 from .._errors import InvalidType, InvalidValue
+from ._contract_group import ContractGroup
 
 __all__ = ["TorchCommunicator", "CALLS"]
 
@@ -60,6 +64,13 @@ _REFUSALS = re.compile(r"Invalid scalar type|does not support|Cannot use ReduceO
                        r"output type|not supported|Unsupported|unsupported")
 
 
+def _backend_of(group) -> str:
+    try:
+        return dist.get_backend(group)
+    except (ValueError, RuntimeError):  # a group c10d did not make (a ContractGroup)
+        return group.getBackendName()
+
+
 class TorchCommunicator(Communicator):
     """The contract over the torch process group ``group`` (see the module
     docstring); ``base`` is the world communicator of the run (or a
@@ -90,7 +101,7 @@ class TorchCommunicator(Communicator):
             if not callable(fn):
                 raise InvalidType(f"TorchCommunicator: {name}={fn!r} must be a function")
         self.base, self.group, self.device = base, group, torch.device(device)
-        self.backend = backend or dist.get_backend(group)
+        self.backend = backend or _backend_of(group)
         self.functions = functions
         self._sending: list = []  # the works of sends not yet received, and their tensors
 
@@ -106,10 +117,14 @@ class TorchCommunicator(Communicator):
         return f"TorchCommunicator(rank={self.rank}, size={self.size}, backend={self.backend!r})"
 
     # -- arrays and tensors ----------------------------------------------------
-    def _tensor(self, x, call: str) -> torch.Tensor:
+    def _tensor(self, x, call: str, *, shared: bool = False) -> torch.Tensor:
+        """``x`` as a tensor on the device: a copy, or (``shared``) a tensor
+        over ``x``'s memory where it is a writeable C-ordered array on the CPU."""
         x = np.asarray(x)
         if x.dtype not in _DTYPES:
             raise InvalidType(f"rank {self.rank}: {call}: dtype {x.dtype} is not among the contract's")
+        if shared and self.device.type == "cpu" and x.flags.c_contiguous and x.flags.writeable and x.dtype.isnative:
+            return torch.from_numpy(x)
         return torch.from_numpy(np.array(x, order="C", copy=True)).to(self.device)
 
     def _empty(self, shape, dtype: np.dtype) -> torch.Tensor:
@@ -186,7 +201,7 @@ class TorchCommunicator(Communicator):
         return self._array(t)
 
     def allgather(self, x):
-        t = self._tensor(x, "allgather")
+        t = self._tensor(x, "allgather", shared=True)
         if "allgather" in self.functions:
             return self._array(self._user("allgather", t))
         out = torch.empty(self.size * t.numel(), dtype=t.dtype, device=self.device)
@@ -194,7 +209,7 @@ class TorchCommunicator(Communicator):
         return self._array(out.reshape(self.size, *t.shape))
 
     def gather(self, x, root=0):
-        t = self._tensor(x, "gather")
+        t = self._tensor(x, "gather", shared=True)
         if "gather" in self.functions:
             return self._array(self._user("gather", t, root))
         blocks = [torch.empty_like(t) for _ in range(self.size)] if self.rank == root else None
@@ -203,19 +218,19 @@ class TorchCommunicator(Communicator):
 
     def scatter(self, x, root=0):
         if "scatter" in self.functions:
-            t = self._tensor(x, "scatter") if x is not None else None
+            t = self._tensor(x, "scatter", shared=True) if x is not None else None
             return self._array(self._user("scatter", t, root))
         x = np.asarray(x) if self.rank == root else None
         if x is not None:
             check_blocks(x, self.size, self.rank, "scatter")
         dtype, shape = self._broadcast_header(x[0] if x is not None else None, root)
         out = self._empty(shape, dtype)
-        blocks = list(self._tensor(x, "scatter").unbind(0)) if x is not None else None
+        blocks = list(self._tensor(x, "scatter", shared=True).unbind(0)) if x is not None else None
         self._torch("scatter", str(out.dtype), dist.scatter, out, blocks, group=self.group, group_src=root)
         return self._array(out)
 
     def reduce_scatter(self, x, op="sum"):
-        t = self._tensor(x, "reduce_scatter")
+        t = self._tensor(x, "reduce_scatter", shared=True)
         if "reduce_scatter" in self.functions:
             return self._array(self._user("reduce_scatter", t, op))
         check_blocks(t, self.size, self.rank, "reduce_scatter")
@@ -225,7 +240,7 @@ class TorchCommunicator(Communicator):
         return self._array(out)
 
     def alltoall(self, x):
-        t = self._tensor(x, "alltoall")
+        t = self._tensor(x, "alltoall", shared=True)
         if "alltoall" in self.functions:
             return self._array(self._user("alltoall", t))
         check_blocks(t, self.size, self.rank, "alltoall")
@@ -262,20 +277,31 @@ class TorchCommunicator(Communicator):
             for work, _ in pending:
                 work.wait()
 
+    def _recv(self, t: torch.Tensor, source: int, tag: int) -> None:
+        """The group's own receive (``dist.recv`` wants a group c10d made, to
+        name the sender's global rank, which nothing here reads); a complex
+        tensor travels as its real view, as ``dist.isend`` sends it."""
+        self.group.recv([torch.view_as_real(t) if t.is_complex() else t], source, tag).wait()
+
     def recv(self, source, tag=0):
         if "recv" in self.functions:
             return self._array(self._user("recv", source, tag))
         words = self._empty((_HEADER,), np.dtype(np.int64))
-        dist.recv(words, group=self.group, group_src=source, tag=tag)
+        self._recv(words, source, tag)
         dtype, shape = self._read_header(words)
         t = self._empty(shape, dtype)
         if t.numel():
-            self._torch("recv", str(t.dtype), dist.recv, t, group=self.group, group_src=source, tag=tag)
+            self._torch("recv", str(t.dtype), self._recv, t, source, tag)
         return self._array(t)
 
     def split(self, color, key=0):
         """The base's split, with a process group of the new ranks (made by
-        its members alone); None where ``color`` is None."""
+        its members alone); None where ``color`` is None. A
+        :class:`ContractGroup`'s communicator splits itself."""
+        if isinstance(self.group, ContractGroup):
+            sub = self.group.comm.split(color, key)
+            return None if sub is None else TorchCommunicator(sub, ContractGroup(sub), device=self.device,
+                                                              backend=self.backend, **self.functions)
         sub = self.base.split(color, key)
         members = self.base.allgather(np.array([-1 if color is None else color, key, dist.get_rank()], np.int64))
         if sub is None:

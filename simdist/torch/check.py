@@ -12,6 +12,8 @@ the same with NCCL on CUDA tensors, one GPU per rank.
 check a collective written with torch (``TorchCommunicator(base,
 process_group(base), allreduce=ring_allreduce)``): by default the
 ``simdist`` backend's, whose calls are the simulator's.
+:class:`ContractGroup` goes the other way: a process group whose calls
+are a contract communicator's (a fake's, in ``fake_backends.torch_groups``).
 
 A process group lasts for one ``World.run``: the factory is called again
 for every run, and the group of a run is destroyed when the run's function
@@ -34,9 +36,10 @@ from torch.distributed.constants import default_pg_timeout
 
 from .._errors import InvalidValue
 from ._contract import CALLS, TorchCommunicator
+from ._contract_group import ContractGroup
 from ._launch import hang_timeout
 
-__all__ = ["gloo", "nccl", "process_group", "TorchCommunicator", "CALLS", "BACKENDS", "unavailable"]
+__all__ = ["gloo", "nccl", "process_group", "TorchCommunicator", "ContractGroup", "CALLS", "BACKENDS", "unavailable"]
 
 #: ``--backend`` names of torch's backends, and their factories.
 BACKENDS = {"torch-gloo": "simdist.torch.check:gloo", "torch-nccl": "simdist.torch.check:nccl"}
