@@ -72,8 +72,6 @@ def describe(sig: tuple[int, ...], comm_name: str = "") -> str:
     parts = []
     if ndim >= 0:
         shape = tuple(sig[HEAD_WORDS:HEAD_WORDS + ndim])
-        if -1 in shape:  # blocks of any length (the simulated mpi4py's Alltoallv)
-            shape = "(" + ", ".join("any" if d == -1 else str(d) for d in shape) + ")"
         parts.append(f"{DTYPES[dtype - 1]} {shape}" if dtype else f"shape {shape}")
     elif kind in ROOT_ONLY_ARRAY:
         parts.append("x=None")

@@ -8,13 +8,11 @@ calls something else raises ``simdist.CollectiveMismatch`` everywhere. A
 block whose length differs from what its receiver expects raises
 ``MPI.Exception`` (``ERR_TRUNCATE``) on the receiver.
 
-Alltoallv and Alltoallw, the transposes of parallel FFTs, are one
-meeting where the blocks fit the slots (``SimComm.alltoallv_blocks``): the
-lengths travel in a header before the blocks, and never hold the padded
-message: each block is packed from the buffer straight into the rank's
-slot and unpacked from the sender's slot straight into the receive buffer,
-two copies as in MPI's shared memory; a rank's block to itself is one copy
-where either side is one run.
+Alltoallv and Alltoallw, the transposes of parallel FFTs, never hold the
+padded message: each block is packed from the buffer straight into the
+rank's slot and unpacked from the sender's slot straight into the receive
+buffer (``SimComm.alltoall_blocks``), two copies as in MPI's shared memory;
+a rank's block to itself is one copy where either side is one run.
 """
 
 from __future__ import annotations
@@ -54,30 +52,27 @@ def _copies(blocks: list[BufSpec]) -> list[BufSpec]:
 def _alltoall_blocks(st, sc, call: str, send: list[BufSpec], recv: list[BufSpec]) -> None:
     """Block ``j`` of ``send`` to rank ``j``, rank ``j``'s block for us into
     block ``j`` of ``recv``: each packed straight into the simulator's slot
-    and unpacked straight from it, the lengths travelling with the blocks
-    (``SimComm.alltoallv_blocks``). A length that differs from its receive
+    and unpacked straight from it. A length that differs from its receive
     block's is ERR_TRUNCATE on the receiver, which then writes no block."""
-    got, short = [], None
-
-    def arrived(lengths):  # [from, to]
-        nonlocal got, short
-        got = lengths[:, st.rank].tolist()
-        short = next((j for j, block in enumerate(recv) if got[j] != block.nbytes), None)
+    lengths = sc.allgather(np.array([b.nbytes for b in send], np.int64))  # [from, to]
+    me = st.rank
+    got = lengths[:, me].tolist()
+    short = next((j for j, block in enumerate(recv) if got[j] != block.nbytes), None)
 
     def pack(j, lo, out):
         block = send[j]
-        if lo < block.nbytes:
+        if j != me and lo < block.nbytes:
             block.pack_range(out[:block.nbytes - lo], lo)
 
     def unpack(j, lo, data):
-        if short is None and lo < got[j]:
+        if j != me and short is None and lo < got[j]:
             recv[j].unpack_range(data[:got[j] - lo], lo)
 
-    sc.alltoallv_blocks([b.nbytes for b in send], pack, unpack, arrived)
+    sc.alltoall_blocks(int(lengths.max()), pack, unpack)
     if short is not None:
         raise MPIException(ERR_TRUNCATE, f"{call}: rank {short} sent {got[short]} bytes for a block of "
                                          f"{recv[short].nbytes} bytes")
-    _copy_block(send[st.rank], recv[st.rank])
+    _copy_block(send[me], recv[me])
 
 
 def _copy_block(source: BufSpec, dest: BufSpec) -> None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._arguments import DTYPE_CODE, OP_CODE, as_input, check_blocks, check_int, check_op, check_rank_arg, check_stackable
+from .._arguments import OP_CODE, as_input, check_blocks, check_int, check_op, check_rank_arg, check_stackable
 from .._communicator import Communicator
 from .._errors import InvalidValue, SimdistError
 from .._reduction import fold_ufunc
@@ -219,30 +219,6 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
             plan = self._plans.get(key) or self._plan(key, 0, -1)
             return self._exchange_blocks(plan, pack, unpack)
         return self._alltoall_block_phases(width, pack, unpack)
-
-    def alltoallv_blocks(self, lengths, pack, unpack, arrived) -> None:
-        """``alltoall_blocks`` with blocks of their own lengths: this rank's
-        block for member ``j`` has ``lengths[j]`` bytes; ``arrived(matrix)``
-        gets every member's lengths (``matrix[i, j]``: from ``i`` to ``j``)
-        before the first ``unpack``. ``pack(j, lo, out)`` and ``unpack(j,
-        lo, data)`` are ``alltoall_blocks``'s (``out`` and ``data`` may run
-        past the block's end) and are never called for this rank's own
-        block. One meeting, the lengths travelling with the blocks; only when
-        some member's blocks do not fit half a slot do they follow, as an
-        ``alltoall_blocks`` of the longest block's width."""
-        if self._closed:
-            raise closed_error(self._rank, "alltoall", self._closed)
-        me = self._rank
-        static = (_ALLTOALL, 0, -1, DTYPE_CODE[_BYTE], 2, self._size, -1)  # -1: blocks of any length
-        longest = []
-
-        def seen(matrix):
-            longest.append(int(matrix.max()))
-            arrived(matrix)
-
-        if not self._exchange_vblocks(static, lengths, pack, unpack, seen):
-            self.alltoall_blocks(longest[0], lambda j, lo, out: j != me and pack(j, lo, out),
-                                 lambda j, lo, data: j != me and unpack(j, lo, data))
 
     def barrier(self):
         if self._closed:

@@ -149,47 +149,6 @@ class OnePhaseCalls:
         finally:
             self._end()
 
-    def _exchange_vblocks(self, static, lengths, pack, unpack, arrived) -> bool:
-        """``alltoallv_blocks`` in one meeting (see ``SimComm``): each
-        member's half slot holds a header, ``[fits, its lengths...]``, then,
-        where they fit, its blocks for the others in member order. Every
-        member reads every header, so all agree on whether the blocks came
-        along (True) or must follow in a call of their own (False)."""
-        size, me = self._size, self._rank
-        header = 8 * (size + 1)
-        bank = (self._epoch + 1) & 1
-        self._release(bank)
-        offsets = self._half_off[bank]
-        mm = self._arena.mm
-        others = np.array(lengths, np.int64)
-        others[me] = 0  # a rank's block for itself never leaves it
-        fits = header + int(others.sum()) <= self._half_bytes
-        try:
-            head = np.ndarray(size + 1, np.int64, mm, offsets[me])
-            head[0], head[1:] = fits, lengths
-            if fits:
-                at = offsets[me] + header
-                for j, n in enumerate(others.tolist()):
-                    if n:
-                        pack(j, 0, np.ndarray(n, np.uint8, mm, at))
-                        at += n
-            self._meet(static)
-            heads = np.array([np.ndarray(size + 1, np.int64, mm, off) for off in offsets])
-            matrix = heads[:, 1:]
-            arrived(matrix)
-            every_fits = bool(heads[:, 0].all())
-            if every_fits:
-                before = np.cumsum(matrix, axis=1) - matrix  # bytes of blocks ahead of each, own included
-                for j, off in enumerate(offsets):
-                    n = int(matrix[j, me])
-                    if j != me and n:
-                        skip = int(before[j, me]) - (int(matrix[j, j]) if j < me else 0)
-                        unpack(j, 0, np.ndarray(n, np.uint8, mm, off + header + skip))
-            self._done(bank)
-            return every_fits
-        finally:
-            self._end()
-
     # -- what each call reads --------------------------------------------------
     def _stack_all(self, views, rows, plan):
         return rows.copy() if rows is not None else np.stack(views)
