@@ -39,13 +39,14 @@ def _failed(out: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_the_property_suite_passes_on_the_simulator_at_two_to_five_ranks(tmp_path):
-    """Every case of every property, a few examples each, at even and odd
-    sizes (at odd ones a mean's division by the size rounds)."""
-    done = _suite(tmp_path, "--simdist-np", "2-5", examples=3)
+def test_the_property_suite_passes_on_the_simulator_at_two_and_five_ranks(tmp_path):
+    """Every case of every property, a few examples each, at an even and an
+    odd size (at odd ones a mean's division by the size rounds; the kill
+    table runs 3 ranks)."""
+    done = _suite(tmp_path, "--simdist-np", "2,5", examples=3)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     counts = _counts(done.stdout)
-    assert counts.get("passed", 0) >= 4 * 140 and "skipped" not in counts, done.stdout[-2000:]
+    assert counts.get("passed", 0) >= 2 * 140 and "skipped" not in counts, done.stdout[-2000:]
 
 
 @pytest.mark.slow
