@@ -202,3 +202,24 @@ def test_a_contract_group_refuses_a_result_its_tensor_cannot_hold_naming_rank_an
         assert error == (f"rank {rank}: all_reduce: the communicator returned float32 of shape (3,) for a "
                          "torch.float64 tensor of shape (3,)"), error
         assert values == [1.0, 1.0, 1.0]  # nothing written
+
+
+def _split_twice_on_gloo(comm):
+    from simdist.torch.check import gloo
+
+    c = gloo(comm)
+    first = c.split(3 if comm.rank == 1 else None, 0)  # a group of rank 1 alone
+    if first is not None:
+        first.barrier()
+    second = c.split(1 if comm.rank == 2 else 2, -comm.rank)  # then one of ranks 1 and 0
+    return second.allreduce(np.arange(3.0) + comm.rank)
+
+
+@pytest.mark.slow  # Gloo groups on simulated ranks
+def test_glooS_groups_of_a_second_split_meet_after_a_group_some_members_never_joined():
+    """torch names a group made with local synchronization after a count that
+    only earlier groups' members advanced; the members agree on it first, or
+    the second split's group [0, 1] waits for ever in Gloo's rendezvous."""
+    with simdist.World(3, timeout=30) as world:
+        outcomes = world.run(_split_twice_on_gloo)
+    assert [o.tolist() for o in outcomes] == [[1.0, 3.0, 5.0], [1.0, 3.0, 5.0], [2.0, 3.0, 4.0]]

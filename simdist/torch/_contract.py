@@ -303,9 +303,18 @@ class TorchCommunicator(Communicator):
             return None if sub is None else TorchCommunicator(sub, ContractGroup(sub), device=self.device,
                                                               backend=self.backend, **self.functions)
         sub = self.base.split(color, key)
-        members = self.base.allgather(np.array([-1 if color is None else color, key, dist.get_rank()], np.int64))
+        world = dist.distributed_c10d._world
+        members = self.base.allgather(np.array([-1 if color is None else color, key, dist.get_rank(),
+                                                getattr(world, "group_count", 0)], np.int64))
         if sub is None:
             return None
-        mine = sorted((int(k), r, int(g)) for r, (c, k, g) in enumerate(members.tolist()) if c == color)
-        group = dist.new_group([g for _, _, g in mine], use_local_synchronization=True)
+        mine = sorted((int(k), r, int(g), int(n)) for r, (c, k, g, n) in enumerate(members.tolist()) if c == color)
+        if hasattr(world, "group_count"):
+            # torch names a group made with local synchronization after a count
+            # that only the members of each earlier group advanced: unless the
+            # members agree on it, they name the group differently and Gloo's
+            # rendezvous waits for ever
+            world.group_count = max(n for *_, n in mine)
+        group = dist.new_group([g for _, _, g, _ in mine], use_local_synchronization=True)
+        sub.barrier()  # every member's connections made before any may close them (see check.process_group)
         return TorchCommunicator(sub, group, device=self.device, backend=self.backend, **self.functions)

@@ -20,9 +20,10 @@ for every run, and the group of a run is destroyed when the run's function
 ends, so that a row that failed on one rank (leaving Gloo's connections
 broken, or a rank replaced) never reaches the next run. Its store is a
 prefix of a ``TCPStore`` on loopback whose server rank 0's process
-keeps; its port travels through ``base``. A Gloo or NCCL call that waits for
-``SIMDIST_TIMEOUT`` seconds (default 60) raises: a rank blocked in torch's
-own code is no simulator call, so the world's hang watch does not see it.
+keeps; its port travels through ``base``. A Gloo or NCCL call, and a wait
+of the store, that waits for ``SIMDIST_TIMEOUT`` seconds (default 60)
+raises: a rank blocked in torch's own code is no simulator call, so the
+world's hang watch does not see it.
 """
 
 from __future__ import annotations
@@ -78,6 +79,10 @@ def _destroy(returned: bool = True) -> None:
         dist.destroy_process_group()
 
 
+def _timeout() -> timedelta:
+    return timedelta(seconds=hang_timeout(default_pg_timeout))
+
+
 def _run_store(base):
     """A store for this run's group: a prefix of this world's store, a
     ``TCPStore`` whose server rank 0's process keeps (each process connects
@@ -86,8 +91,8 @@ def _run_store(base):
     runs would mix two runs' keys)."""
     if base.rank == 0:
         if "server" not in _world_store:
-            _world_store.update(server=dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False),
-                                runs=0)
+            _world_store.update(server=dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                                                      timeout=_timeout()), runs=0)
         _world_store["runs"] += 1
         words = np.array([_world_store["server"].port, _world_store["runs"]], np.int64)
     port, run = (int(v) for v in base.broadcast(words if base.rank == 0 else None, root=0))
@@ -95,7 +100,7 @@ def _run_store(base):
         store = _world_store["server"]
     else:
         if port not in _stores:
-            _stores[port] = dist.TCPStore("127.0.0.1", port, is_master=False)
+            _stores[port] = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=_timeout())
         store = _stores[port]
     return dist.PrefixStore(f"run{run}/", store)
 
@@ -116,6 +121,10 @@ def process_group(base, backend: str = "simdist"):
         return _run["group"]
     if dist.is_initialized():  # a group the program made itself, and left: not this run's
         dist.destroy_process_group()
+    # torch names the group after a count that destroying the last group
+    # resets, unless that destroy failed on this rank (a broken Gloo group):
+    # every rank starts from 0, or they wait for each other's keys for ever
+    dist.distributed_c10d._world.group_count = 0
     if backend == "simdist":
         dist.init_process_group("simdist")
     else:
@@ -125,8 +134,10 @@ def process_group(base, backend: str = "simdist"):
         name = REAL_GLOO if backend == "gloo" else "nccl"
         if backend == "nccl":
             torch.cuda.set_device(base.rank % torch.cuda.device_count())
-        dist.init_process_group(name, store=store, rank=base.rank, world_size=base.size,
-                                timeout=timedelta(seconds=hang_timeout(default_pg_timeout)))
+        dist.init_process_group(name, store=store, rank=base.rank, world_size=base.size, timeout=_timeout())
+        # Gloo's rendezvous is no barrier: a rank done with it may end its
+        # run and close its connections while a peer's are still being made
+        base.barrier()
     at_return(_destroy)
     _run.update(group=dist.group.WORLD, backend=backend)
     return _run["group"]
