@@ -10,10 +10,11 @@ Inputs of the calls torch makes in place (``all_reduce``, ``reduce``,
 ``broadcast``) and of sends are copied into new tensors; the others
 (the inputs of gathers, scatters, ``reduce_scatter`` and ``alltoall``)
 are tensors over the caller's own memory where they can be, so that a
-backend that writes into an input is seen to. Results are copied out. Where the contract gives the callee what torch
-needs on every rank beforehand (the dtype and shape of a broadcast or a
-scatter on the non-roots, of a message on its receiver), a small header
-travels first, over the same group. A refusal of the backend's (Gloo has
+backend that writes into an input is seen to. Results are copied out.
+Where the contract gives the callee what torch needs on every rank
+beforehand (the dtype and shape of a broadcast or a scatter on the
+non-roots, of a message on its receiver), a small header travels first,
+over the same group. A refusal of the backend's (Gloo has
 no int16, torch no logical op, no ``PRODUCT`` of complex numbers) is
 raised as :class:`simdist.InvalidValue` saying "not supported", so that
 ``simdist check`` reports the row as unsupported rather than failed.
