@@ -223,3 +223,63 @@ def test_glooS_groups_of_a_second_split_meet_after_a_group_some_members_never_jo
     with simdist.World(3, timeout=30) as world:
         outcomes = world.run(_split_twice_on_gloo)
     assert [o.tolist() for o in outcomes] == [[1.0, 3.0, 5.0], [1.0, 3.0, 5.0], [2.0, 3.0, 4.0]]
+
+
+def _bf16_gloo_ring(parts: list, op: str) -> torch.Tensor:
+    """``gloo_ring``'s order with torch's bfloat16 steps: chunk ``c`` ends at
+    rank ``c`` as ``x_c + (x_{c+1} + (... + x_{c-1}))``."""
+    n, count = len(parts), parts[0].numel()
+    step = torch.add if op == "sum" else torch.mul
+    out = torch.empty_like(parts[0])
+    for c, (start, stop) in enumerate(gloo_ring_chunks(count, n, 2)):
+        acc = parts[(c - 1) % n][start:stop].clone()
+        for k in range(2, n + 1):
+            acc = step(parts[(c - k) % n][start:stop], acc)
+        out[start:stop] = acc
+    return out
+
+
+def _bf16_parts(rank: int, count: int) -> torch.Tensor:
+    rng = np.random.default_rng([rank, count, 16])
+    return torch.from_numpy(rng.standard_normal(count).astype(np.float32)).to(torch.bfloat16)
+
+
+BF16_COUNTS = (1, 5, 100, 1000, 4099)
+
+
+def _gloo_bf16(comm):
+    import torch.distributed as dist
+
+    from simdist.torch.check import process_group
+
+    group = process_group(comm, "gloo")
+    out = []
+    for op in ("sum", "prod"):
+        for count in BF16_COUNTS:
+            t = _bf16_parts(comm.rank, count)
+            dist.all_reduce(t, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.PRODUCT, group=group)
+            out.append(t.view(torch.int16).numpy().copy())
+    return out
+
+
+@pytest.mark.slow  # Gloo groups on simulated ranks
+def test_glooS_bfloat16_allreduce_is_its_ring_order_with_bfloat16_steps():
+    """bfloat16 is no dtype of the contract (numpy has none), so no sweep row:
+    Gloo's sum and product of bfloat16 tensors are the ring's order, each
+    step rounded to bfloat16 as torch rounds it, to the bit."""
+    n = 3
+    with simdist.World(n, timeout=60) as world:
+        outputs = world.run(_gloo_bf16)
+    k, folds_differ = 0, 0
+    for op in ("sum", "prod"):
+        for count in BF16_COUNTS:
+            parts = [_bf16_parts(r, count) for r in range(n)]
+            want = _bf16_gloo_ring(parts, op).view(torch.int16).numpy()
+            for rank in range(n):
+                assert np.array_equal(outputs[rank][k], want), (op, count, rank)
+            fold = parts[0].clone()
+            for part in parts[1:]:
+                fold = torch.add(fold, part) if op == "sum" else torch.mul(fold, part)
+            folds_differ += not np.array_equal(fold.view(torch.int16).numpy(), want)
+            k += 1
+    assert folds_differ >= 4  # the ascending fold is another order: the check can tell
