@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import simdist
 from simdist.reference import load_factory
 from simdist.reference._focus import NAMED_FACTORIES, named_backend
-from simdist.reference._ranks import target_of
+from simdist.reference._ranks import target_of, unsupported
 
 __all__ = ["Backend", "parse_spec", "under_test"]
 
@@ -97,6 +97,6 @@ def _refusal(error: simdist.RankError, size: int) -> str | None:
     raised = error.exceptions
     if len(raised) != size or error.aborted or error.died:
         return None
-    if all(isinstance(e, simdist.InvalidArgument) and "not supported" in str(e).lower() for e in raised.values()):
+    if all(unsupported(e) for e in raised.values()):
         return str(raised[min(raised)])
     return None

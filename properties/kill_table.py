@@ -135,7 +135,7 @@ def kill_table(size: int = 4, examples: int = 25, seed: int = 0, timeout: float 
     suites = _properties(specs + torch_specs, size, examples, seed, timeout, first_failure,
                          {"dtypes": dtypes, "ops": ops})
     rows = []
-    for spec in specs:
+    for i, spec in enumerate(specs):
         name = spec.partition(":")[2] or "sim"
         cls = fake_backends.FAKES.get(name)
         should_fail = name in fake_backends.FAULTY
@@ -147,8 +147,7 @@ def kill_table(size: int = 4, examples: int = 25, seed: int = 0, timeout: float 
                "as_expected": (bool(caught["properties_failed"]) == should_fail) and (not sweep["ok"]) == should_fail
                and bool(results)}
         if torch:
-            torch_spec = torch_specs[specs.index(spec)]
-            row["torch"] = _torch_column(name, suites[torch_spec])
+            row["torch"] = _torch_column(name, suites[torch_specs[i]])
             row["as_expected"] = row["as_expected"] and row["torch"]["as_expected"]
         rows.append(row)
     return rows

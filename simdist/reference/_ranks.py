@@ -24,7 +24,7 @@ from .._errors import InvalidArgument, InvalidType, InvalidValue
 from .._frames import where_raised
 from ._cases import Case, Row, case_input, describe_case, messages
 
-__all__ = ["load_factory", "CaseError", "identify", "rank_main"]
+__all__ = ["load_factory", "CaseError", "identify", "rank_main", "target_of", "unsupported"]
 
 _BARRIER_LATE = 0.003  # seconds the late rank of a barrier case sleeps
 
@@ -136,7 +136,8 @@ def _send_recv(target, sent: list, case: Case, rank: int, n: int, sync: bool) ->
     return got
 
 
-def _unsupported(exc: Exception) -> bool:
+def unsupported(exc: BaseException) -> bool:
+    """Whether ``exc`` is a backend's refusal: ``InvalidArgument`` saying "not supported"."""
     return isinstance(exc, InvalidArgument) and "not supported" in str(exc).lower()
 
 
@@ -178,7 +179,7 @@ def rank_main(comm, factory: str | None, rows: list[Row], n: int, seed: int, syn
             try:
                 entry = _run_case(target, row, case, rank, n, seed, sync)
             except Exception as exc:
-                if _unsupported(exc):
+                if unsupported(exc):
                     entries.append(["unsupported", f"{type(exc).__name__}: {exc}"])
                     break
                 lines = traceback.format_exception_only(type(exc), exc)

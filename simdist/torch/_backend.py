@@ -19,7 +19,7 @@ from torch.distributed import ProcessGroup
 
 from . import _profiling
 from ._profiling import profiled
-from ._tensors import ReduceOps, Staged, op_name, premultiplied
+from ._tensors import ReduceOps, Staged, one_tensor, op_name, premultiplied
 from ._work import Pending, finished
 
 _SUM = torch.distributed.AllreduceOptions().reduceOp  # SUM, of the type c10d passes
@@ -30,9 +30,7 @@ _SECOND = lambda outputs, inputs, *rest: inputs  # noqa: E731
 
 
 def _one(tensors, call: str) -> torch.Tensor:
-    if len(tensors) != 1:
-        raise ValueError(f"{call}: the simdist backend takes one tensor per rank, not {len(tensors)}")
-    return tensors[0]
+    return one_tensor(tensors, call, "the simdist backend")
 
 
 def _check_one_size(inputs, outputs, call: str) -> None:

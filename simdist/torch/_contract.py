@@ -32,6 +32,7 @@ from .._arguments import check_blocks
 from .._communicator import Communicator
 from .._errors import InvalidType, InvalidValue
 from ._contract_group import ContractGroup
+from ._tensors import CONTRACT_OPS
 
 __all__ = ["TorchCommunicator", "CALLS"]
 
@@ -56,9 +57,6 @@ _HEADER = 2 + 64  # dtype code, ndim, up to 64 dimensions
 # torch 2.14's names of the one-tensor calls (the older ones warn there)
 _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-
-_OPS = {"sum": "SUM", "prod": "PRODUCT", "min": "MIN", "max": "MAX", "mean": "AVG", "band": "BAND",
-        "bor": "BOR", "bxor": "BXOR"}
 
 # What a backend says when it refuses a dtype or an op before moving anything.
 _REFUSALS = re.compile(r"Invalid scalar type|does not support|Cannot use ReduceOp|can't be cast to the desired "
@@ -138,10 +136,10 @@ class TorchCommunicator(Communicator):
         return t.detach().cpu().numpy().copy()
 
     def _op(self, op: str, call: str):
-        if op not in _OPS:
+        if op not in CONTRACT_OPS:
             raise InvalidValue(f"rank {self.rank}: {call}: op {op!r} is not supported by torch.distributed "
-                               f"(it has {', '.join(_OPS)})")
-        return getattr(dist.ReduceOp, _OPS[op])
+                               f"(it has {', '.join(CONTRACT_OPS)})")
+        return getattr(dist.ReduceOp, CONTRACT_OPS[op])
 
     def _torch(self, call: str, what: str, fn, *args, **kwargs):
         """``fn(*args, **kwargs)``, a backend's refusal raised as "not supported"."""

@@ -19,20 +19,17 @@ import numpy as np
 import torch
 from torch.distributed import ProcessGroup
 
-from ._tensors import op_name
+from ._tensors import CONTRACT_OPS, one_tensor, op_name
 from ._work import finished
 
 __all__ = ["ContractGroup"]
 
-#: c10d's ops by the contract's names.
-_OPS = {"SUM": "sum", "PRODUCT": "prod", "MIN": "min", "MAX": "max", "AVG": "mean", "BAND": "band", "BOR": "bor",
-        "BXOR": "bxor"}
+#: The contract's op names by c10d's.
+_OPS = {c10d: name for name, c10d in CONTRACT_OPS.items()}
 
 
 def _one(tensors, call: str) -> torch.Tensor:
-    if len(tensors) != 1:
-        raise ValueError(f"{call}: a contract group takes one tensor per rank, not {len(tensors)}")
-    return tensors[0]
+    return one_tensor(tensors, call, "a contract group")
 
 
 class ContractGroup(ProcessGroup):

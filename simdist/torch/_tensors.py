@@ -34,8 +34,18 @@ _MPI_OPS = {"SUM": "SUM", "AVG": "SUM", "PREMUL_SUM": "SUM", "PRODUCT": "PROD", 
             "BAND": "BAND", "BOR": "BOR", "BXOR": "BXOR"}
 _BF16_FOLD = {"SUM": torch.add, "PROD": torch.mul, "MIN": torch.minimum, "MAX": torch.maximum}
 _INTEGER_ONLY = ("BAND", "BOR", "BXOR")
+#: c10d's ops by the contract's names (the contract's others, the logical ops, torch has not).
+CONTRACT_OPS = {"sum": "SUM", "prod": "PRODUCT", "min": "MIN", "max": "MAX", "mean": "AVG", "band": "BAND",
+                "bor": "BOR", "bxor": "BXOR"}
 #: What no dtype has (torch's own backends refuse them too).
 _NO_DTYPE = (torch.complex32, torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def one_tensor(tensors, call: str, group: str) -> torch.Tensor:
+    """The one tensor of a call's list: ``group`` (a group's description) takes no more."""
+    if len(tensors) != 1:
+        raise ValueError(f"{call}: {group} takes one tensor per rank, not {len(tensors)}")
+    return tensors[0]
 
 
 def op_name(op) -> str:

@@ -40,10 +40,7 @@ from ._contract import CALLS, TorchCommunicator
 from ._contract_group import ContractGroup
 from ._launch import hang_timeout
 
-__all__ = ["gloo", "nccl", "process_group", "TorchCommunicator", "ContractGroup", "CALLS", "BACKENDS", "unavailable"]
-
-#: ``--backend`` names of torch's backends, and their factories.
-BACKENDS = {"torch-gloo": "simdist.torch.check:gloo", "torch-nccl": "simdist.torch.check:nccl"}
+__all__ = ["gloo", "nccl", "process_group", "TorchCommunicator", "ContractGroup", "CALLS", "unavailable"]
 
 #: The name real Gloo is registered under in a simulated rank.
 REAL_GLOO = "torch_gloo"
@@ -54,7 +51,8 @@ _stores = {}  # port -> this process's client of that store
 
 
 def unavailable(backend: str) -> str | None:
-    """Why ``backend`` (a key of :data:`BACKENDS`) cannot run here, or None."""
+    """Why ``backend`` (``torch-gloo`` or ``torch-nccl``, a key of
+    ``simdist.reference._focus.NAMED_FACTORIES``) cannot run here, or None."""
     if backend == "torch-nccl":
         if not torch.cuda.is_available():
             return ("torch-nccl checks NCCL on CUDA tensors, one GPU per rank, and torch sees no CUDA device here "
