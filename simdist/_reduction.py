@@ -15,6 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ._bfloat16 import kind_of
 from ._communicator import OPS
 
 __all__ = ["OPS", "LOGICAL", "ops_for", "accepts", "fold", "fold_in_blocks", "fold_rows", "fold_ufunc", "fold_with",
@@ -92,11 +93,11 @@ except ImportError:  # pragma: no cover - older numpy
 
 def ops_for(dtype: np.dtype) -> tuple[str, ...]:
     """The reduction ops defined on ``dtype``."""
-    return tuple(op for op in OPS if dtype.kind in _ACCEPTS[op])
+    return tuple(op for op in OPS if kind_of(dtype) in _ACCEPTS[op])
 
 
 def accepts(op: str, dtype: np.dtype) -> bool:
-    return dtype.kind in _ACCEPTS[op]
+    return kind_of(dtype) in _ACCEPTS[op]
 
 
 def fold(op: str, parts: Sequence[np.ndarray], out: np.ndarray, size: int | None = None) -> np.ndarray:

@@ -225,48 +225,27 @@ def test_glooS_groups_of_a_second_split_meet_after_a_group_some_members_never_jo
     assert [o.tolist() for o in outcomes] == [[1.0, 3.0, 5.0], [1.0, 3.0, 5.0], [2.0, 3.0, 4.0]]
 
 
-def _bf16_gloo_ring(parts: list, op: str) -> torch.Tensor:
-    """``gloo_ring``'s order with torch's bfloat16 steps: chunk ``c`` ends at
-    rank ``c`` as ``x_c + (x_{c+1} + (... + x_{c-1}))``."""
-    n, count = len(parts), parts[0].numel()
-    step = torch.add if op == "sum" else torch.mul
-    out = torch.empty_like(parts[0])
-    for c, (start, stop) in enumerate(gloo_ring_chunks(count, n, 2)):
-        acc = parts[(c - 1) % n][start:stop].clone()
-        for k in range(2, n + 1):
-            acc = step(parts[(c - k) % n][start:stop], acc)
-        out[start:stop] = acc
-    return out
+def _bf16_parts(rank: int, count: int) -> np.ndarray:
+    import ml_dtypes
 
-
-def _bf16_parts(rank: int, count: int) -> torch.Tensor:
     rng = np.random.default_rng([rank, count, 16])
-    return torch.from_numpy(rng.standard_normal(count).astype(np.float32)).to(torch.bfloat16)
+    return rng.standard_normal(count).astype(np.float32).astype(ml_dtypes.bfloat16)
 
 
 BF16_COUNTS = (1, 5, 100, 1000, 4099)
 
 
 def _gloo_bf16(comm):
-    import torch.distributed as dist
+    from simdist.torch.check import gloo
 
-    from simdist.torch.check import process_group
-
-    group = process_group(comm, "gloo")
-    out = []
-    for op in ("sum", "prod"):
-        for count in BF16_COUNTS:
-            t = _bf16_parts(comm.rank, count)
-            dist.all_reduce(t, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.PRODUCT, group=group)
-            out.append(t.view(torch.int16).numpy().copy())
-    return out
+    c = gloo(comm)
+    return [c.allreduce(_bf16_parts(comm.rank, count), op=op) for op in ("sum", "prod") for count in BF16_COUNTS]
 
 
 @pytest.mark.slow  # Gloo groups on simulated ranks
 def test_glooS_bfloat16_allreduce_is_its_ring_order_with_bfloat16_steps():
-    """bfloat16 is no dtype of the contract (numpy has none), so no sweep row:
-    Gloo's sum and product of bfloat16 tensors are the ring's order, each
-    step rounded to bfloat16 as torch rounds it, to the bit."""
+    """Gloo's sum and product of bfloat16 tensors are the ring's order, each
+    step rounded to bfloat16 (ml_dtypes' steps are torch's), to the bit."""
     n = 3
     with simdist.World(n, timeout=60) as world:
         outputs = world.run(_gloo_bf16)
@@ -274,12 +253,60 @@ def test_glooS_bfloat16_allreduce_is_its_ring_order_with_bfloat16_steps():
     for op in ("sum", "prod"):
         for count in BF16_COUNTS:
             parts = [_bf16_parts(r, count) for r in range(n)]
-            want = _bf16_gloo_ring(parts, op).view(torch.int16).numpy()
-            for rank in range(n):
-                assert np.array_equal(outputs[rank][k], want), (op, count, rank)
-            fold = parts[0].clone()
-            for part in parts[1:]:
-                fold = torch.add(fold, part) if op == "sum" else torch.mul(fold, part)
-            folds_differ += not np.array_equal(fold.view(torch.int16).numpy(), want)
+            got = [outputs[r][k] for r in range(n)]
+            verdict = reference.check("allreduce", parts, got, op=op, order="gloo_ring")
+            assert verdict.ok and verdict.dtype == "bfloat16", (op, count, verdict.reason)
+            assert reference.check("allreduce", parts, got, op=op).ok  # and within the bound
+            folds_differ += not reference.check("allreduce", parts, got, op=op, order="fold").ok
             k += 1
     assert folds_differ >= 4  # the ascending fold is another order: the check can tell
+
+
+@pytest.mark.slow  # Gloo groups on simulated ranks, or a `simdist check` in a child
+def test_check_torch_gloo_sweeps_bfloat16_rows_against_their_bounds(tmp_path):
+    out = tmp_path / "bf16.json"
+    done = _check("-n", "3", "--backend", "torch-gloo", "--quick", "--collectives",
+                  "allreduce,reduce_scatter,broadcast,alltoall,send_recv", "--dtypes", "bfloat16", "--json", str(out))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    report = json.loads(out.read_text())
+    rows = {(r["collective"], r["dtype"], r["op"]): r for r in report["rows"][1:]}
+    assert {d for _, d, _ in rows} == {"bfloat16"} and report["dtypes"] == ["bfloat16"]
+    assert {op for c, _, op in rows if c == "allreduce"} == {"sum", "prod", "min", "max", "mean"}
+    assert all(r["verdict"] == "pass" for r in rows.values()), [r["reason"] for r in rows.values()]
+    summed = rows["allreduce", "bfloat16", "sum"]
+    assert not summed["exact"] and 0 < summed["max_ratio"] <= 1
+    assert rows["broadcast", "bfloat16", None]["exact"] and rows["allreduce", "bfloat16", "max"]["exact"]
+    assert report["properties"]["skipped"] and "the sweep checked it" in report["properties"]["reason"]
+
+
+TRUNCATING_SUM = '''
+import torch
+import torch.distributed as dist
+
+
+def truncating_sum(group, x, op="sum"):
+    parts = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, x, group=group)
+    if x.dtype != torch.bfloat16:
+        return torch.stack(parts).sum(0)
+    total = torch.stack([p.float() for p in parts]).sum(0)
+    return (total.view(torch.int32) & -65536).view(torch.float32).to(torch.bfloat16)  # toward zero: the high 16 bits
+
+
+def make(base):
+    from simdist.torch.check import TorchCommunicator, process_group
+    return TorchCommunicator(base, process_group(base), allreduce=truncating_sum)
+
+
+make.extra_dtypes = ("bfloat16",)
+'''
+
+
+@pytest.mark.slow  # a `simdist check` in a child
+def test_a_bfloat16_sum_that_truncates_fails_the_check_where_float32_passes(tmp_path):
+    (tmp_path / "truncating.py").write_text(TRUNCATING_SUM)
+    done = _check("-n", "2", "--backend", "truncating:make", "--collectives", "allreduce", "--ops", "sum",
+                  "--dtypes", "bfloat16,float32", "--quick", "--no-properties", cwd=tmp_path)
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "FAIL allreduce bfloat16 sum" in done.stdout and "> bound" in done.stdout
+    assert "1 failed" in done.stdout and "FAIL allreduce float32 sum" not in done.stdout

@@ -203,7 +203,8 @@ def format_table(report: dict) -> str:
 def format_properties(report: dict) -> str:
     """The property suite's outcome as text: a summary line, then each failure."""
     if report["skipped"]:
-        return f"property suite: skipped: {report['reason']}; add it with: {report['install']}"
+        return f"property suite: skipped: {report['reason']}" + (
+            f"; add it with: {report['install']}" if report["install"] else "")
     failed = report["failed"]
     lines = [f"property suite: {report['passed']} passed, {len(failed)} failed in {report['seconds']:.1f} s "
              f"(hypothesis seed {report['seed']})"]

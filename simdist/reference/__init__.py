@@ -28,7 +28,7 @@ What a backend is held to (DESIGN.md, "Reference checking"):
 
 Floating-point bounds
 ---------------------
-``u`` is the unit roundoff (2**-11 float16, 2**-24 float32, 2**-53 float64;
+``u`` is the unit roundoff (2**-8 bfloat16, 2**-11 float16, 2**-24 float32, 2**-53 float64;
 complex: that of its components), ``eta`` the smallest subnormal,
 ``gamma(k) = k*u / (1 - k*u)``, ``N`` the number of ranks and ``k`` the
 depth: the most operations one input can go through, ``N - 1`` for any order
@@ -92,7 +92,7 @@ factors above 1 in magnitude times ``(1 + gamma(N-1))``, at or beyond the
 largest finite value) may give a non-finite result; a finite result is still
 held to the bound, which holds for every order that did not overflow.
 
-How it is computed. Every float16/32/64 value is a double; ``S`` and
+How it is computed. Every (b)float16/32/64 value is a double; ``S`` and
 ``sum |x_i|`` are computed in double, which is exact when the element's terms
 span fewer than 53 bits (checked as above with ``p = 53``; always for
 float16), else with ``math.fsum``, which returns the correctly rounded exact

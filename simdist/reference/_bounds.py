@@ -16,6 +16,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from .._bfloat16 import kind_of
 from .._errors import InvalidValue
 from .._orders import ORDERS as NAMED_ORDERS
 from .._orders import depth as _depth
@@ -29,7 +30,7 @@ _MARGIN = 1.0 + 2.0**-40  # for the roundings in computing the bound and the err
 
 
 def unit_roundoff(dtype) -> float:
-    """``u = 2**-p`` of a float or complex dtype (p = 11, 24, 53)."""
+    """``u = 2**-p`` of a float or complex dtype (p = 8 for bfloat16, 11, 24, 53)."""
     return float(np.finfo(np.dtype(dtype)).eps) / 2
 
 
@@ -66,7 +67,7 @@ class Judgement:
 def _same(got: np.ndarray, ref: np.ndarray, by_value: bool = False) -> np.ndarray:
     """Per element: the same bits (or both NaN, per component); with
     ``by_value`` equal numbers count as the same (``-0 == +0``)."""
-    if got.dtype.kind not in "fc":
+    if kind_of(got.dtype) not in "fc":
         return got == ref
     if got.dtype.kind == "c":
         return _same(got.real, ref.real, by_value) & _same(got.imag, ref.imag, by_value)
@@ -96,7 +97,7 @@ def bitwise(got: np.ndarray, ref: np.ndarray, by_value: bool = False) -> Judgeme
 
 def bitwise_bytes(got: np.ndarray, ref: np.ndarray) -> Judgement:
     """Data movement: the very bytes (NaN payloads included)."""
-    if got.dtype.kind in "fc":
+    if kind_of(got.dtype) in "fc":
         bits = np.dtype(f"u{got.dtype.itemsize // (2 if got.dtype.kind == 'c' else 1)}")
         per = got.dtype.itemsize // bits.itemsize
         ok = (got.view(bits) == ref.view(bits)).reshape(got.size, per).all(axis=1)
@@ -217,7 +218,7 @@ def _sum_judge(parts: list[np.ndarray], got: np.ndarray, op: str, k: int) -> Jud
     dtype = got.dtype
     fold_ref = _fold(op, parts, np.empty_like(got))
     mean = op == "mean"
-    if dtype.kind == "f":
+    if kind_of(dtype) == "f":
         x = np.stack([p.astype(np.float64) for p in parts])
         return _sum_component(x, got.astype(np.float64), fold_ref, dtype, k, mean)
     real_dt = np.dtype(f"f{dtype.itemsize // 2}")
@@ -384,7 +385,7 @@ def judge(op: str, parts: list[np.ndarray], got: np.ndarray, order: str | None) 
     n = len(parts)
     flat_parts = [np.ascontiguousarray(p).reshape(-1) for p in parts]
     flat = np.ascontiguousarray(got).reshape(-1)
-    kind = got.dtype.kind
+    kind = kind_of(got.dtype)
     if order in NAMED_ORDERS:
         return bitwise(flat, in_order(order, op, flat_parts))
     if kind in "biu" or op in _EXACT_OPS or n == 1:

@@ -17,6 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .._arguments import DTYPES
+from .._bfloat16 import dtype_named, kind_of
 from .._communicator import BLOCKED, COLLECTIVES, REDUCTIONS, ROOTED
 from .._reduction import ops_for
 from ._verdict import COLLECTIVES as _CHECKED
@@ -63,9 +64,9 @@ def _large_length(collective: str, dtype: np.dtype, op: str | None, quick: bool,
     table = _QUICK_LARGE if quick else _LARGE
     if collective in ("allgather", "gather") and n > 4:  # results of at most 4 large arrays per rank
         return table["numpy"] * 4 // n
-    if op in ("sum", "mean") and dtype.kind in "fc":
-        return table["double" if dtype.kind == "f" and dtype.itemsize <= 4 else "fsum"]
-    if op == "prod" and dtype.kind in "fc":
+    if op in ("sum", "mean") and kind_of(dtype) in "fc":
+        return table["double" if kind_of(dtype) == "f" and dtype.itemsize <= 4 else "fsum"]
+    if op == "prod" and kind_of(dtype) in "fc":
         return table["cprod" if dtype.kind == "c" else "prod"]
     return table["numpy"]
 
@@ -91,7 +92,7 @@ def plan(n: int, quick: bool, collectives=SWEEP_COLLECTIVES, dtypes=DTYPES, ops=
                                 cases.append(Case(len(cases), shape, kind, root, repeat, 0))
                 if not (collective == "send_recv" and n == 1):  # a large send to oneself may block for ever
                     # one large case where both kinds are judged bit for bit alike
-                    bounded = collective in REDUCTIONS and dtype.kind in "fc" and op in ("sum", "mean", "prod")
+                    bounded = collective in REDUCTIONS and kind_of(dtype) in "fc" and op in ("sum", "mean", "prod")
                     length = _large_length(collective, dtype, op, quick, n)
                     for kind, root in zip(_KINDS if bounded else ("random",), (n - 1, 0) if bounded else (n - 1,)):
                         cases.append(Case(len(cases), "large", kind, root, 0, length))
@@ -164,7 +165,7 @@ def _array(rng, shape: tuple, dtype: np.dtype, role: str, kind: str, strided: bo
 def case_input(row: Row, case: Case, rank: int, n: int, seed: int):
     """What ``rank`` passes in a collective case (None: a non-root's broadcast
     or scatter, on even repeats; odd repeats pass an array that is ignored)."""
-    dtype = np.dtype(row.dtype)
+    dtype = dtype_named(row.dtype)
     rng = _rng(seed, row, case, rank)
     shape = _element_shape(row.collective, case, n)
     strided = case.shape == "3x5 strided"
@@ -178,7 +179,7 @@ def messages(row: Row, case: Case, rank: int, n: int, seed: int) -> list[tuple[i
     """``(tag, array)`` that ``rank`` sends to ``rank + 1`` in a send_recv
     case: two with tag 0 (they must arrive in order), and for small shapes a
     third with tag 7, which the receiver takes first."""
-    dtype = np.dtype(row.dtype)
+    dtype = dtype_named(row.dtype)
     rng = _rng(seed, row, case, rank)
     shape = _element_shape(row.collective, case, n)
     strided = case.shape == "3x5 strided"

@@ -9,7 +9,9 @@ names (a class attribute when ``FACTORY`` is a class, or
 ``make.implements = {"allreduce"}`` after ``def make``): the collectives it
 implements itself, by the names of :data:`SWEEP_COLLECTIVES`. Without it,
 every collective is checked (a factory that delegates the rest to its base
-passes on them).
+passes on them). A factory whose communicator carries dtypes beyond the
+contract's (torch's: bfloat16) names them in ``extra_dtypes``, and the
+sweep makes their rows too.
 """
 
 from __future__ import annotations
@@ -17,12 +19,18 @@ from __future__ import annotations
 import numpy as np
 
 from .._arguments import DTYPES
+from .._bfloat16 import NAME as BFLOAT16, dtype_named
 from .._errors import InvalidType, InvalidValue, SimdistError
 from .._reduction import ops_for
 from ._cases import SWEEP_COLLECTIVES
 from ._ranks import load_factory
 
-__all__ = ["OPS", "select_collectives", "select_ops", "select_dtypes", "implemented", "parse_sizes"]
+__all__ = ["OPS", "EXTRA_DTYPES", "select_collectives", "select_ops", "select_dtypes", "extra_dtypes", "implemented",
+           "parse_sizes"]
+
+#: The dtypes beyond the contract's that a sweep knows, by name: a factory
+#: whose communicator carries some says so with ``extra_dtypes``.
+EXTRA_DTYPES = (BFLOAT16,)
 
 #: Every reduction op of the contract: a float's, then the integers' own.
 OPS = tuple(dict.fromkeys((*ops_for(np.dtype("float64")), *ops_for(np.dtype("int64")))))
@@ -56,20 +64,40 @@ def select_ops(ops, what: str = "ops") -> tuple:
     return _select(ops, OPS, what)
 
 
-def select_dtypes(dtypes, what: str = "dtypes") -> tuple:
-    """The contract's dtypes named, in the contract's order (None: all)."""
+def select_dtypes(dtypes, what: str = "dtypes", extra: tuple = ()) -> tuple:
+    """The dtypes named, in the contract's order then ``extra``'s (the
+    names of :data:`EXTRA_DTYPES` a backend carries besides); None: all."""
+    known = (*DTYPES, *map(dtype_named, extra))
     if dtypes is None:
-        return DTYPES
+        return known
     names = _listed(dtypes, what)
     try:
-        wanted = {np.dtype(d) for d in names}
+        wanted = {dtype_named(d) if isinstance(d, str) else np.dtype(d) for d in names}
     except TypeError as exc:
         raise InvalidValue(f"{what}={dtypes!r}: {exc}") from None
-    unknown = [str(d) for d in wanted if d not in DTYPES]
+    unknown = [str(d) for d in wanted if d not in known]
     if unknown:
+        beyond = [d for d in unknown if d in EXTRA_DTYPES]
         raise InvalidValue(f"{what}={dtypes!r}: {', '.join(unknown)} not among the contract's dtypes "
-                           f"{', '.join(map(str, DTYPES))}")
-    return tuple(d for d in DTYPES if d in wanted)
+                           f"{', '.join(map(str, DTYPES))}"
+                           + (f"; {', '.join(beyond)} only where a backend carries it (torch-gloo, torch-nccl)"
+                              if beyond else ""))
+    return tuple(d for d in known if d in wanted)
+
+
+def extra_dtypes(factory: str | None) -> tuple:
+    """The dtypes beyond the contract's that ``factory`` says its
+    communicator carries (its callable's attribute ``extra_dtypes``, names
+    of :data:`EXTRA_DTYPES`), or ()."""
+    if factory is None:
+        return ()
+    declared = getattr(load_factory(factory), "extra_dtypes", ())
+    names = [declared] if isinstance(declared, str) else list(declared)
+    unknown = [n for n in names if n not in EXTRA_DTYPES]
+    if unknown:
+        raise InvalidValue(f"{factory}.extra_dtypes={declared!r}: {', '.join(map(repr, unknown))}; the dtypes "
+                           f"a sweep knows beyond the contract's are {', '.join(EXTRA_DTYPES)}")
+    return tuple(names)
 
 
 def implemented(factory: str | None) -> tuple | None:

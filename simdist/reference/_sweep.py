@@ -45,7 +45,7 @@ from .._errors import (
 )
 from .._world import World
 from ._cases import Row, plan
-from ._focus import implemented, named_backend, select_collectives, select_dtypes, select_ops
+from ._focus import extra_dtypes, implemented, named_backend, select_collectives, select_dtypes, select_ops
 from ._judging import Tally, judge_row
 from ._ranks import CaseError, identify, load_factory, rank_main
 
@@ -177,7 +177,8 @@ def _selection(collectives, ops, dtypes, factory) -> tuple[tuple, tuple, tuple, 
             raise InvalidValue(f"sweep: collectives={collectives!r}: {factory} implements only "
                                f"{', '.join(implements)} ({factory}.implements)")
         chosen = narrowed
-    return chosen, select_ops(ops, "sweep: ops"), select_dtypes(dtypes, "sweep: dtypes"), implements
+    return (chosen, select_ops(ops, "sweep: ops"), select_dtypes(dtypes, "sweep: dtypes", extra_dtypes(factory)),
+            implements)
 
 
 def _check_args(size, backend, factory, quick, progress, seed, timeout) -> None:
@@ -245,7 +246,9 @@ def sweep(
     :data:`SWEEP_COLLECTIVES`) restrict the sweep (``ops`` narrows the rows
     of reductions; data movement has no op). A factory whose callable has an
     attribute ``implements`` (a set of collective names) is checked on those
-    collectives only: the rest are its base's. ``sync_sends`` runs the
+    collectives only: the rest are its base's; one with ``extra_dtypes``
+    (names: ``"bfloat16"``) gets their rows too (torch's backends do, with
+    float16's inputs and bounds for bfloat16's precision). ``sync_sends`` runs the
     world with synchronous sends (see :class:`simdist.World`): the
     ``send_recv`` row then receives in the order sent, even ranks sending
     first (on one rank, where a rank sends to itself, it is left out). ``progress(done, total,

@@ -17,6 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from .._arguments import DTYPES
+from .._bfloat16 import is_bfloat16
 from .._communicator import COLLECTIVES as _CONTRACT_COLLECTIVES
 from .._communicator import BLOCKED, REDUCTIONS
 from .._errors import InvalidType, InvalidValue
@@ -157,7 +158,7 @@ def _as_array(x, rank: int, collective: str) -> np.ndarray:
     if x is None:
         raise InvalidType(f"check: {collective}: inputs[{rank}]=None; rank {rank} must pass an array")
     x = np.asarray(x)
-    if x.dtype not in DTYPES:
+    if x.dtype not in DTYPES and not is_bfloat16(x.dtype):
         raise InvalidType(f"check: {collective}: inputs[{rank}] has dtype {x.dtype}, which collectives do not carry")
     return x
 

@@ -29,10 +29,11 @@ import torch
 import torch.distributed as dist
 
 from .._arguments import check_blocks
+from .._bfloat16 import NAME as BFLOAT16, dtype_named
 from .._communicator import Communicator
 from .._errors import InvalidType, InvalidValue
 from ._contract_group import ContractGroup
-from ._tensors import CONTRACT_OPS
+from ._tensors import CONTRACT_OPS, from_numpy, to_numpy
 
 __all__ = ["TorchCommunicator", "CALLS"]
 
@@ -50,6 +51,10 @@ CALLS = ("allreduce", "reduce", "broadcast", "allgather", "gather", "scatter", "
 _DTYPES = {np.dtype(name): getattr(torch, name) for name in (
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
     "float64", "complex64", "complex128")}
+try:  # bfloat16, as ml_dtypes' numpy type (simdist[torch] installs it)
+    _DTYPES[dtype_named(BFLOAT16)] = torch.bfloat16
+except InvalidValue:
+    pass
 _CODES = {dtype: code for code, dtype in enumerate(_DTYPES)}
 _BY_CODE = list(_DTYPES)
 _HEADER = 2 + 64  # dtype code, ndim, up to 64 dimensions
@@ -123,8 +128,8 @@ class TorchCommunicator(Communicator):
         if x.dtype not in _DTYPES:
             raise InvalidType(f"rank {self.rank}: {call}: dtype {x.dtype} is not among the contract's")
         if shared and self.device.type == "cpu" and x.flags.c_contiguous and x.flags.writeable and x.dtype.isnative:
-            return torch.from_numpy(x)
-        return torch.from_numpy(np.array(x, order="C", copy=True)).to(self.device)
+            return from_numpy(x)
+        return from_numpy(np.array(x, order="C", copy=True)).to(self.device)
 
     def _empty(self, shape, dtype: np.dtype) -> torch.Tensor:
         return torch.empty(tuple(shape), dtype=_DTYPES[np.dtype(dtype)], device=self.device)
@@ -133,7 +138,7 @@ class TorchCommunicator(Communicator):
     def _array(t) -> np.ndarray | None:
         if t is None or isinstance(t, np.ndarray):
             return None if t is None else np.array(t, copy=True)
-        return t.detach().cpu().numpy().copy()
+        return to_numpy(t.detach().cpu())
 
     def _op(self, op: str, call: str):
         if op not in CONTRACT_OPS:

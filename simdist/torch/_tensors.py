@@ -2,7 +2,7 @@
 
 A CPU tensor travels as the numpy array over its memory (no copy when it
 is contiguous; a contiguous copy, written back afterwards, when it is not).
-bfloat16 has no numpy or MPI type: it travels as its 16-bit patterns and is
+bfloat16 has no MPI type: it travels as its 16-bit patterns and is
 reduced by an op that folds them as bfloat16 with torch's own arithmetic
 (each step computed in float32 and rounded once: the correctly rounded
 bfloat16 result, as numpy's float16 steps are for float16).
@@ -24,6 +24,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 from torch.distributed import ReduceOp
+
+from .._bfloat16 import NAME as BFLOAT16, dtype_named, is_bfloat16
 
 _R = ReduceOp.RedOpType
 _NAMES = {_R.SUM: "SUM", _R.AVG: "AVG", _R.PRODUCT: "PRODUCT", _R.MIN: "MIN", _R.MAX: "MAX",
@@ -68,6 +70,21 @@ def as_array(t: torch.Tensor) -> np.ndarray:
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view(np.uint16)
     return t.numpy()
+
+
+def from_numpy(x: np.ndarray) -> torch.Tensor:
+    """``torch.from_numpy``, also of ml_dtypes' bfloat16 arrays (the contract's
+    arrays of torch's backends): a tensor over ``x``'s memory."""
+    if is_bfloat16(x.dtype):
+        return torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(x)
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    """A copy of the CPU tensor ``t`` as a numpy array (bfloat16 as ml_dtypes')."""
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(dtype_named(BFLOAT16)).copy()
+    return t.numpy().copy()
 
 
 class Staged:

@@ -146,6 +146,9 @@ def gloo(base) -> TorchCommunicator:
     return TorchCommunicator(base, process_group(base, "gloo"), backend="gloo")
 
 
+gloo.extra_dtypes = ("bfloat16",)
+
+
 def nccl(base) -> TorchCommunicator:
     """``simdist check --backend torch-nccl``: the contract over NCCL, CUDA tensors."""
     reason = unavailable("torch-nccl")
@@ -153,3 +156,6 @@ def nccl(base) -> TorchCommunicator:
         raise InvalidValue(reason)
     group = process_group(base, "nccl")
     return TorchCommunicator(base, group, device=torch.device("cuda", torch.cuda.current_device()), backend="nccl")
+
+
+nccl.extra_dtypes = ("bfloat16",)
