@@ -70,12 +70,14 @@ class Scattered:
 class Grid:
     """Equal runs of ``run`` bytes at ``start + sum(k_i * strides_i)``."""
 
-    __slots__ = ("start", "shape", "strides", "run", "unit", "lo", "hi", "nbytes")
+    __slots__ = ("start", "shape", "strides", "run", "unit", "lo", "hi", "nbytes", "_units")
 
     def __init__(self, start: int, shape: tuple, strides: tuple, run: int):
         self.start, self.shape, self.strides, self.run = start, shape, strides, run
         self.nbytes = math.prod(shape) * run
-        self.unit = next(u for u in _UNITS if run % u == 0 and all(s % u == 0 for s in strides))
+        self.unit = unit = next(u for u in _UNITS if run % u == 0 and all(s % u == 0 for s in strides))
+        # _view's shape, dtype and strides in the largest unit
+        self._units = (shape + (run // unit,), _UNITS[unit], strides + (unit,))
         below = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
         above = sum((n - 1) * s for n, s in zip(shape, strides) if s > 0)
         self.lo, self.hi = start + below, start + above + run - 1
@@ -88,7 +90,9 @@ class Grid:
     def _view(self, memory: np.ndarray, unit: int | None = None) -> np.ndarray:
         # An array over the memory itself: its offset makes the lowest byte
         # reached index 0 of nothing, so negative strides need no rebasing.
-        unit = unit or self.unit
+        if unit is None or unit == self.unit:
+            shape, dtype, strides = self._units
+            return np.ndarray(shape, dtype, memory, self.start, strides)
         return np.ndarray(self.shape + (self.run // unit,), _UNITS[unit], memory, self.start, self.strides + (unit,))
 
     def gather(self, memory: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -112,6 +116,9 @@ class Grid:
         return _row_major(self._view(memory, unit), lo // unit, (lo + nbytes) // unit)
 
     def gather_range(self, memory: np.ndarray, out: np.ndarray, lo: int) -> None:
+        if not lo and out.size == self.nbytes:  # the whole layout: one strided copy
+            self.gather(memory, out)
+            return
         done = 0
         for piece in self._pieces(memory, lo, out.size):
             n = piece.nbytes
@@ -119,6 +126,9 @@ class Grid:
             done += n
 
     def scatter_range(self, memory: np.ndarray, data: np.ndarray, lo: int) -> None:
+        if not lo and data.size == self.nbytes:
+            self.scatter(memory, data, data.size)
+            return
         done = 0
         for piece in self._pieces(memory, lo, data.size):
             n = piece.nbytes

@@ -12,14 +12,17 @@ Alltoallv and Alltoallw, the transposes of parallel FFTs, never hold the
 padded message: each block is packed from the buffer straight into the
 rank's slot and unpacked from the sender's slot straight into the receive
 buffer (``SimComm.alltoall_blocks``), two copies as in MPI's shared memory;
-a rank's block to itself is one copy where either side is one run.
+a rank's block to itself is one copy where either side is one run. A
+call that repeats an earlier call's arguments (a transpose called again
+and again) takes their parse from ``_argcache`` instead of parsing again.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._buffers import BufSpec, is_in_place, parse, parse_vector, parse_w
+from ._argcache import vector_parts, w_parts
+from ._buffers import BufSpec, is_in_place, parse, parse_vector
 from ._errors import ERR_TRUNCATE, Exception as MPIException
 from ._unpacking import unpacking_class
 
@@ -49,29 +52,30 @@ def _copies(blocks: list[BufSpec]) -> list[BufSpec]:
     return copies
 
 
-def _alltoall_blocks(st, sc, call: str, send: list[BufSpec], recv: list[BufSpec]) -> None:
-    """Block ``j`` of ``send`` to rank ``j``, rank ``j``'s block for us into
-    block ``j`` of ``recv``: each packed straight into the simulator's slot
-    and unpacked straight from it. A length that differs from its receive
-    block's is ERR_TRUNCATE on the receiver, which then writes no block."""
-    lengths = sc.allgather(np.array([b.nbytes for b in send], np.int64))  # [from, to]
+def _alltoall_blocks(st, sc, call: str, send: list[BufSpec], recv: list[BufSpec], sizes: list[int],
+                     expected: list[int]) -> None:
+    """Block ``j`` of ``send`` (``sizes[j]`` bytes) to rank ``j``, rank
+    ``j``'s block for us into block ``j`` of ``recv`` (``expected[j]``
+    bytes): each packed straight into the simulator's slot and unpacked
+    straight from it. A length that differs from its receive block's is
+    ERR_TRUNCATE on the receiver, which then writes no block."""
+    rows = sc.allgather(np.array(sizes, np.int64)).tolist()  # [from][to]
     me = st.rank
-    got = lengths[:, me].tolist()
-    short = next((j for j, block in enumerate(recv) if got[j] != block.nbytes), None)
+    got = [row[me] for row in rows]
+    short = None if got == expected else next(j for j in range(len(got)) if got[j] != expected[j])
 
     def pack(j, lo, out):
-        block = send[j]
-        if j != me and lo < block.nbytes:
-            block.pack_range(out[:block.nbytes - lo], lo)
+        if j != me and lo < sizes[j]:
+            send[j].pack_range(out[:sizes[j] - lo], lo)
 
     def unpack(j, lo, data):
         if j != me and short is None and lo < got[j]:
             recv[j].unpack_range(data[:got[j] - lo], lo)
 
-    sc.alltoall_blocks(int(lengths.max()), pack, unpack)
+    sc.alltoall_blocks(max(map(max, rows)), pack, unpack)
     if short is not None:
         raise MPIException(ERR_TRUNCATE, f"{call}: rank {short} sent {got[short]} bytes for a block of "
-                                         f"{recv[short].nbytes} bytes")
+                                         f"{expected[short]} bytes")
     _copy_block(send[me], recv[me])
 
 
@@ -140,19 +144,19 @@ class VectorCollectives:
         """Block ``j`` of rank ``i``'s ``sendbuf`` becomes block ``i`` of rank
         ``j``'s ``recvbuf``."""
         st, sc = self._coll()
-        recv = parse_vector(recvbuf, writable=True, blocks=st.size, what="recvbuf", direct=True).parts()
+        recv, expected = vector_parts(recvbuf, writable=True, blocks=st.size, what="recvbuf")
         if is_in_place(sendbuf):
-            send = _copies(recv)
+            send, sizes = _copies(recv), expected
         else:
-            send = parse_vector(sendbuf, writable=False, blocks=st.size, what="sendbuf", direct=True).parts()
-        _alltoall_blocks(st, sc, "Alltoallv", send, recv)
+            send, sizes = vector_parts(sendbuf, writable=False, blocks=st.size, what="sendbuf")
+        _alltoall_blocks(st, sc, "Alltoallv", send, recv, sizes, expected)
 
     def Alltoallw(self, sendbuf, recvbuf) -> None:
         """As Alltoallv, with a datatype per block and displacements in bytes."""
         st, sc = self._coll()
-        recv = parse_w(recvbuf, st.size, writable=True, what="recvbuf", direct=True)
+        recv, expected = w_parts(recvbuf, st.size, writable=True, what="recvbuf")
         if is_in_place(sendbuf):
-            send = _copies(recv)
+            send, sizes = _copies(recv), expected
         else:
-            send = parse_w(sendbuf, st.size, writable=False, what="sendbuf", direct=True)
-        _alltoall_blocks(st, sc, "Alltoallw", send, recv)
+            send, sizes = w_parts(sendbuf, st.size, writable=False, what="sendbuf")
+        _alltoall_blocks(st, sc, "Alltoallw", send, recv, sizes, expected)

@@ -1,0 +1,184 @@
+"""The parsed buffer arguments of Alltoallv and Alltoallw, kept for the
+calls that repeat them.
+
+A parallel FFT calls the same transposes again and again: the same arrays
+(or new arrays of the same shape), the same counts and displacements, the
+same committed datatypes. Parsing a buffer argument (``_buffers``) costs
+more than the exchange of a small call, so the blocks a parse yields are
+kept, under a key made of everything the parse reads:
+
+- the buffer, an ``ndarray`` of exactly that type (memory known by its
+  address, an ``MPI.buffer`` or another exporter is parsed every time):
+  its shape, strides and dtype, and for a receive whether it is writable.
+  Neither its address nor its identity: a hit places the kept layouts in
+  the memory of the array passed now, so a new array (at the same address
+  or not) with the same layout gets the same blocks, and one with another
+  layout another key;
+- the counts and displacements, as ints: ``None``, an ``int``, or a list,
+  tuple or 1-D integer array of them (anything else, a numpy integer
+  scalar say, is parsed every time). A list the program changes between
+  calls gives a new key;
+- each datatype by its handle (``Datatype._id``, an object the key holds,
+  so it cannot be reused by a new datatype while kept), or a type code;
+- the call, the argument, the number of blocks.
+
+A handle freed becomes ``MPI.DATATYPE_NULL``, another key; and freeing any
+derived datatype (``_typecalls.freed``, a count) drops everything kept, so
+that another handle on a freed type map (``MPI.Datatype(dt)``) is refused
+as the parse refuses it. A derived datatype is committed once and for all;
+a parse that raises keeps nothing. What is kept holds no memory of the
+program's: layouts (``_layouts``), counts and the datatypes; at most
+``LIMIT`` keys, all dropped when full.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from . import _typecalls
+from ._buffers import BufSpec, _items, parse_vector, parse_w
+from ._datatypes import Datatype, lookup, of_array
+from ._derived import _CACHED_INDEX_BYTES as INDEX_BYTES
+from ._layouts import Grid
+
+LIMIT = 64
+
+_kept: dict = {}
+_freed_seen = [0]  # _typecalls.freed when _kept was last valid
+_index = operator.index
+
+
+class _Refused(Exception):
+    """An argument this cache does not key: parse it every time."""
+
+
+def _ints(values):
+    """A key of counts or displacements (see the module docstring)."""
+    if values is None:
+        return None
+    kind = type(values)
+    if kind is int:
+        return values
+    if kind is list or kind is tuple or (kind is np.ndarray and values.ndim == 1 and values.dtype.kind in "iu"):
+        return tuple(map(_index, values))  # TypeError for a float
+    raise _Refused
+
+
+def _type(datatype):
+    if isinstance(datatype, Datatype):
+        return datatype._id
+    if type(datatype) is str:
+        return ("code", datatype)
+    raise _Refused
+
+
+def _buffer(buf, writable: bool) -> tuple:
+    if type(buf) is not np.ndarray:
+        raise _Refused
+    return (buf.shape, buf.strides, buf.dtype, buf.flags.writeable if writable else True)
+
+
+def _memory(buf: np.ndarray) -> np.ndarray:
+    """The array's bytes in memory order (as ``_buffers.memory_bytes``)."""
+    return buf.reshape(-1, order="A").view(np.uint8) if buf.size else np.empty(0, np.uint8)
+
+
+class _Plan:
+    """The blocks of one key without the memory or the datatypes: ``(count,
+    layout)`` of a derived datatype's block, ``(count, (lo, hi))`` of a basic
+    one's bytes ``lo:hi``; and each block's length in bytes. It holds no
+    datatype handle: the handle-leak check sees the program drop one."""
+
+    __slots__ = ("blocks", "nbytes", "c_order")
+
+    def __init__(self, parts: list[BufSpec], buf: np.ndarray):
+        memory = _memory(buf)  # the bytes the parse read, so the same offsets
+        base = memory.ctypes.data if memory.size else 0
+        blocks = []
+        for part in parts:
+            if part.raw is None:
+                blocks.append((part.count, part.layout))
+            else:
+                lo = part.raw.ctypes.data - base if part.raw.size else 0
+                blocks.append((part.count, (lo, lo + part.raw.size)))
+        self.blocks = blocks
+        self.nbytes = [part.nbytes for part in parts]
+        self.c_order = buf.flags.c_contiguous  # as the key's shape, strides and dtype say
+
+    def parts(self, buf: np.ndarray, datatypes: list) -> list[BufSpec]:
+        """The blocks in the memory of ``buf``, of ``datatypes`` (one per block)."""
+        memory = np.frombuffer(buf, np.uint8) if self.c_order else _memory(buf)
+        return [BufSpec(None, datatype, count, memory, where) if type(where) is not tuple
+                else BufSpec(memory[where[0]:where[1]], datatype, count)
+                for datatype, (count, where) in zip(datatypes, self.blocks)]
+
+
+def _lookup(key):
+    if _typecalls.freed != _freed_seen[0]:
+        _kept.clear()
+        _freed_seen[0] = _typecalls.freed
+        return None
+    return _kept.get(key)
+
+
+def _keep(key, parts: list[BufSpec], buf, freed: int) -> None:
+    """Keep the parse unless a datatype was freed while it ran, or it holds
+    a large byte index (a scattered layout's, as ``TypeMap.layout`` keeps)."""
+    if freed != _typecalls.freed or any(
+            part.raw is None and not isinstance(part.layout, Grid) and part.layout.nbytes > INDEX_BYTES
+            for part in parts):
+        return
+    if len(_kept) >= LIMIT:
+        _kept.clear()
+    _kept[key] = _Plan(parts, buf)
+
+
+def vector_parts(spec, *, writable: bool, blocks: int, what: str) -> tuple[list[BufSpec], list[int]]:
+    """``parse_vector(spec, ..., direct=True).parts()`` and the blocks'
+    lengths in bytes, from what is kept where the key is."""
+    o_buf, o_counts, o_displs, o_type = _items(spec, tuple, what)
+    try:
+        key = ("v", what, writable, blocks, _buffer(o_buf, writable), _ints(o_counts), _ints(o_displs),
+               None if o_type is None else _type(o_type))
+    except (_Refused, TypeError):
+        key = None
+    plan = None if key is None else _lookup(key)
+    if plan is None:
+        freed = _typecalls.freed
+        parts = parse_vector(spec, writable=writable, blocks=blocks, what=what, direct=True).parts()
+        if key is not None:
+            _keep(key, parts, o_buf, freed)
+        return parts, [part.nbytes for part in parts]
+    datatype = of_array(o_buf) if o_type is None else lookup(o_type)
+    return plan.parts(o_buf, [datatype] * blocks), plan.nbytes
+
+
+def w_parts(spec, n: int, *, writable: bool, what: str) -> tuple[list[BufSpec], list[int]]:
+    """``parse_w(spec, n, ..., direct=True)`` and the blocks' lengths in
+    bytes, from what is kept where the key is."""
+    key = types = buf = None
+    if (type(spec) is list or type(spec) is tuple) and 2 <= len(spec) <= 4:
+        try:
+            if len(spec) == 2:
+                buf, types = spec
+                counts = displs = None
+            elif len(spec) == 3:
+                buf, (counts, displs), types = spec
+            else:
+                buf, counts, displs, types = spec
+            kind = type(types)
+            key = ("w", what, writable, n, _buffer(buf, writable), _ints(counts), _ints(displs),
+                   tuple(map(_type, types)) if kind is list or kind is tuple else ("one", _type(types)))
+        except (_Refused, TypeError, ValueError):
+            key = None
+    plan = None if key is None else _lookup(key)
+    if plan is None:
+        freed = _typecalls.freed
+        parts = parse_w(spec, n, writable=writable, what=what, direct=True)
+        if key is not None:
+            _keep(key, parts, buf, freed)
+        return parts, [part.nbytes for part in parts]
+    datatypes = [types] * n if isinstance(types, Datatype) else list(map(lookup, types))  # as parse_w reads them
+    return plan.parts(buf, datatypes), plan.nbytes
