@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -68,3 +69,13 @@ def test_torch_steps_compares_a_ddp_step_on_gloo_and_on_the_simulator():
 
     (row,) = torch_steps.measure(ranks=(2,), steps=2, kinds=("ddp",), widths={"small": 32})
     assert row["params"] == 1072 and row["gloo_ms"] > 0 and row["simdist_ms"] > 0
+
+
+def test_waiting_times_each_yield_bound_idle_and_beside_busy_processes():
+    done = subprocess.run([sys.executable, "-m", "simdist.bench.waiting", "2,3", "--bounds", "none,0", "--rounds", "1",
+                           "--calls", "5", "--busy", "1"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout.splitlines()[-1])
+    assert {(r["load"], r["ranks"], r["yield_bound_ns"]) for r in rows} == {
+        (load, n, bound) for load in ("idle", "1 busy") for n in (2, 3) for bound in ("none", "0")}
+    assert all(r["barrier_us"] > 0 and r["allreduce_us"] > 0 for r in rows)

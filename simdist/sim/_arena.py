@@ -132,6 +132,7 @@ import mmap
 import os
 import platform
 import threading
+import time
 
 import numpy as np
 
@@ -175,6 +176,12 @@ def _sleep(addr, expected: int, ts) -> None:
         _syscall(_SYS_FUTEX, addr, _FUTEX_WAIT, ctypes.c_int(expected), ctypes.byref(ts), None, 0)
     else:  # pragma: no cover - no futex on this platform
         os.sched_yield()
+
+
+#: A waiting rank yields for at most this long, then sleeps: one that keeps
+#: yielding stays in the run queue and takes turns from the peer it waits
+#: for where other programs keep the CPUs busy (docs/performance.md).
+YIELD_NS = 50_000
 
 
 class Arena:
@@ -445,11 +452,14 @@ class Arena:
             for i, (w, t) in enumerate(pairs):
                 if q[w] >= t:
                     return i
+        until = time.monotonic_ns() + YIELD_NS
         for _ in range(self.yield_iters):
             os.sched_yield()
             for i, (w, t) in enumerate(pairs):
                 if q[w] >= t:
                     return i
+            if time.monotonic_ns() > until:
+                break
         def ready():
             return next((i for i, (w, t) in enumerate(pairs) if q[w] >= t), None)
 
@@ -497,11 +507,14 @@ class Arena:
             if q[word] >= target:
                 return
         moving = collective and self.mover is not None and self.move_messages()
+        until = time.monotonic_ns() + YIELD_NS
         for _ in range(self.yield_iters):
             os.sched_yield()
             if q[word] >= target:
                 return
             moving = moving and self.move_messages()
+            if time.monotonic_ns() > until:
+                break
         self._sleep_until(lambda: True if q[word] >= target else None,
                           lambda: self._check_peer(word, target, writer), writer, word, target, moving)
 
