@@ -33,7 +33,7 @@ import xml.etree.ElementTree as ET
 
 import fake_backends
 
-__all__ = ["kill_table", "main"]
+__all__ = ["kill_table", "torch_column", "main"]
 
 
 def _properties(specs: list[str], size: int, examples: int, seed: int, timeout: float,
@@ -122,15 +122,29 @@ def _torch_column(name: str, results: list) -> dict:
     return column
 
 
+def _torch_specs() -> list[str]:
+    return [f"fake_backends.torch_groups:{n}" for n in ["simulator", *fake_backends.FAKES]]
+
+
+def torch_column(size: int = 4, examples: int = 25, seed: int = 0, timeout: float = 5.0,
+                 first_failure: bool = False, dtypes=None, ops=None) -> dict:
+    """The torch column alone, by backend name (``"sim"`` for the
+    simulator): the suite against every fake as a torch process group."""
+    specs = _torch_specs()
+    suites = _properties(specs, size, examples, seed, timeout, first_failure, {"dtypes": dtypes, "ops": ops})
+    return {name: _torch_column(name, suites[spec]) for name, spec in zip(["sim", *fake_backends.FAKES], specs)}
+
+
 def kill_table(size: int = 4, examples: int = 25, seed: int = 0, timeout: float = 5.0,
                first_failure: bool = False, dtypes=None, ops=None, torch: bool = False,
                progress=lambda line: None) -> list[dict]:
     """One row per backend (the simulator, then every fake); see the module
     docstring. ``dtypes`` and ``ops`` (names; None: all) narrow the suite
-    and the sweep alike; ``torch`` adds each row's ``"torch"`` column."""
+    and the sweep alike; ``torch`` adds each row's ``"torch"`` column
+    (:func:`torch_column` makes it alone)."""
     names = list(fake_backends.FAKES)
     specs = ["sim"] + [f"fake_backends:{n}" for n in names]
-    torch_specs = [f"fake_backends.torch_groups:{n}" for n in ["simulator", *names]] if torch else []
+    torch_specs = _torch_specs() if torch else []
     progress(f"kill table: the property suite against {len(specs) + len(torch_specs)} backends ...")
     suites = _properties(specs + torch_specs, size, examples, seed, timeout, first_failure,
                          {"dtypes": dtypes, "ops": ops})

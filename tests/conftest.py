@@ -265,6 +265,12 @@ def procs():
     return types.SimpleNamespace(alive=alive, wait_gone=wait_gone, table=process_table, memfds=memfds)
 
 
+#: The kill table's settings in the tests (tests/test_properties_suite.py and
+#: its torch column, tests/test_properties_torch_column.py).
+KILL_FOCUS = dict(size=3, examples=5, seed=0, timeout=3.0, first_failure=True,
+                  dtypes=["float64", "int32", "complex128"], ops=["sum", "mean", "max", "band"])
+
+
 def mpiexec_or_skip() -> str:
     """The mpiexec the MPI tests use: skips where no MPI is installed, but
     fails in CI (``CI`` set), which must run them."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shlex
@@ -12,7 +11,7 @@ import sys
 import pytest
 
 import fake_backends
-from conftest import mpiexec_or_skip
+from conftest import KILL_FOCUS, mpiexec_or_skip
 from properties.kill_table import kill_table
 
 
@@ -68,12 +67,10 @@ def test_a_ring_that_aliases_its_input_is_caught_and_the_correct_ring_passes_at_
 
 @pytest.fixture(scope="module")
 def table():
-    # A focus (three dtypes, four ops, five examples) keeps the time in check: the legal
-    # backends run every case left, the faulty ones until their first failure.
-    # With torch installed, the fakes as torch process groups too (the torch column).
-    rows = kill_table(size=3, examples=5, seed=0, timeout=3.0, first_failure=True,
-                      dtypes=["float64", "int32", "complex128"], ops=["sum", "mean", "max", "band"],
-                      torch=importlib.util.find_spec("torch") is not None)
+    # A focus (conftest.KILL_FOCUS) keeps the time in check: the legal backends
+    # run every case left, the faulty ones until their first failure.
+    # (The torch column: tests/test_properties_torch_column.py, which runs beside this file.)
+    rows = kill_table(**KILL_FOCUS)
     return {row["backend"].partition(":")[2] or "sim": row for row in rows}
 
 
@@ -91,23 +88,6 @@ def test_the_simulator_and_legal_nondeterminism_pass_both(table, name):
     row = table[name]
     assert row["properties_failed"] == 0 and row["properties_run"] >= 60, f"{name}: {row}"
     assert row["check"]["ok"], f"simdist check failed {name}: {row['check']}"
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ["sim", *sorted(fake_backends.FAKES)])
-def test_each_fake_as_a_torch_process_group_is_caught_unless_torch_cannot_carry_its_bug(table, name):
-    """Through torch.distributed's calls (a ContractGroup of the fake), the
-    suite catches what it catches on the fake itself; the bugs torch's
-    interface cannot carry leave a correct group, which passes."""
-    pytest.importorskip("torch")
-    from fake_backends.torch_groups import FAULTY_AS_GROUPS, INEXPRESSIBLE
-
-    column = table[name]["torch"]
-    if name in FAULTY_AS_GROUPS:
-        assert column["properties_failed"] >= 1, f"no property caught {name} as a torch group: {column}"
-    else:
-        assert column["properties_failed"] == 0 and column["properties_run"] >= 60, f"{name}: {column}"
-        assert (column["why_not"] is not None) == (name in INEXPRESSIBLE)
 
 
 @pytest.mark.slow
