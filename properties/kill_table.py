@@ -126,13 +126,18 @@ def _torch_specs() -> list[str]:
     return [f"fake_backends.torch_groups:{n}" for n in ["simulator", *fake_backends.FAKES]]
 
 
+def _torch_columns(suites: dict) -> dict:
+    """Every backend's torch column, by name (``"sim"`` for the simulator), from the suite's results."""
+    names = ["sim", *fake_backends.FAKES]
+    return {name: _torch_column(name, suites[spec]) for name, spec in zip(names, _torch_specs())}
+
+
 def torch_column(size: int = 4, examples: int = 25, seed: int = 0, timeout: float = 5.0,
                  first_failure: bool = False, dtypes=None, ops=None) -> dict:
     """The torch column alone, by backend name (``"sim"`` for the
     simulator): the suite against every fake as a torch process group."""
-    specs = _torch_specs()
-    suites = _properties(specs, size, examples, seed, timeout, first_failure, {"dtypes": dtypes, "ops": ops})
-    return {name: _torch_column(name, suites[spec]) for name, spec in zip(["sim", *fake_backends.FAKES], specs)}
+    return _torch_columns(_properties(_torch_specs(), size, examples, seed, timeout, first_failure,
+                                      {"dtypes": dtypes, "ops": ops}))
 
 
 def kill_table(size: int = 4, examples: int = 25, seed: int = 0, timeout: float = 5.0,
@@ -148,8 +153,9 @@ def kill_table(size: int = 4, examples: int = 25, seed: int = 0, timeout: float 
     progress(f"kill table: the property suite against {len(specs) + len(torch_specs)} backends ...")
     suites = _properties(specs + torch_specs, size, examples, seed, timeout, first_failure,
                          {"dtypes": dtypes, "ops": ops})
+    columns = _torch_columns(suites) if torch else {}
     rows = []
-    for i, spec in enumerate(specs):
+    for spec in specs:
         name = spec.partition(":")[2] or "sim"
         cls = fake_backends.FAKES.get(name)
         should_fail = name in fake_backends.FAULTY
@@ -161,7 +167,7 @@ def kill_table(size: int = 4, examples: int = 25, seed: int = 0, timeout: float 
                "as_expected": (bool(caught["properties_failed"]) == should_fail) and (not sweep["ok"]) == should_fail
                and bool(results)}
         if torch:
-            row["torch"] = _torch_column(name, suites[torch_specs[i]])
+            row["torch"] = columns[name]
             row["as_expected"] = row["as_expected"] and row["torch"]["as_expected"]
         rows.append(row)
     return rows

@@ -247,8 +247,8 @@ def sweep(
     of reductions; data movement has no op). A factory whose callable has an
     attribute ``implements`` (a set of collective names) is checked on those
     collectives only: the rest are its base's; one with ``extra_dtypes``
-    (names: ``"bfloat16"``) gets their rows too (torch's backends do, with
-    float16's inputs and bounds for bfloat16's precision). ``sync_sends`` runs the
+    (names: ``"bfloat16"``) gets their rows too (torch's backends do),
+    judged with bfloat16's precision. ``sync_sends`` runs the
     world with synchronous sends (see :class:`simdist.World`): the
     ``send_recv`` row then receives in the order sent, even ranks sending
     first (on one rank, where a rank sends to itself, it is left out). ``progress(done, total,
