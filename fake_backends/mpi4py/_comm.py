@@ -83,10 +83,12 @@ class _SelfComm:
     def alltoall(self, x):
         return np.array(x, copy=True)
 
-    def alltoall_blocks(self, width, pack, unpack):
-        block = np.empty(width, np.uint8)
+    def alltoall_sized(self, sizes, pack, unpack, expected):
+        block = np.empty(sizes[0], np.uint8)
         pack(0, 0, block)
-        unpack(0, 0, block)
+        if list(sizes) == list(expected):
+            unpack(0, 0, block)
+        return list(sizes)
 
     def barrier(self):
         pass

@@ -11,7 +11,8 @@ block whose length differs from what its receiver expects raises
 Alltoallv and Alltoallw, the transposes of parallel FFTs, never hold the
 padded message: each block is packed from the buffer straight into the
 rank's slot and unpacked from the sender's slot straight into the receive
-buffer (``SimComm.alltoall_blocks``), two copies as in MPI's shared memory;
+buffer (``SimComm.alltoall_sized``), two copies as in MPI's shared memory,
+and the blocks' lengths travel with them (one meeting, not two);
 a rank's block to itself is one copy where either side is one run. A
 call that repeats an earlier call's arguments (a transpose called again
 and again) takes their parse from ``_argcache`` instead of parsing again.
@@ -57,23 +58,22 @@ def _alltoall_blocks(st, sc, call: str, send: list[BufSpec], recv: list[BufSpec]
     """Block ``j`` of ``send`` (``sizes[j]`` bytes) to rank ``j``, rank
     ``j``'s block for us into block ``j`` of ``recv`` (``expected[j]``
     bytes): each packed straight into the simulator's slot and unpacked
-    straight from it. A length that differs from its receive block's is
-    ERR_TRUNCATE on the receiver, which then writes no block."""
-    rows = sc.allgather(np.array(sizes, np.int64)).tolist()  # [from][to]
+    straight from it, the blocks' lengths travelling with them. A length
+    that differs from its receive block's is ERR_TRUNCATE on the receiver,
+    which then writes no block."""
     me = st.rank
-    got = [row[me] for row in rows]
-    short = None if got == expected else next(j for j in range(len(got)) if got[j] != expected[j])
 
     def pack(j, lo, out):
-        if j != me and lo < sizes[j]:
-            send[j].pack_range(out[:sizes[j] - lo], lo)
+        if j != me:
+            send[j].pack_range(out, lo)
 
     def unpack(j, lo, data):
-        if j != me and short is None and lo < got[j]:
-            recv[j].unpack_range(data[:got[j] - lo], lo)
+        if j != me:
+            recv[j].unpack_range(data, lo)
 
-    sc.alltoall_blocks(max(map(max, rows)), pack, unpack)
-    if short is not None:
+    got = sc.alltoall_sized(sizes, pack, unpack, expected)
+    if got != expected:
+        short = next(j for j in range(len(got)) if got[j] != expected[j])
         raise MPIException(ERR_TRUNCATE, f"{call}: rank {short} sent {got[short]} bytes for a block of "
                                          f"{expected[short]} bytes")
     _copy_block(send[me], recv[me])

@@ -66,7 +66,7 @@ class ChunkedCalls:
     def _chunk(self, dtype: np.dtype, blocks: int = 1) -> int:
         """Elements per block that fit in a slot holding ``blocks`` blocks."""
         per = self._slot_bytes // (dtype.itemsize * blocks)
-        per -= per % 8 if per > 8 else 0  # chunks of bytes start at a multiple of 8 (alltoall_blocks)
+        per -= per % 8 if per > 8 else 0  # chunks of bytes start at a multiple of 8 (alltoall_sized)
         if per == 0:
             raise InvalidValue(f"a slot of {self._slot_bytes} bytes cannot hold {blocks} blocks of {dtype}")
         return per
@@ -342,7 +342,8 @@ class ChunkedCalls:
             self._end()
 
     def _alltoall_block_phases(self, width, pack, unpack):
-        """``alltoall_blocks`` in phases, ``_alltoall_phases``'s chunks."""
+        """An alltoall of ``(size, width)`` bytes packed and unpacked in place
+        (``SimComm.alltoall_sized``), in ``_alltoall_phases``'s chunks."""
         size, me = self._size, self._rank
         self._enter((_ALLTOALL, 0, -1, DTYPE_CODE[_BYTE], 2, size, width))
         try:

@@ -46,7 +46,6 @@ _ALLREDUCE, _REDUCE, _BROADCAST = _K["allreduce"], _K["reduce"], _K["broadcast"]
 _ALLGATHER, _GATHER, _ALLTOALL = _K["allgather"], _K["gather"], _K["alltoall"]
 _REDUCE_SCATTER, _BARRIER, _SPLIT, _FREE = _K["reduce_scatter"], _K["barrier"], _K["split"], _K["free"]
 _BARRIER_CALL = (_BARRIER, 0, -1, 0, -1)  # its static signature (see _phases)
-_BYTE = np.dtype(np.uint8)
 
 # The words each member contributes to split, in its slot: its color, its
 # key, how many contexts it has used (``Arena.contexts_used``), the bitmap of
@@ -204,21 +203,35 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
             return self._exchange(x, self._plan((_ALLTOALL, x.dtype, x.shape, -1), 0, -1), self._take_mine)
         return self._alltoall_phases(x)
 
-    def alltoall_blocks(self, width: int, pack, unpack) -> None:
-        """An alltoall of ``(size, width)`` bytes that never holds the
-        message, for the simulated mpi4py's derived datatypes: this rank's
-        ``pack(j, lo, out)`` writes bytes ``lo:lo + out.size`` of its block
-        for member ``j`` straight into its slot, and ``unpack(j, lo, data)``
-        reads those of member ``j``'s block for this rank from ``j``'s slot.
-        Same signature, phases and matching as ``alltoall`` of such an array."""
+    def alltoall_sized(self, sizes, pack, unpack, expected) -> list[int]:
+        """An alltoall of blocks of any lengths that never holds the message,
+        for the simulated mpi4py's Alltoallv and Alltoallw: this rank's
+        block for member ``j`` is ``sizes[j]`` bytes, ``pack(j, lo, out)``
+        writes its bytes ``lo:lo + out.size`` straight into this rank's slot,
+        and ``unpack(j, lo, data)`` reads those of member ``j``'s block for
+        this rank straight from ``j``'s slot. Returns the lengths the members
+        sent this rank; unpacks nothing unless they equal ``expected``.
+
+        One meeting when every block fits in its row (a member's share of
+        half a slot, headed by the block's length): no exchange of lengths
+        first. Otherwise that meeting tells every member the longest block,
+        and an alltoall of that width in phases moves the blocks."""
         if self._closed:
             raise closed_error(self._rank, "alltoall", self._closed)
-        width = check_int(width, self._rank, "alltoall", "width", 0)
-        key = (_ALLTOALL, _BYTE, (self._size, width), -1)
-        if width * self._size <= self._half_bytes:
-            plan = self._plans.get(key) or self._plan(key, 0, -1)
-            return self._exchange_blocks(plan, pack, unpack)
-        return self._alltoall_block_phases(width, pack, unpack)
+        got, longest, room = self._exchange_sized(sizes, pack, unpack, expected)
+        if longest > room:
+            accept = got == expected
+
+            def part(j, lo, out):
+                if lo < sizes[j]:
+                    pack(j, lo, out[:sizes[j] - lo])
+
+            def take(j, lo, data):
+                if accept and lo < got[j]:
+                    unpack(j, lo, data[:got[j] - lo])
+
+            self._alltoall_block_phases(longest, part, take)
+        return got
 
     def barrier(self):
         if self._closed:

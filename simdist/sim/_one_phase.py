@@ -36,8 +36,14 @@ FOLD_ROWS_FROM = 6
 FOLD_ROWS_PER_RANK = 4
 #: A plan's fields from this index on: fold by rows, inline, ufunc, divisor.
 PLAN_BY_ROWS = 3
+#: ``alltoall_sized`` signs this root, so it never meets a plain alltoall
+#: of the same bytes (whose rows hold no heads).
+SIZED_ROOT = -2
+#: The head of each of its rows: the block's length, the sender's longest block.
+SIZED_HEAD = 16
 
-_REDUCE_SCATTER = sig.KIND_CODE["reduce_scatter"]
+_REDUCE_SCATTER, _ALLTOALL = sig.KIND_CODE["reduce_scatter"], sig.KIND_CODE["alltoall"]
+_BYTE = np.dtype(np.uint8)
 
 
 class OnePhaseCalls:
@@ -56,6 +62,7 @@ class OnePhaseCalls:
         self._half_off = [[off + bank * self._half_bytes for off in slots] for bank in (0, 1)]
         self._plans: dict = {}
         self._root_arrays: dict = {}
+        self._sized = None  # _sized_plan
 
     def _placement(self, nbytes: int):
         """Where a one-phase call of ``nbytes`` per rank puts each member's
@@ -128,26 +135,63 @@ class OnePhaseCalls:
         finally:
             self._end()
 
-    def _exchange_blocks(self, plan, pack, unpack):
-        """A one-phase alltoall of bytes packed and unpacked in place (see
-        ``SimComm.alltoall_blocks``): ``_exchange`` without the message."""
+    def _exchange_sized(self, sizes, pack, unpack, expected):
+        """``SimComm.alltoall_sized``'s meeting: each row of this rank's half
+        slot is headed by its block's length and this rank's longest block,
+        then holds the block if every block of this rank fits. Returns what
+        each member sent this rank, the longest block of all members, and
+        the bytes a row holds; unpacks if every block fits and what came is
+        ``expected``."""
+        plan, room, heads, read_heads = self._sized or self._sized_plan()
         static, banks = plan[:2]
         bank = (self._epoch + 1) & 1
         if not plan[4]:
             self._release(bank)
         views = banks[bank]
         me = self._rank
+        longest = max(sizes)
         try:
-            mine = views[me]
-            for j in range(self._size):
-                pack(j, 0, mine[j])
+            mine = heads[bank]
+            mine[:, 0] = sizes
+            mine[:, 1] = longest
+            if longest <= room:
+                rows = views[me]
+                for j, n in enumerate(sizes):
+                    if n:
+                        pack(j, 0, rows[j, SIZED_HEAD:SIZED_HEAD + n])
             self._meet(static)
-            for j, view in enumerate(views):
-                unpack(j, 0, view[me])
+            pairs = read_heads[bank]()
+            got = [pair[0] for pair in pairs]
+            longest = max(pair[1] for pair in pairs)
+            if longest <= room and got == expected:
+                for j, n in enumerate(got):
+                    if n:
+                        unpack(j, 0, views[j][me, SIZED_HEAD:SIZED_HEAD + n])
             if not plan[4]:
                 self._done(bank)
+            return got, longest, room
         finally:
             self._end()
+
+    def _sized_plan(self):
+        """``_exchange_sized``'s plan: a row of half a slot's share per member
+        (an alltoall's of bytes, signed with ``SIZED_ROOT``), the bytes a row
+        holds after its head, per bank the heads of this rank's rows as
+        ``(size, 2)`` int64, and a function reading the head of each member's
+        row for this rank as ``[length, longest]`` pairs."""
+        width = self._half_bytes // self._size & ~(SIZED_HEAD - 1)
+        plan = self._plan((_ALLTOALL, _BYTE, (self._size, width), SIZED_ROOT), 0, SIZED_ROOT)
+        mm, me, pair = self._arena.mm, self._rank, np.dtype(np.int64)
+        heads, reads = [], []
+        for offsets in self._half_off:
+            heads.append(np.ndarray((self._size, 2), pair, mm, offsets[me], (width, pair.itemsize)))
+            theirs = [off + me * width for off in offsets]
+            stacked = self._stacked(theirs, pair, (2,))
+            reads.append(stacked.tolist if stacked is not None else
+                         (lambda views=[np.ndarray((2,), pair, mm, off) for off in theirs]:
+                          [view.tolist() for view in views]))
+        self._sized = (plan, width - SIZED_HEAD, heads, reads)
+        return self._sized
 
     # -- what each call reads --------------------------------------------------
     def _stack_all(self, views, rows, plan):

@@ -1,0 +1,103 @@
+"""``SimComm.alltoall_sized``: an alltoall of blocks of any lengths, packed
+straight into the rank's slot and unpacked straight from the sender's, the
+path of the simulated mpi4py's Alltoallv and Alltoallw. The lengths travel
+with the blocks: one meeting when every block fits in its row, else that
+meeting names the longest block and phases of that width follow."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import simdist
+
+SLOT = 64 << 10  # a small slot, so a block of a few tens of KiB takes several phases
+
+
+def _room(n: int) -> int:
+    """The bytes of a block that fit in its row: a member's share of half a slot, less its head."""
+    return (SLOT // 2 // n & ~15) - 16
+
+
+def _block(sender: int, receiver: int, length: int) -> np.ndarray:
+    return ((np.arange(length) * 7 + sender * 31 + receiver * 5) % 251).astype(np.uint8)
+
+
+def _exchange(comm, lengths, expected=None):
+    """Every rank sends its block for ``j`` (``lengths[me][j]`` bytes) and
+    returns (what it was told came, what it unpacked, its packs)."""
+    me, n = comm.rank, comm.size
+    expected = expected[me] if expected else [lengths[j][me] for j in range(n)]
+    got = [np.zeros(expected[j], np.uint8) for j in range(n)]
+    packs, unpacked = [], set()
+
+    def pack(j, lo, out):
+        packs.append((j, lo, out.size))
+        out[...] = _block(me, j, lengths[me][j])[lo:lo + out.size]
+
+    def unpack(j, lo, data):
+        unpacked.add(j)
+        got[j][lo:lo + data.size] = data
+
+    came = comm.alltoall_sized(lengths[me], pack, unpack, expected)
+    if came == expected:
+        assert all(np.array_equal(got[j], _block(j, me, expected[j])) for j in range(n)), me
+    return came, sorted(unpacked), packs
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+@pytest.mark.parametrize("length", [0, 1, 100, 40_000])
+def test_every_block_arrives_whole_in_one_phase_or_many(n, length):
+    lengths = [[length] * n for _ in range(n)]
+    with simdist.World(n, slot_bytes=SLOT) as world:
+        out = world.run(_exchange, lengths)
+    came, unpacked, packs = out[0]
+    assert came == [length] * n
+    assert unpacked == (list(range(n)) if length else [])
+    if length <= _room(n):
+        assert packs == [(j, 0, length) for j in range(n) if length], packs
+    else:  # the one meeting packs nothing, then chunks of the whole width, from multiples of 8
+        phases = -(-length // (SLOT // n // 8 * 8))
+        assert len(packs) == n * phases and all(lo % 8 == 0 for _, lo, _ in packs), packs
+        assert all(sum(size for j2, _, size in packs if j2 == j) == length for j in range(n))
+
+
+def test_blocks_of_different_lengths_arrive_as_sent_in_one_phase_or_many():
+    short = [[10, 0, 700], [3, 650, 1], [0, 8, 9]]
+    long = [[10, 0, 70_000], [3, 65_000, 1], [0, 8, 9]]
+    for lengths in (short, long):
+        with simdist.World(3, slot_bytes=SLOT) as world:
+            out = world.run(_exchange, lengths)
+        assert [row[0] for row in out] == [[lengths[j][me] for j in range(3)] for me in range(3)]
+
+
+@pytest.mark.parametrize("longest", [500, 50_000])
+def test_a_rank_expecting_other_lengths_is_told_and_unpacks_nothing(longest):
+    lengths = [[4, longest], [24, 8]]
+    expected = [[4, 24], [longest, 16]]  # rank 1 expects 16 bytes from itself, gets 8
+    with simdist.World(2, slot_bytes=SLOT) as world:
+        out = world.run(_exchange, lengths, expected)
+    assert out[0][:2] == ([4, 24], [0, 1])
+    assert out[1][:2] == ([longest, 8], [])
+
+
+def test_it_never_meets_a_plain_alltoall_of_the_same_bytes():
+    def fn(comm):
+        if comm.rank == 0:
+            comm.alltoall_sized([8, 8], lambda j, lo, out: None, lambda j, lo, data: None, [8, 8])
+        else:
+            comm.alltoall(np.zeros((2, (SLOT // 2 // 2 & ~15)), np.uint8))
+
+    with simdist.World(2, slot_bytes=SLOT) as world, pytest.raises(simdist.CollectiveMismatch, match="alltoall"):
+        world.run(fn)
+
+
+def test_another_collective_is_a_mismatch_on_every_rank():
+    def fn(comm):
+        if comm.rank == 0:
+            comm.alltoall_sized([1, 1], lambda j, lo, out: None, lambda j, lo, data: None, [1, 1])
+        else:
+            comm.barrier()
+
+    with simdist.World(2) as world, pytest.raises(simdist.CollectiveMismatch, match="barrier"):
+        world.run(fn)
