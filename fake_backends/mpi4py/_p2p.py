@@ -406,7 +406,7 @@ class Engine:
     def progress(self) -> None:
         """Take every record that has arrived; send what has credit. Never waits."""
         transport, handle = self._transport, self._handle
-        while True:
+        while transport.may_have_mail():
             hit = transport.probe(None, TRANSPORT_TAG, block=False)
             if hit is None:
                 break

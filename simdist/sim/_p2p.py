@@ -291,6 +291,16 @@ class Mailboxes:
             found = sorted({*found, *(i for i, src in enumerate(sources) if (ctx, src) in self._stash)})
         return [sources[i] for i in found]
 
+    def may_have_mail(self, sources: tuple) -> bool:
+        """False only if the rings from ``sources`` (world ranks) to this
+        rank are empty and no message is set aside."""
+        if self._stash:
+            return True
+        words = self._probe_words.get(sources)
+        if words is None:
+            words = self._probe_words[sources] = self._ring_words(sources)
+        return not words or words[0] != words[1]  # memoryviews: compared word by word in C
+
     def _ring_words(self, sources: tuple) -> tuple:
         """Views of the head and the tail words of the rings from
         ``sources`` to this rank, if consecutive ranks (else empty)."""

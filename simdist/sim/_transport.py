@@ -143,6 +143,13 @@ class Transport:
         world, found_tag = found
         return (source if source is not None else members.index(world)), found_tag
 
+    def may_have_mail(self) -> bool:
+        """False only if no message from a member waits for this rank, on
+        any communicator: a cheap look before a non-blocking ``probe``
+        (where the members are consecutive world ranks, one comparison of
+        their rings' head and tail words)."""
+        return self._mail.may_have_mail(self.members)
+
     def waiting_in(self, call: str | None, peer: int | None = None, releasable: bool = False) -> None:
         """State the MPI call this rank is in while an engine built over the
         transport waits in ``probe`` for its records: ``call`` is its text as
