@@ -142,27 +142,29 @@ class OnePhaseCalls:
         each member sent this rank, the longest block of all members, and
         the bytes a row holds; unpacks if every block fits and what came is
         ``expected``."""
-        plan, room, heads, read_heads = self._sized or self._sized_plan()
+        plan, room, row_words, my_heads, their_heads = self._sized or self._sized_plan()
         static, banks = plan[:2]
         bank = (self._epoch + 1) & 1
         if not plan[4]:
             self._release(bank)
         views = banks[bank]
-        me = self._rank
+        me, q = self._rank, self._arena.q
         longest = max(sizes)
         try:
-            mine = heads[bank]
-            mine[:, 0] = sizes
-            mine[:, 1] = longest
+            word = my_heads[bank]
+            for n in sizes:  # the heads as words of the arena: no numpy call per word
+                q[word] = n
+                q[word + 1] = longest
+                word += row_words
             if longest <= room:
                 rows = views[me]
                 for j, n in enumerate(sizes):
                     if n:
                         pack(j, 0, rows[j, SIZED_HEAD:SIZED_HEAD + n])
             self._meet(static)
-            pairs = read_heads[bank]()
-            got = [pair[0] for pair in pairs]
-            longest = max(pair[1] for pair in pairs)
+            heads = their_heads[bank]
+            got = [q[word] for word in heads]
+            longest = max([q[word + 1] for word in heads])
             if longest <= room and got == expected:
                 for j, n in enumerate(got):
                     if n:
@@ -176,21 +178,15 @@ class OnePhaseCalls:
     def _sized_plan(self):
         """``_exchange_sized``'s plan: a row of half a slot's share per member
         (an alltoall's of bytes, signed with ``SIZED_ROOT``), the bytes a row
-        holds after its head, per bank the heads of this rank's rows as
-        ``(size, 2)`` int64, and a function reading the head of each member's
-        row for this rank as ``[length, longest]`` pairs."""
+        holds after its head, the words a row spans, and per bank the word of
+        this rank's first head and of the head of each member's row for this
+        rank (a head: two words, the length and the sender's longest)."""
         width = self._half_bytes // self._size & ~(SIZED_HEAD - 1)
         plan = self._plan((_ALLTOALL, _BYTE, (self._size, width), SIZED_ROOT), 0, SIZED_ROOT)
-        mm, me, pair = self._arena.mm, self._rank, np.dtype(np.int64)
-        heads, reads = [], []
-        for offsets in self._half_off:
-            heads.append(np.ndarray((self._size, 2), pair, mm, offsets[me], (width, pair.itemsize)))
-            theirs = [off + me * width for off in offsets]
-            stacked = self._stacked(theirs, pair, (2,))
-            reads.append(stacked.tolist if stacked is not None else
-                         (lambda views=[np.ndarray((2,), pair, mm, off) for off in theirs]:
-                          [view.tolist() for view in views]))
-        self._sized = (plan, width - SIZED_HEAD, heads, reads)
+        me = self._rank
+        mine = [offsets[me] // 8 for offsets in self._half_off]
+        theirs = [[(off + me * width) // 8 for off in offsets] for offsets in self._half_off]
+        self._sized = (plan, width - SIZED_HEAD, width // 8, mine, theirs)
         return self._sized
 
     # -- what each call reads --------------------------------------------------
