@@ -130,6 +130,59 @@ def test_a_repeated_alltoallv_still_truncates_when_a_peer_sends_more(tmp_path):
     """, 2)
 
 
+_TRANSPOSES = """
+    def transposes(comm, steps):
+        size, rank = comm.size, comm.rank
+        m, n = 2, 2 * comm.size
+        # Alltoallw of subarrays: (m, n, n) split on axis 0 -> (n, m, n) split on axis 1
+        def cuts(shape, axis):
+            types = []
+            for p in range(size):
+                sub, start = list(shape), [0] * 3
+                sub[axis], start[axis] = shape[axis] // size, p * (shape[axis] // size)
+                types.append(MPI.DOUBLE.Create_subarray(shape, sub, start).Commit())
+            return types
+        slab, pencil = np.zeros((m, n, n)), np.zeros((n, m, n))
+        sends, recvs = cuts(slab.shape, 1), cuts(pencil.shape, 0)
+        # Alltoallv of column blocks through a vector type: (m, n) rows -> (n, m)
+        rows, got = np.zeros((m, n)), np.zeros((n, m))
+        column = MPI.DOUBLE.Create_vector(m, 1, n).Create_resized(0, 8).Commit()
+        for step in range(steps):
+            slab[...] = np.arange(m * n * n).reshape(m, n, n) + 1000 * rank + step
+            pencil[...] = -1
+            comm.Alltoallw([slab, [1] * size, [0] * size, sends], [pencil, [1] * size, [0] * size, recvs])
+            for p in range(size):
+                whole = np.arange(m * n * n).reshape(m, n, n) + 1000 * p + step
+                assert np.array_equal(pencil[p * m:(p + 1) * m], whole[:, rank * m:(rank + 1) * m]), (step, p)
+            rows[...] = np.arange(m * n).reshape(m, n) + 1000 * rank + step
+            got[...] = -1
+            comm.Alltoallv([rows, ([m] * size, [p * m for p in range(size)]), column],
+                           [got, ([m * m] * size, [p * m * m for p in range(size)]), MPI.DOUBLE])
+            for p in range(size):
+                whole = np.arange(m * n).reshape(m, n) + 1000 * p + step
+                assert np.array_equal(got[p * m:(p + 1) * m].reshape(m, m), whole[:, rank * m:(rank + 1) * m].T)
+        for datatype in sends + recvs + [column]:
+            datatype.Free()
+"""
+
+
+def test_transposes_called_again_move_every_block_as_the_first_call_did(tmp_path):
+    """A repeated transpose moves all its blocks in one copy each way; the
+    first call, each block by itself: the same bytes land."""
+    ok(tmp_path, _TRANSPOSES + """
+    transposes(comm, 3)
+    """, 3)
+
+
+def test_transposes_on_ranks_whose_slots_do_not_step_evenly_move_each_block(tmp_path):
+    ok(tmp_path, _TRANSPOSES + """
+    sub = comm.Split(0 if rank != 2 else MPI.UNDEFINED)  # world ranks 0, 1, 3
+    if sub != MPI.COMM_NULL:
+        transposes(sub, 3)
+        sub.Free()
+    """, 4)
+
+
 def test_a_datatype_dropped_unfreed_after_an_alltoallw_is_still_a_handle_leak(tmp_path):
     """What is kept of a parse holds no datatype handle: one the program
     makes per call and drops unfreed is a leak the check sees."""

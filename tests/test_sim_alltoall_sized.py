@@ -39,7 +39,8 @@ def _exchange(comm, lengths, expected=None):
         unpacked.add(j)
         got[j][lo:lo + data.size] = data
 
-    came = comm.alltoall_sized(lengths[me], pack, unpack, expected)
+    came, whole = comm.alltoall_sized(lengths[me], pack, unpack, expected)
+    assert not whole
     if came == expected:
         assert all(np.array_equal(got[j], _block(j, me, expected[j])) for j in range(n)), me
     return came, sorted(unpacked), packs
@@ -101,3 +102,53 @@ def test_another_collective_is_a_mismatch_on_every_rank():
 
     with simdist.World(2) as world, pytest.raises(simdist.CollectiveMismatch, match="barrier"):
         world.run(fn)
+
+
+def _rows_exchange(comm, length: int):
+    """Every rank's blocks as the rows of one array, moved by ``rows``."""
+    me, n = comm.rank, comm.size
+    send = np.stack([_block(me, j, length) for j in range(n)]).view(np.uint32)
+    recv = np.zeros_like(send)
+
+    def rows_in(mm, offset, stride):
+        return np.ndarray(send.shape, send.dtype, mm, offset, (stride, send.itemsize))
+
+    def fail(j, lo, out):
+        raise AssertionError("rows move every block")
+
+    rows = (lambda mm, offset, stride: np.copyto(rows_in(mm, offset, stride), send),
+            lambda mm, offset, stride: np.copyto(recv, rows_in(mm, offset, stride)))
+    came, whole = comm.alltoall_sized([send[0].nbytes] * n, fail if length <= _room(n) else lambda j, lo, out: None,
+                                      fail if length <= _room(n) else lambda j, lo, data: None,
+                                      [send[0].nbytes] * n, rows)
+    assert whole == (length <= _room(n))
+    if whole:
+        assert all(np.array_equal(recv[j].view(np.uint8), _block(j, me, length)) for j in range(n)), me
+    return came
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_rows_move_every_block_at_once_where_they_fit(n):
+    for length in (8, 4_000, 40_000):
+        with simdist.World(n, slot_bytes=SLOT) as world:
+            assert world.run(_rows_exchange, length)[0] == [length] * n
+
+
+def test_members_whose_rows_do_not_step_evenly_move_each_block():
+    def fn(comm):
+        sub = comm.split(0 if comm.rank != 2 else None)  # world ranks 0, 1, 3: slots that do not step evenly
+        if sub is None:
+            return None
+        _, unpacked, _ = _exchange(sub, [[16] * 3 for _ in range(3)])
+        got = []
+
+        def fail(*args):
+            got.append(args)
+
+        came, whole = sub.alltoall_sized([16] * 3, lambda j, lo, out: None, lambda j, lo, data: None, [16] * 3,
+                                         (fail, fail))
+        assert not whole and not got
+        return unpacked
+
+    with simdist.World(4, slot_bytes=SLOT) as world:
+        assert world.run(fn) == [[0, 1, 2], [0, 1, 2], None, [0, 1, 2]]

@@ -41,7 +41,7 @@ from . import _typecalls
 from ._buffers import BufSpec, _items, parse_vector, parse_w
 from ._datatypes import Datatype, lookup, of_array
 from ._derived import _CACHED_INDEX_BYTES as INDEX_BYTES
-from ._layouts import Grid
+from ._layouts import Grid, stepped_rows
 
 LIMIT = 64
 
@@ -91,7 +91,7 @@ class _Plan:
     one's bytes ``lo:hi``; and each block's length in bytes. It holds no
     datatype handle: the handle-leak check sees the program drop one."""
 
-    __slots__ = ("blocks", "nbytes", "c_order")
+    __slots__ = ("blocks", "nbytes", "c_order", "rows")
 
     def __init__(self, parts: list[BufSpec], buf: np.ndarray):
         memory = _memory(buf)  # the bytes the parse read, so the same offsets
@@ -106,13 +106,18 @@ class _Plan:
         self.blocks = blocks
         self.nbytes = [part.nbytes for part in parts]
         self.c_order = buf.flags.c_contiguous  # as the key's shape, strides and dtype say
+        self.rows = stepped_rows([where for _, where in blocks])
 
-    def parts(self, buf: np.ndarray, datatypes: list) -> list[BufSpec]:
-        """The blocks in the memory of ``buf``, of ``datatypes`` (one per block)."""
+    def parts(self, buf: np.ndarray, datatypes: list) -> tuple[list[BufSpec], np.ndarray | None]:
+        """The blocks in the memory of ``buf``, of ``datatypes`` (one per
+        block), and the blocks as the rows of one array where they are
+        (``_layouts.stepped_rows``), else None."""
         memory = np.frombuffer(buf, np.uint8) if self.c_order else _memory(buf)
-        return [BufSpec(None, datatype, count, memory, where) if type(where) is not tuple
-                else BufSpec(memory[where[0]:where[1]], datatype, count)
-                for datatype, (count, where) in zip(datatypes, self.blocks)]
+        parts = [BufSpec(None, datatype, count, memory, where) if type(where) is not tuple
+                 else BufSpec(memory[where[0]:where[1]], datatype, count)
+                 for datatype, (count, where) in zip(datatypes, self.blocks)]
+        rows = self.rows
+        return parts, None if rows is None else np.ndarray(rows[0], rows[1], memory, rows[2], rows[3])
 
 
 def _lookup(key):
@@ -135,9 +140,10 @@ def _keep(key, parts: list[BufSpec], buf, freed: int) -> None:
     _kept[key] = _Plan(parts, buf)
 
 
-def vector_parts(spec, *, writable: bool, blocks: int, what: str) -> tuple[list[BufSpec], list[int]]:
-    """``parse_vector(spec, ..., direct=True).parts()`` and the blocks'
-    lengths in bytes, from what is kept where the key is."""
+def vector_parts(spec, *, writable: bool, blocks: int, what: str) -> tuple[list[BufSpec], list[int], np.ndarray | None]:
+    """``parse_vector(spec, ..., direct=True).parts()``, the blocks'
+    lengths in bytes, and where what is kept has them as the rows of one
+    array, that array (else None); from what is kept where the key is."""
     o_buf, o_counts, o_displs, o_type = _items(spec, tuple, what)
     try:
         key = ("v", what, writable, blocks, _buffer(o_buf, writable), _ints(o_counts), _ints(o_displs),
@@ -150,14 +156,15 @@ def vector_parts(spec, *, writable: bool, blocks: int, what: str) -> tuple[list[
         parts = parse_vector(spec, writable=writable, blocks=blocks, what=what, direct=True).parts()
         if key is not None:
             _keep(key, parts, o_buf, freed)
-        return parts, [part.nbytes for part in parts]
+        return parts, [part.nbytes for part in parts], None
     datatype = of_array(o_buf) if o_type is None else lookup(o_type)
-    return plan.parts(o_buf, [datatype] * blocks), plan.nbytes
+    parts, rows = plan.parts(o_buf, [datatype] * blocks)
+    return parts, plan.nbytes, rows
 
 
-def w_parts(spec, n: int, *, writable: bool, what: str) -> tuple[list[BufSpec], list[int]]:
-    """``parse_w(spec, n, ..., direct=True)`` and the blocks' lengths in
-    bytes, from what is kept where the key is."""
+def w_parts(spec, n: int, *, writable: bool, what: str) -> tuple[list[BufSpec], list[int], np.ndarray | None]:
+    """``parse_w(spec, n, ..., direct=True)``, the blocks' lengths in bytes
+    and their rows, as ``vector_parts``."""
     key = types = buf = None
     if (type(spec) is list or type(spec) is tuple) and 2 <= len(spec) <= 4:
         try:
@@ -179,6 +186,7 @@ def w_parts(spec, n: int, *, writable: bool, what: str) -> tuple[list[BufSpec], 
         parts = parse_w(spec, n, writable=writable, what=what, direct=True)
         if key is not None:
             _keep(key, parts, buf, freed)
-        return parts, [part.nbytes for part in parts]
+        return parts, [part.nbytes for part in parts], None
     datatypes = [types] * n if isinstance(types, Datatype) else list(map(lookup, types))  # as parse_w reads them
-    return plan.parts(buf, datatypes), plan.nbytes
+    parts, rows = plan.parts(buf, datatypes)
+    return parts, plan.nbytes, rows

@@ -83,12 +83,12 @@ class _SelfComm:
     def alltoall(self, x):
         return np.array(x, copy=True)
 
-    def alltoall_sized(self, sizes, pack, unpack, expected):
+    def alltoall_sized(self, sizes, pack, unpack, expected, rows=None):
         block = np.empty(sizes[0], np.uint8)
         pack(0, 0, block)
         if list(sizes) == list(expected):
             unpack(0, 0, block)
-        return list(sizes)
+        return list(sizes), False
 
     def barrier(self):
         pass

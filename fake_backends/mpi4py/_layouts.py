@@ -194,6 +194,32 @@ class Blocks:
             done += part.nbytes
 
 
+def stepped_rows(blocks: list) -> tuple | None:
+    """Where the blocks of a call (each a ``Grid``, or a run of bytes as
+    ``(lo, hi)``) are one strided array: equal shapes of units whose starts
+    step evenly, so that row ``j`` of ``np.ndarray(shape, dtype, memory,
+    start, strides)`` is block ``j``'s packed bytes in row-major order.
+    Returns ``(shape, dtype, start, strides)``, or None where they are not
+    (or are empty). A transpose's blocks are: one numpy copy moves them all."""
+    units = []
+    for block in blocks:
+        if isinstance(block, Grid):
+            shape, dtype, strides = block._units
+            units.append((block.start, shape, dtype, strides))
+        elif isinstance(block, tuple):
+            lo, hi = block
+            unit = next(u for u in _UNITS if not (lo | hi) % u)
+            units.append((lo, ((hi - lo) // unit,), _UNITS[unit], (unit,)))
+        else:
+            return None
+    first = units[0]
+    step = units[1][0] - first[0] if len(units) > 1 else 0
+    if not math.prod(first[1]) or any(u[1:] != first[1:] or u[0] != first[0] + j * step
+                                       for j, u in enumerate(units)):
+        return None
+    return (len(units), *first[1]), first[2], first[0], (step, *first[3])
+
+
 def regular(start: int, shape, strides, run: int) -> Grid:
     """The grid of runs of ``run`` bytes at ``start + sum(k_i * strides_i)``,
     in its fewest dimensions, as ``layout_of`` finds it from the bytes:

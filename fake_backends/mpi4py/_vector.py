@@ -54,13 +54,15 @@ def _copies(blocks: list[BufSpec]) -> list[BufSpec]:
 
 
 def _alltoall_blocks(st, sc, call: str, send: list[BufSpec], recv: list[BufSpec], sizes: list[int],
-                     expected: list[int]) -> None:
+                     expected: list[int], send_rows=None, recv_rows=None) -> None:
     """Block ``j`` of ``send`` (``sizes[j]`` bytes) to rank ``j``, rank
     ``j``'s block for us into block ``j`` of ``recv`` (``expected[j]``
     bytes): each packed straight into the simulator's slot and unpacked
-    straight from it, the blocks' lengths travelling with them. A length
-    that differs from its receive block's is ERR_TRUNCATE on the receiver,
-    which then writes no block."""
+    straight from it, the blocks' lengths travelling with them; all blocks
+    in one numpy copy each way where both sides' blocks are the rows of one
+    array (``send_rows``, ``recv_rows``). A length that differs from its
+    receive block's is ERR_TRUNCATE on the receiver, which then writes no
+    block."""
     me = st.rank
 
     def pack(j, lo, out):
@@ -71,12 +73,32 @@ def _alltoall_blocks(st, sc, call: str, send: list[BufSpec], recv: list[BufSpec]
         if j != me:
             recv[j].unpack_range(data, lo)
 
-    got = sc.alltoall_sized(sizes, pack, unpack, expected)
+    rows = None
+    if send_rows is not None and recv_rows is not None:
+        def pack_rows(mm, offset, stride):
+            np.copyto(_in_slots(send_rows, mm, offset, stride), send_rows)
+
+        def unpack_rows(mm, offset, stride):
+            np.copyto(recv_rows, _in_slots(recv_rows, mm, offset, stride))
+
+        rows = (pack_rows, unpack_rows)
+    got, whole = sc.alltoall_sized(sizes, pack, unpack, expected, rows)
     if got != expected:
         short = next(j for j in range(len(got)) if got[j] != expected[j])
         raise MPIException(ERR_TRUNCATE, f"{call}: rank {short} sent {got[short]} bytes for a block of "
                                          f"{expected[short]} bytes")
-    _copy_block(send[me], recv[me])
+    if not whole:
+        _copy_block(send[me], recv[me])
+
+
+def _in_slots(rows: np.ndarray, mm, offset: int, stride: int) -> np.ndarray:
+    """``rows`` (row ``j``: block ``j``) as packed in the simulator's slots:
+    row ``j`` at ``offset + j * stride`` of ``mm``."""
+    packed, item = [], rows.itemsize
+    for n in reversed(rows.shape[1:]):
+        packed.append(item)
+        item *= n
+    return np.ndarray(rows.shape, rows.dtype, mm, offset, (stride, *reversed(packed)))
 
 
 def _copy_block(source: BufSpec, dest: BufSpec) -> None:
@@ -144,19 +166,19 @@ class VectorCollectives:
         """Block ``j`` of rank ``i``'s ``sendbuf`` becomes block ``i`` of rank
         ``j``'s ``recvbuf``."""
         st, sc = self._coll()
-        recv, expected = vector_parts(recvbuf, writable=True, blocks=st.size, what="recvbuf")
+        recv, expected, recv_rows = vector_parts(recvbuf, writable=True, blocks=st.size, what="recvbuf")
         if is_in_place(sendbuf):
-            send, sizes = _copies(recv), expected
+            send, sizes, send_rows = _copies(recv), expected, None
         else:
-            send, sizes = vector_parts(sendbuf, writable=False, blocks=st.size, what="sendbuf")
-        _alltoall_blocks(st, sc, "Alltoallv", send, recv, sizes, expected)
+            send, sizes, send_rows = vector_parts(sendbuf, writable=False, blocks=st.size, what="sendbuf")
+        _alltoall_blocks(st, sc, "Alltoallv", send, recv, sizes, expected, send_rows, recv_rows)
 
     def Alltoallw(self, sendbuf, recvbuf) -> None:
         """As Alltoallv, with a datatype per block and displacements in bytes."""
         st, sc = self._coll()
-        recv, expected = w_parts(recvbuf, st.size, writable=True, what="recvbuf")
+        recv, expected, recv_rows = w_parts(recvbuf, st.size, writable=True, what="recvbuf")
         if is_in_place(sendbuf):
-            send, sizes = _copies(recv), expected
+            send, sizes, send_rows = _copies(recv), expected, None
         else:
-            send, sizes = w_parts(sendbuf, st.size, writable=False, what="sendbuf")
-        _alltoall_blocks(st, sc, "Alltoallw", send, recv, sizes, expected)
+            send, sizes, send_rows = w_parts(sendbuf, st.size, writable=False, what="sendbuf")
+        _alltoall_blocks(st, sc, "Alltoallw", send, recv, sizes, expected, send_rows, recv_rows)

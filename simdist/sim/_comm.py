@@ -203,14 +203,23 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
             return self._exchange(x, self._plan((_ALLTOALL, x.dtype, x.shape, -1), 0, -1), self._take_mine)
         return self._alltoall_phases(x)
 
-    def alltoall_sized(self, sizes, pack, unpack, expected) -> list[int]:
+    def alltoall_sized(self, sizes, pack, unpack, expected, rows=None) -> tuple[list[int], bool]:
         """An alltoall of blocks of any lengths that never holds the message,
         for the simulated mpi4py's Alltoallv and Alltoallw: this rank's
         block for member ``j`` is ``sizes[j]`` bytes, ``pack(j, lo, out)``
         writes its bytes ``lo:lo + out.size`` straight into this rank's slot,
         and ``unpack(j, lo, data)`` reads those of member ``j``'s block for
         this rank straight from ``j``'s slot. Returns the lengths the members
-        sent this rank; unpacks nothing unless they equal ``expected``.
+        sent this rank, and whether ``rows`` moved every block; unpacks
+        nothing unless the lengths equal ``expected``.
+
+        ``rows``, where the caller's blocks are the rows of one array each
+        way, is ``(pack_rows, unpack_rows)``: ``pack_rows(mm, offset,
+        stride)`` writes every block (this rank's own too) at once, block
+        ``j`` at ``offset + j * stride`` of the arena's buffer ``mm``, and
+        ``unpack_rows(mm, offset, stride)`` reads them so, block ``j`` from
+        member ``j``. Used where every block fits in its row and the members'
+        rows step evenly; else ``pack`` and ``unpack`` move each block.
 
         One meeting when every block fits in its row (a member's share of
         half a slot, headed by the block's length): no exchange of lengths
@@ -218,7 +227,7 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
         and an alltoall of that width in phases moves the blocks."""
         if self._closed:
             raise closed_error(self._rank, "alltoall", self._closed)
-        got, longest, room = self._exchange_sized(sizes, pack, unpack, expected)
+        got, longest, room, whole = self._exchange_sized(sizes, pack, unpack, expected, rows)
         if longest > room:
             accept = got == expected
 
@@ -231,7 +240,7 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
                     unpack(j, lo, data[:got[j] - lo])
 
             self._alltoall_block_phases(longest, part, take)
-        return got
+        return got, whole
 
     def barrier(self):
         if self._closed:

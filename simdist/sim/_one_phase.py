@@ -135,58 +135,69 @@ class OnePhaseCalls:
         finally:
             self._end()
 
-    def _exchange_sized(self, sizes, pack, unpack, expected):
+    def _exchange_sized(self, sizes, pack, unpack, expected, rows):
         """``SimComm.alltoall_sized``'s meeting: each row of this rank's half
         slot is headed by its block's length and this rank's longest block,
         then holds the block if every block of this rank fits. Returns what
-        each member sent this rank, the longest block of all members, and
-        the bytes a row holds; unpacks if every block fits and what came is
-        ``expected``."""
-        plan, room, row_words, my_heads, their_heads = self._sized or self._sized_plan()
+        each member sent this rank, the longest block of all members, the
+        bytes a row holds, and whether ``rows`` moved every block (its own
+        too); unpacks if every block fits and what came is ``expected``."""
+        plan, room, width, my_heads, their_heads, their_rows = self._sized or self._sized_plan()
         static, banks = plan[:2]
         bank = (self._epoch + 1) & 1
         if not plan[4]:
             self._release(bank)
         views = banks[bank]
-        me, q = self._rank, self._arena.q
+        me, q, mm = self._rank, self._arena.q, self._arena.mm
         longest = max(sizes)
+        whole = rows is not None and their_rows is not None and longest <= room
         try:
-            word = my_heads[bank]
+            word, step = my_heads[bank], width // 8
             for n in sizes:  # the heads as words of the arena: no numpy call per word
                 q[word] = n
                 q[word + 1] = longest
-                word += row_words
-            if longest <= room:
-                rows = views[me]
+                word += step
+            if whole:
+                rows[0](mm, my_heads[bank] * 8 + SIZED_HEAD, width)
+            elif longest <= room:
+                mine = views[me]
                 for j, n in enumerate(sizes):
                     if n:
-                        pack(j, 0, rows[j, SIZED_HEAD:SIZED_HEAD + n])
+                        pack(j, 0, mine[j, SIZED_HEAD:SIZED_HEAD + n])
             self._meet(static)
             heads = their_heads[bank]
             got = [q[word] for word in heads]
             longest = max([q[word + 1] for word in heads])
+            whole = whole and longest <= room
             if longest <= room and got == expected:
-                for j, n in enumerate(got):
-                    if n:
-                        unpack(j, 0, views[j][me, SIZED_HEAD:SIZED_HEAD + n])
+                if whole:
+                    rows[1](mm, heads[0] * 8 + SIZED_HEAD, their_rows)
+                else:
+                    for j, n in enumerate(got):
+                        if n:
+                            unpack(j, 0, views[j][me, SIZED_HEAD:SIZED_HEAD + n])
             if not plan[4]:
                 self._done(bank)
-            return got, longest, room
+            return got, longest, room, whole
         finally:
             self._end()
 
     def _sized_plan(self):
         """``_exchange_sized``'s plan: a row of half a slot's share per member
         (an alltoall's of bytes, signed with ``SIZED_ROOT``), the bytes a row
-        holds after its head, the words a row spans, and per bank the word of
-        this rank's first head and of the head of each member's row for this
-        rank (a head: two words, the length and the sender's longest)."""
+        holds after its head, a row's bytes, per bank the word of this
+        rank's first head and of the head of each member's row for this rank
+        (a head: two words, the length and the sender's longest), and the
+        bytes from one member's row for this rank to the next where they
+        step evenly (else None)."""
         width = self._half_bytes // self._size & ~(SIZED_HEAD - 1)
         plan = self._plan((_ALLTOALL, _BYTE, (self._size, width), SIZED_ROOT), 0, SIZED_ROOT)
-        me = self._rank
-        mine = [offsets[me] // 8 for offsets in self._half_off]
-        theirs = [[(off + me * width) // 8 for off in offsets] for offsets in self._half_off]
-        self._sized = (plan, width - SIZED_HEAD, width // 8, mine, theirs)
+        me, offsets = self._rank, self._half_off[0]
+        mine = [offs[me] // 8 for offs in self._half_off]
+        theirs = [[(off + me * width) // 8 for off in offs] for offs in self._half_off]
+        step = offsets[1] - offsets[0] if len(offsets) > 1 else width
+        even = all(b - a == step for a, b in zip(offsets, offsets[1:]))
+        self._sized = (plan, width - SIZED_HEAD, width, mine, theirs, step if even else None)
         return self._sized
 
     # -- what each call reads --------------------------------------------------
