@@ -113,11 +113,35 @@ class _Plan:
         block), and the blocks as the rows of one array where they are
         (``_layouts.stepped_rows``), else None."""
         memory = np.frombuffer(buf, np.uint8) if self.c_order else _memory(buf)
-        parts = [BufSpec(None, datatype, count, memory, where) if type(where) is not tuple
-                 else BufSpec(memory[where[0]:where[1]], datatype, count)
-                 for datatype, (count, where) in zip(datatypes, self.blocks)]
+        parts = _Parts(lambda: [BufSpec(None, datatype, count, memory, where) if type(where) is not tuple
+                                else BufSpec(memory[where[0]:where[1]], datatype, count)
+                                for datatype, (count, where) in zip(datatypes, self.blocks)])
         rows = self.rows
         return parts, None if rows is None else np.ndarray(rows[0], rows[1], memory, rows[2], rows[3])
+
+
+class _Parts:
+    """The blocks of a kept parse, made at their first use: a call that
+    moves its blocks as the rows of one array never uses them."""
+
+    __slots__ = ("_make", "_parts")
+
+    def __init__(self, make):
+        self._make, self._parts = make, None
+
+    def _list(self) -> list[BufSpec]:
+        if self._parts is None:
+            self._parts = self._make()
+        return self._parts
+
+    def __getitem__(self, j: int) -> BufSpec:
+        return self._list()[j]
+
+    def __len__(self) -> int:
+        return len(self._list())
+
+    def __iter__(self):
+        return iter(self._list())
 
 
 def _lookup(key):

@@ -94,11 +94,16 @@ def _alltoall_blocks(st, sc, call: str, send: list[BufSpec], recv: list[BufSpec]
 def _in_slots(rows: np.ndarray, mm, offset: int, stride: int) -> np.ndarray:
     """``rows`` (row ``j``: block ``j``) as packed in the simulator's slots:
     row ``j`` at ``offset + j * stride`` of ``mm``."""
-    packed, item = [], rows.itemsize
-    for n in reversed(rows.shape[1:]):
-        packed.append(item)
-        item *= n
-    return np.ndarray(rows.shape, rows.dtype, mm, offset, (stride, *reversed(packed)))
+    shape = rows.shape
+    packed = _PACKED.get((shape, rows.itemsize))
+    if packed is None:
+        if len(_PACKED) >= 64:
+            _PACKED.clear()
+        packed = _PACKED[shape, rows.itemsize] = np.empty(shape[1:], rows.dtype).strides
+    return np.ndarray(shape, rows.dtype, mm, offset, (stride, *packed))
+
+
+_PACKED: dict = {}  # a row's strides packed, by (shape, itemsize)
 
 
 def _copy_block(source: BufSpec, dest: BufSpec) -> None:
