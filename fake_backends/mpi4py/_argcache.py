@@ -44,6 +44,11 @@ from ._derived import _CACHED_INDEX_BYTES as INDEX_BYTES
 from ._layouts import Grid, stepped_rows
 
 LIMIT = 64
+#: Blocks up to this many bytes are kept as rows too (``_layouts.stepped_rows``),
+#: to move all at once: beyond, the second copy that a rank's block to itself
+#: takes through its row (one copy by itself) outweighs the calls that moving
+#: each block takes.
+ROWS_UP_TO = 16 << 10
 
 _kept: dict = {}
 _freed_seen = [0]  # _typecalls.freed when _kept was last valid
@@ -106,18 +111,24 @@ class _Plan:
         self.blocks = blocks
         self.nbytes = [part.nbytes for part in parts]
         self.c_order = buf.flags.c_contiguous  # as the key's shape, strides and dtype say
-        self.rows = stepped_rows([where for _, where in blocks])
+        small = self.nbytes and self.nbytes[0] <= ROWS_UP_TO
+        self.rows = stepped_rows([where for _, where in blocks]) if small else None
 
     def parts(self, buf: np.ndarray, datatypes: list) -> tuple[list[BufSpec], np.ndarray | None]:
         """The blocks in the memory of ``buf``, of ``datatypes`` (one per
         block), and the blocks as the rows of one array where they are
-        (``_layouts.stepped_rows``), else None."""
+        small and are such rows (``_layouts.stepped_rows``), else None."""
         memory = np.frombuffer(buf, np.uint8) if self.c_order else _memory(buf)
-        parts = _Parts(lambda: [BufSpec(None, datatype, count, memory, where) if type(where) is not tuple
-                                else BufSpec(memory[where[0]:where[1]], datatype, count)
-                                for datatype, (count, where) in zip(datatypes, self.blocks)])
+
+        def make():
+            return [BufSpec(None, datatype, count, memory, where) if type(where) is not tuple
+                    else BufSpec(memory[where[0]:where[1]], datatype, count)
+                    for datatype, (count, where) in zip(datatypes, self.blocks)]
+
         rows = self.rows
-        return parts, None if rows is None else np.ndarray(rows[0], rows[1], memory, rows[2], rows[3])
+        if rows is None:
+            return make(), None
+        return _Parts(make), np.ndarray(rows[0], rows[1], memory, rows[2], rows[3])
 
 
 class _Parts:

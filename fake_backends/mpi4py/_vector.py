@@ -28,12 +28,6 @@ from ._errors import ERR_TRUNCATE, Exception as MPIException
 from ._unpacking import unpacking_class
 
 
-#: Blocks up to this many bytes move as rows (one numpy copy each way for
-#: all): beyond, the second copy that costs a rank's block to itself (one
-#: copy by itself) outweighs the calls that moving each block takes.
-ROWS_UP_TO = 16 << 10
-
-
 def _padded(blocks: list[np.ndarray], width: int) -> np.ndarray:
     out = np.empty((len(blocks), width), np.uint8)
     for row, data in zip(out, blocks):
@@ -65,10 +59,10 @@ def _alltoall_blocks(st, sc, call: str, send: list[BufSpec], recv: list[BufSpec]
     ``j``'s block for us into block ``j`` of ``recv`` (``expected[j]``
     bytes): each packed straight into the simulator's slot and unpacked
     straight from it, the blocks' lengths travelling with them; all blocks
-    in one numpy copy each way where both sides' blocks are the rows of one
-    array (``send_rows``, ``recv_rows``) and small. A length that differs from its
-    receive block's is ERR_TRUNCATE on the receiver, which then writes no
-    block."""
+    in one numpy copy each way where both sides' small blocks are the rows
+    of one array (``send_rows``, ``recv_rows``). A length that differs
+    from its receive block's is ERR_TRUNCATE on the receiver, which then
+    writes no block."""
     me = st.rank
 
     def pack(j, lo, out):
@@ -80,7 +74,7 @@ def _alltoall_blocks(st, sc, call: str, send: list[BufSpec], recv: list[BufSpec]
             recv[j].unpack_range(data, lo)
 
     rows = None
-    if send_rows is not None and recv_rows is not None and sizes[me] <= ROWS_UP_TO:
+    if send_rows is not None and recv_rows is not None:
         def pack_rows(mm, offset, stride):
             np.copyto(_in_slots(send_rows, mm, offset, stride), send_rows)
 
