@@ -29,6 +29,9 @@ KEY_WORDS = 4  # kind, seq, op, root: what a None must share with the root's row
 MAX_NDIM = 64
 # Collectives where a non-root may pass None instead of root's array.
 ROOT_ONLY_ARRAY = frozenset((KIND_CODE["broadcast"], KIND_CODE["scatter"]))
+#: The root an alltoall of blocks of any lengths signs (``SimComm.alltoall_sized``):
+#: it never meets a plain alltoall of the same bytes, and reads so in reports.
+SIZED_ROOT = -2
 
 _structs: dict[int, struct.Struct] = {}
 
@@ -70,7 +73,9 @@ def describe(sig: tuple[int, ...], comm_name: str = "") -> str:
         return "an unknown call"
     name = call_name(KINDS[kind - 1], comm_name)
     parts = []
-    if ndim >= 0:
+    if root == SIZED_ROOT:
+        parts.append("blocks of any lengths")
+    elif ndim >= 0:
         shape = tuple(sig[HEAD_WORDS:HEAD_WORDS + ndim])
         parts.append(f"{DTYPES[dtype - 1]} {shape}" if dtype else f"shape {shape}")
     elif kind in ROOT_ONLY_ARRAY:

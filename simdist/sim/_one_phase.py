@@ -36,9 +36,6 @@ FOLD_ROWS_FROM = 6
 FOLD_ROWS_PER_RANK = 4
 #: A plan's fields from this index on: fold by rows, inline, ufunc, divisor.
 PLAN_BY_ROWS = 3
-#: ``alltoall_sized`` signs this root, so it never meets a plain alltoall
-#: of the same bytes (whose rows hold no heads).
-SIZED_ROOT = -2
 #: The head of each of its rows: the block's length, the sender's longest block.
 SIZED_HEAD = 16
 
@@ -184,14 +181,14 @@ class OnePhaseCalls:
 
     def _sized_plan(self):
         """``_exchange_sized``'s plan: a row of half a slot's share per member
-        (an alltoall's of bytes, signed with ``SIZED_ROOT``), the bytes a row
-        holds after its head, a row's bytes, per bank the word of this
-        rank's first head and of the head of each member's row for this rank
-        (a head: two words, the length and the sender's longest), and the
-        bytes from one member's row for this rank to the next where they
-        step evenly (else None)."""
+        (an alltoall's of bytes, signed with ``_signature.SIZED_ROOT``, as
+        its rows hold heads), the bytes a row holds after its head, a row's
+        bytes, per bank the word of this rank's first head and of the head
+        of each member's row for this rank (a head: two words, the length
+        and the sender's longest), and the bytes from one member's row for
+        this rank to the next where they step evenly (else None)."""
         width = self._half_bytes // self._size & ~(SIZED_HEAD - 1)
-        plan = self._plan((_ALLTOALL, _BYTE, (self._size, width), SIZED_ROOT), 0, SIZED_ROOT)
+        plan = self._plan((_ALLTOALL, _BYTE, (self._size, width), sig.SIZED_ROOT), 0, sig.SIZED_ROOT)
         me, offsets = self._rank, self._half_off[0]
         mine = [offs[me] // 8 for offs in self._half_off]
         theirs = [[(off + me * width) // 8 for off in offs] for offs in self._half_off]
