@@ -153,3 +153,21 @@ def test_members_whose_rows_do_not_step_evenly_move_each_block():
 
     with simdist.World(4, slot_bytes=SLOT) as world:
         assert world.run(fn) == [[0, 1, 2], [0, 1, 2], None, [0, 1, 2]]
+
+
+def test_rows_too_short_for_their_heads_exchange_the_lengths_first():
+    """Half a slot shared by so many members that a row cannot hold its
+    head (thousands of ranks): the lengths go in an allgather, the blocks in
+    phases. Here a 3-rank world is made to see its half slots so small."""
+    def fn(comm):
+        comm._half_bytes = 3 * 8  # as the layout of some 20,000 ranks on 256 KiB slots would give
+        lengths = [[10, 0, 700], [3, 650, 1], [0, 8, 9]]
+        came, unpacked, packs = _exchange(comm, lengths)
+        assert all(lo % 8 == 0 for _, lo, _ in packs), packs
+        mismatched = _exchange(comm, lengths, [[10, 3, 0], [0, 650, 8], [700, 1, 10]])
+        return came, mismatched[:2]
+
+    with simdist.World(3, slot_bytes=SLOT) as world:
+        out = world.run(fn)
+    assert [row[0] for row in out] == [[10, 3, 0], [0, 650, 8], [700, 1, 9]]
+    assert out[2][1] == ([700, 1, 9], []) and out[0][1] == ([10, 3, 0], [0, 1])  # rank 2 expected 10 from itself

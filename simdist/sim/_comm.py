@@ -36,7 +36,7 @@ from .._reduction import fold_ufunc
 from .. import _signature as sig
 from ._chunked import SMALL_REDUCTION, ChunkedCalls
 from ._layout import CONTEXTS, SPLIT_HEAD_WORDS, USER
-from ._one_phase import OnePhaseCalls
+from ._one_phase import SIZED_HEAD, OnePhaseCalls
 from ._p2p import Mailboxes
 from ._phases import PhaseProtocol
 from ._transport import EARLIER_RUN, FREED, Transport, closed_error
@@ -224,10 +224,16 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
         One meeting when every block fits in its row (a member's share of
         half a slot, headed by the block's length): no exchange of lengths
         first. Otherwise that meeting tells every member the longest block,
-        and an alltoall of that width in phases moves the blocks."""
+        and an alltoall of that width in phases moves the blocks (after an
+        allgather of the lengths instead, where so many members share half
+        a slot that a row cannot hold its head)."""
         if self._closed:
             raise closed_error(self._rank, "alltoall", self._closed)
-        got, longest, room, whole = self._exchange_sized(sizes, pack, unpack, expected, rows)
+        if self._half_bytes // self._size < 2 * SIZED_HEAD:  # rows too short for their heads: lengths first
+            lengths = self.allgather(np.asarray(sizes, np.int64))
+            got, longest, room, whole = lengths[:, self._rank].tolist(), int(lengths.max()), -1, False
+        else:
+            got, longest, room, whole = self._exchange_sized(sizes, pack, unpack, expected, rows)
         if longest > room:
             accept = got == expected
 
