@@ -28,7 +28,9 @@ that another handle on a freed type map (``MPI.Datatype(dt)``) is refused
 as the parse refuses it. A derived datatype is committed once and for all;
 a parse that raises keeps nothing. What is kept holds no memory of the
 program's: layouts (``_layouts``), counts and the datatypes; at most
-``LIMIT`` keys, all dropped when full.
+``LIMIT`` keys, all dropped when full. Blocks of at most ``ROWS_UP_TO``
+bytes that are the rows of one strided array (a transpose's are) are kept
+as that array's shape too, so that one copy moves them all.
 """
 
 from __future__ import annotations
