@@ -88,6 +88,33 @@ UNMAPPED = """
 """
 
 
+# Memory sent from by its address, then unmapped: the mappings read last
+# must not vouch for it (a segmentation fault, not an error, if they did).
+UNMAPPED_SINCE = """
+    import mmap, sys
+
+    opened = []
+    sys.addaudithook(lambda event, args: opened.append(1) if event == "open" and args[0] == "/proc/self/maps" else None)
+    pages = mmap.mmap(-1, 4 * mmap.PAGESIZE)
+    view = np.frombuffer(pages, np.float64)
+    base = view.ctypes.data
+    got = np.zeros(2)
+    for step in range(50):              # the same memory again and again: the maps are read once or twice
+        view[1] = step                  # two elements from a pointer claimed to hold one: the reach is checked
+        comm.Sendrecv([MPI.buffer.fromaddress(base, 8), 2, MPI.DOUBLE], rank, recvbuf=got, source=rank)
+        assert got[1] == step
+    assert len(opened) < 5, f"{len(opened)} reads of /proc/self/maps for 50 messages"
+    del view
+    pages.close()                       # unmapped
+    try:
+        comm.Send([MPI.buffer.fromaddress(base, 8), 2, MPI.DOUBLE], rank)
+    except ValueError as exc:
+        assert f"{base:#x} is not readable memory of this process" in str(exc), exc
+    else:
+        raise AssertionError("memory unmapped since its last message was read")
+"""
+
+
 def test_a_datatype_reaches_past_the_claimed_length_of_an_address(tmp_path):
     ok(tmp_path, ADDRESSED, n=1)
     ok(tmp_path, ADDRESSED, n=2)
@@ -99,6 +126,10 @@ def test_an_array_is_still_checked_against_the_datatypes_reach(tmp_path):
 
 def test_a_reach_into_memory_the_process_does_not_own_names_the_span(tmp_path):
     ok(tmp_path, UNMAPPED, n=1)
+
+
+def test_memory_sent_from_again_is_not_read_from_the_mappings_each_time_nor_after_it_is_unmapped(tmp_path):
+    ok(tmp_path, UNMAPPED_SINCE, n=1)
 
 
 @pytest.mark.slow

@@ -20,7 +20,6 @@ interface.
 
 from __future__ import annotations
 
-import bisect
 import ctypes
 import math
 import operator
@@ -28,6 +27,8 @@ import sys
 import warnings
 
 import numpy as np
+
+from ._addressed import unmapped_byte
 
 K_DL_CPU, K_DL_CUDA, K_DL_CUDA_HOST, K_DL_ROCM_HOST, K_DL_CUDA_MANAGED = 1, 2, 3, 11, 13
 _HOST_DEVICES = (K_DL_CPU, K_DL_CUDA_HOST, K_DL_ROCM_HOST, K_DL_CUDA_MANAGED)
@@ -266,32 +267,5 @@ def _typed(value, kind: type, optional: bool = False):
 
 def _host_memory(address: int, nbytes: int, writable: bool) -> bool:
     """Whether ``[address, address + nbytes)`` is mapped readable (and
-    writable) memory of this process (Linux: /proc/self/maps). The mappings
-    read last are asked first: a program sends from the same memory again
-    and again, and reading the file each time made such sends slow."""
-    return _mapped(address, nbytes, writable) or (_read_mappings() and _mapped(address, nbytes, writable))
-
-
-_MAPPINGS: list[tuple[int, int, str]] = []  # (low, high, perms) of the last read, by address
-
-
-def _read_mappings() -> bool:
-    try:
-        with open("/proc/self/maps") as maps:
-            spans = [line.split()[:2] for line in maps]
-    except OSError:
-        return False
-    _MAPPINGS[:] = sorted((*(int(x, 16) for x in span.split("-")), perms) for span, perms in spans)
-    return True
-
-
-def _mapped(address: int, nbytes: int, writable: bool) -> bool:
-    end, need = address + nbytes, "rw" if writable else "r"
-    index = bisect.bisect_right(_MAPPINGS, (address, float("inf"))) - 1
-    for low, high, perms in _MAPPINGS[max(index, 0):]:
-        if not low <= address < high or not all(p in perms for p in need):
-            return False
-        if end <= high:
-            return True
-        address = high  # the range continues in the next mapping
-    return False
+    writable) memory of this process (``_addressed.unmapped_byte``)."""
+    return unmapped_byte(address, address + nbytes, writable) is None
