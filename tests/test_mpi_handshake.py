@@ -153,6 +153,23 @@ def test_a_peer_that_has_not_finished_its_handshake_in_time_is_dropped(monkeypat
     assert len(dropped) == 2, [r.getMessage() for r in caplog.records]
 
 
+def test_a_silent_peer_is_reported_out_of_time_when_its_own_receive_times_out_first(monkeypatch, caplog):
+    """The handshake's receive is bounded by the same time as the driver's
+    drop; whichever ends it, the report is the same."""
+    monkeypatch.setattr(_handshake, "HANDSHAKE", 0.3)
+    monkeypatch.setattr(Handshakes, "_drop_overdue", lambda self, now: None)  # only the receive's bound ends it
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        silent = socket.create_connection(("127.0.0.1", listener.getsockname()[1]), timeout=30)
+        handshakes = Handshakes(listener, os.urandom(32))
+        try:
+            assert handshakes.take(1.0) is None
+        finally:
+            handshakes.close()
+            silent.close()
+    messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert messages == ["backend 'mpi': refused a connection to the world's listener: no handshake within 0.3 s"]
+
+
 @pytest.mark.slow
 def test_silent_and_impostor_peers_do_not_delay_the_start_of_an_mpi_world(monkeypatch, crowds):
     launch = MpiDriver._launch

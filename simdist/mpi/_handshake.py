@@ -70,6 +70,9 @@ def authenticate(sock: socket.socket, key: bytes) -> tuple[tuple, Connection]:
     except Refused:
         conn.close()
         raise
+    except (BlockingIOError, TimeoutError):  # a send or receive ran past its bound: the same as the driver's drop
+        conn.close()
+        raise Refused(f"no handshake within {HANDSHAKE:g} s") from None
     except (AuthenticationError, OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError,
             AssertionError) as exc:  # answer_challenge asserts the challenge's form
         conn.close()
