@@ -170,8 +170,8 @@ def test_torchrun_starts_a_simulated_world(tmp_path):
         os.write(1, f"{dist.get_rank()} {dist.get_world_size()} {t.item()}\\n".encode())  # one write: not interleaved
         dist.destroy_process_group()
         """))
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3", str(script)],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3",
+                           str(script)], capture_output=True, text=True, timeout=300)  # a free port, not 29500
     assert done.returncode == 0, done.stderr[:3000]
     assert sorted(done.stdout.split("\n")[:-1]) == ["0 3 3.0", "1 3 3.0", "2 3 3.0"]
 

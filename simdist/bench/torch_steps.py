@@ -60,14 +60,16 @@ WIDTHS = {"small": 32, "large": 32_800}
 
 def _launch(launcher: str, ranks: int, script: str, args: list[str]) -> dict:
     if launcher == "gloo":
-        argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), script, *args]
+        # --standalone: a rendezvous on a free port, not the fixed 29500 another job may hold
+        argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks), script,
+                *args]
     else:
         argv = [sys.executable, "-m", "simdist", "run", "-n", str(ranks), script, *args]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     done = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=env)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode or not lines:
-        raise RuntimeError(f"{' '.join(argv)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+        raise RuntimeError(f"{' '.join(argv)} failed ({done.returncode}):\n{done.stderr[-6000:]}")
     return json.loads(lines[-1][len("RESULT "):])
 
 
