@@ -277,10 +277,7 @@ class Mailboxes:
         aside on ``ctx``, in order: where the sources are consecutive ranks
         (a world's, or the universe's with its spare slots), one look at all
         their rings' head and tail words instead of a peek at each."""
-        key = tuple(sources)
-        words = self._probe_words.get(key)
-        if words is None:
-            words = self._probe_words[key] = self._ring_words(key)
+        words = self._ring_words(tuple(sources))
         if not words:
             return sources
         heads, tails = words
@@ -296,14 +293,19 @@ class Mailboxes:
         rank are empty and no message is set aside."""
         if self._stash:
             return True
-        words = self._probe_words.get(sources)
-        if words is None:
-            words = self._probe_words[sources] = self._ring_words(sources)
+        words = self._ring_words(sources)
         return not words or words[0] != words[1]  # memoryviews: compared word by word in C
 
     def _ring_words(self, sources: tuple) -> tuple:
         """Views of the head and the tail words of the rings from
-        ``sources`` to this rank, if consecutive ranks (else empty)."""
+        ``sources`` to this rank, if consecutive ranks (else empty); found
+        once per tuple of sources."""
+        words = self._probe_words.get(sources)
+        if words is None:
+            words = self._probe_words[sources] = self._find_ring_words(sources)
+        return words
+
+    def _find_ring_words(self, sources: tuple) -> tuple:
         first, n = sources[0], len(sources)
         if sources != tuple(range(first, first + n)):
             return ()
