@@ -120,31 +120,31 @@ class _Plan:
         """The blocks in the memory of ``buf``, of ``datatypes`` (one per
         block), and the blocks as the rows of one array where they are
         small and are such rows (``_layouts.stepped_rows``), else None."""
-        memory = np.frombuffer(buf, np.uint8) if self.c_order else _memory(buf)
-
-        def make():
-            return [BufSpec(None, datatype, count, memory, where) if type(where) is not tuple
-                    else BufSpec(memory[where[0]:where[1]], datatype, count)
-                    for datatype, (count, where) in zip(datatypes, self.blocks)]
-
         rows = self.rows
         if rows is None:
-            return make(), None
-        return _Parts(make), np.ndarray(rows[0], rows[1], memory, rows[2], rows[3])
+            return self.blocks_in(buf, datatypes), None
+        memory = buf if self.c_order else _memory(buf)  # a C-ordered array's buffer is its bytes in order
+        return _Parts(self, buf, datatypes), np.ndarray(rows[0], rows[1], memory, rows[2], rows[3])
+
+    def blocks_in(self, buf: np.ndarray, datatypes: list) -> list[BufSpec]:
+        memory = np.frombuffer(buf, np.uint8) if self.c_order else _memory(buf)
+        return [BufSpec(None, datatype, count, memory, where) if type(where) is not tuple
+                else BufSpec(memory[where[0]:where[1]], datatype, count)
+                for datatype, (count, where) in zip(datatypes, self.blocks)]
 
 
 class _Parts:
     """The blocks of a kept parse, made at their first use: a call that
     moves its blocks as the rows of one array never uses them."""
 
-    __slots__ = ("_make", "_parts")
+    __slots__ = ("_plan", "_buf", "_datatypes", "_parts")
 
-    def __init__(self, make):
-        self._make, self._parts = make, None
+    def __init__(self, plan: _Plan, buf: np.ndarray, datatypes: list):
+        self._plan, self._buf, self._datatypes, self._parts = plan, buf, datatypes, None
 
     def _list(self) -> list[BufSpec]:
         if self._parts is None:
-            self._parts = self._make()
+            self._parts = self._plan.blocks_in(self._buf, self._datatypes)
         return self._parts
 
     def __getitem__(self, j: int) -> BufSpec:

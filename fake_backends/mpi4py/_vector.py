@@ -73,15 +73,7 @@ def _alltoall_blocks(st, sc, call: str, send: list[BufSpec], recv: list[BufSpec]
         if j != me:
             recv[j].unpack_range(data, lo)
 
-    rows = None
-    if send_rows is not None and recv_rows is not None:
-        def pack_rows(mm, offset, stride):
-            np.copyto(_in_slots(send_rows, mm, offset, stride), send_rows)
-
-        def unpack_rows(mm, offset, stride):
-            np.copyto(recv_rows, _in_slots(recv_rows, mm, offset, stride))
-
-        rows = (pack_rows, unpack_rows)
+    rows = None if send_rows is None or recv_rows is None else (send_rows, recv_rows)
     got, whole = sc.alltoall_sized(sizes, pack, unpack, expected, rows)
     if got != expected:
         short = next(j for j in range(len(got)) if got[j] != expected[j])
@@ -89,21 +81,6 @@ def _alltoall_blocks(st, sc, call: str, send: list[BufSpec], recv: list[BufSpec]
                                          f"{expected[short]} bytes")
     if not whole:
         _copy_block(send[me], recv[me])
-
-
-def _in_slots(rows: np.ndarray, mm, offset: int, stride: int) -> np.ndarray:
-    """``rows`` (row ``j``: block ``j``) as packed in the simulator's slots:
-    row ``j`` at ``offset + j * stride`` of ``mm``."""
-    shape = rows.shape
-    packed = _PACKED.get((shape, rows.itemsize))
-    if packed is None:
-        if len(_PACKED) >= 64:
-            _PACKED.clear()
-        packed = _PACKED[shape, rows.itemsize] = np.empty(shape[1:], rows.dtype).strides
-    return np.ndarray(shape, rows.dtype, mm, offset, (stride, *packed))
-
-
-_PACKED: dict = {}  # a row's strides packed, by (shape, itemsize)
 
 
 def _copy_block(source: BufSpec, dest: BufSpec) -> None:
@@ -119,7 +96,7 @@ def _copy_block(source: BufSpec, dest: BufSpec) -> None:
     dest.unpack_range(run, 0)
 
 
-@unpacking_class(("Gatherv", "Scatterv", "Allgatherv", "Alltoallv", "Alltoallw"))
+@unpacking_class(("Gatherv", "Scatterv", "Allgatherv"))  # Alltoallv and Alltoallw move their blocks directly
 class VectorCollectives:
     """Mixin of Comm: Gatherv, Scatterv, Allgatherv, Alltoallv, Alltoallw."""
 

@@ -214,12 +214,12 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
         nothing unless the lengths equal ``expected``.
 
         ``rows``, where the caller's blocks are the rows of one array each
-        way, is ``(pack_rows, unpack_rows)``: ``pack_rows(mm, offset,
-        stride)`` writes every block (this rank's own too) at once, block
-        ``j`` at ``offset + j * stride`` of the arena's buffer ``mm``, and
-        ``unpack_rows(mm, offset, stride)`` reads them so, block ``j`` from
-        member ``j``. Used where every block fits in its row and the members'
-        rows step evenly; else ``pack`` and ``unpack`` move each block.
+        way, is ``(send_rows, recv_rows)``: row ``j`` of ``send_rows`` is this
+        rank's block for member ``j`` (``sizes[j]`` bytes), row ``j`` of
+        ``recv_rows`` takes member ``j``'s block for this rank; one copy each
+        way moves every block (this rank's own too). Used where every block
+        fits in its row and the members' rows step evenly; else ``pack`` and
+        ``unpack`` move each block.
 
         One meeting when every block fits in its row (a member's share of
         half a slot, headed by the block's length): no exchange of lengths

@@ -60,6 +60,7 @@ class OnePhaseCalls:
         self._plans: dict = {}
         self._root_arrays: dict = {}
         self._sized = None  # _sized_plan
+        self._row_views: dict = {}  # _row_view
 
     def _placement(self, nbytes: int):
         """Where a one-phase call of ``nbytes`` per rank puts each member's
@@ -140,12 +141,10 @@ class OnePhaseCalls:
         bytes a row holds, and whether ``rows`` moved every block (its own
         too); unpacks if every block fits and what came is ``expected``."""
         plan, room, width, my_heads, their_heads, their_rows = self._sized or self._sized_plan()
-        static, banks = plan[:2]
         bank = (self._epoch + 1) & 1
         if not plan[4]:
             self._release(bank)
-        views = banks[bank]
-        me, q, mm = self._rank, self._arena.q, self._arena.mm
+        me, q = self._rank, self._arena.q
         longest = max(sizes)
         whole = rows is not None and their_rows is not None and longest <= room
         try:
@@ -155,21 +154,22 @@ class OnePhaseCalls:
                 q[word + 1] = longest
                 word += step
             if whole:
-                rows[0](mm, my_heads[bank] * 8 + SIZED_HEAD, width)
+                np.copyto(self._row_view(rows[0], bank, True), rows[0])
             elif longest <= room:
-                mine = views[me]
+                mine = plan[1][bank][me]
                 for j, n in enumerate(sizes):
                     if n:
                         pack(j, 0, mine[j, SIZED_HEAD:SIZED_HEAD + n])
-            self._meet(static)
+            self._meet(plan[0])
             heads = their_heads[bank]
             got = [q[word] for word in heads]
             longest = max([q[word + 1] for word in heads])
             whole = whole and longest <= room
             if longest <= room and got == expected:
                 if whole:
-                    rows[1](mm, heads[0] * 8 + SIZED_HEAD, their_rows)
+                    np.copyto(rows[1], self._row_view(rows[1], bank, False))
                 else:
+                    views = plan[1][bank]
                     for j, n in enumerate(got):
                         if n:
                             unpack(j, 0, views[j][me, SIZED_HEAD:SIZED_HEAD + n])
@@ -178,6 +178,22 @@ class OnePhaseCalls:
             return got, longest, room, whole
         finally:
             self._end()
+
+    def _row_view(self, rows: np.ndarray, bank: int, mine: bool) -> np.ndarray:
+        """Where ``rows`` (row ``j``: the block to or from member ``j``) lie
+        packed in the arena in ``bank``: this rank's rows (``mine``), or each
+        member's row for this rank. Kept by bank, side, dtype and shape."""
+        key = (bank, mine, rows.dtype, rows.shape)
+        view = self._row_views.get(key)
+        if view is None:
+            if len(self._row_views) >= CACHE_LIMIT:
+                self._row_views.clear()
+            _, _, width, my_heads, their_heads, their_rows = self._sized
+            offset = (my_heads if mine else [heads[0] for heads in their_heads])[bank] * 8 + SIZED_HEAD
+            packed = np.empty(rows.shape[1:], rows.dtype).strides
+            view = np.ndarray(rows.shape, rows.dtype, self._arena.mm, offset, (width if mine else their_rows, *packed))
+            self._row_views[key] = view
+        return view
 
     def _sized_plan(self):
         """``_exchange_sized``'s plan: a row of half a slot's share per member
