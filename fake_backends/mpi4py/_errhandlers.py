@@ -78,7 +78,15 @@ def invoke(comm, st, error: MPIException, call: str) -> None:
         handler._function(comm, error.Get_error_code())
 
 
-_calls = threading.local()  # how deep this thread is in guarded calls
+_calls = threading.local()  # .frame: this thread's [depth in guarded calls, (owner, object) of the outermost]
+
+
+def _frame() -> list:
+    try:
+        return _calls.frame
+    except AttributeError:
+        frame = _calls.frame = [0, None]
+        return frame
 
 
 def invoke_on(comm, error: MPIException, call: str) -> None:
@@ -91,23 +99,28 @@ def invoke_on(comm, error: MPIException, call: str) -> None:
 def current_owner():
     """The object whose handler applies to the call this thread is in
     (a request takes its communicator's), or None outside calls."""
-    owner = getattr(_calls, "owner", None)
-    return owner() if owner is not None else None
+    outermost = _frame()[1]
+    return outermost[0](outermost[1]) if outermost is not None else None
 
 
 def in_a_call() -> bool:
     """Whether this thread is inside a guarded call (whose guard applies the
     handler to what it raises)."""
-    return getattr(_calls, "depth", 0) > 0
+    return _frame()[0] > 0
 
 
 def _guarded(method, call: str, owner):
+    # Every call of the stand-in passes here: one thread-local lookup, no closure.
     @functools.wraps(method)
     def guarded(self, *args, **kwargs):
-        depth = getattr(_calls, "depth", 0)
-        _calls.depth = depth + 1
+        try:
+            frame = _calls.frame
+        except AttributeError:
+            frame = _frame()
+        depth = frame[0]
+        frame[0] = depth + 1
         if depth == 0:
-            _calls.owner = lambda: owner(self)  # whose handler the requests made in this call take
+            frame[1] = (owner, self)  # whose handler the requests made in this call take
         try:
             return method(self, *args, **kwargs)
         except MPIException as exc:
@@ -115,9 +128,9 @@ def _guarded(method, call: str, owner):
                 invoke_on(owner(self), exc, call)
             raise
         finally:
-            _calls.depth = depth
+            frame[0] = depth
             if depth == 0:
-                _calls.owner = None
+                frame[1] = None
 
     guarded.unguarded = method
     return guarded

@@ -85,9 +85,20 @@ class Counted:
 
         return then_progress
 
-    def alltoall_sized(self, *args):
-        # The transposes' call, found without the failed lookup that precedes __getattr__.
-        return self.__getattr__("alltoall_sized")(*args)
+
+def _counted_call(name: str):
+    def call(self, *args, **kwargs):
+        return self.__getattr__(name)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+# The collectives' own names, found without the failed lookup (an AttributeError
+# raised and caught) that precedes every __getattr__: a microsecond a call.
+for _name in ("barrier", "broadcast", "gather", "scatter", "allgather", "alltoall", "alltoall_sized", "allreduce",
+              "reduce", "reduce_scatter"):
+    setattr(Counted, _name, _counted_call(_name))
 
 
 #: A payload of more bytes, in a call whose receivers know the size of
