@@ -28,9 +28,11 @@ that another handle on a freed type map (``MPI.Datatype(dt)``) is refused
 as the parse refuses it. A derived datatype is committed once and for all;
 a parse that raises keeps nothing. What is kept holds no memory of the
 program's: layouts (``_layouts``), counts and the datatypes; at most
-``LIMIT`` keys, all dropped when full. Blocks of at most ``ROWS_UP_TO``
-bytes that are the rows of one strided array (a transpose's are) are kept
-as that array's shape too, so that one copy moves them all.
+``LIMIT`` keys, all dropped when full. A parse is kept the second time
+its key comes, so a call made once costs no keeping. Blocks of at most
+``ROWS_UP_TO`` bytes that are the rows of one strided array (a
+transpose's are) are kept as that array's shape too, so that one copy
+moves them all.
 """
 
 from __future__ import annotations
@@ -166,15 +168,20 @@ def _lookup(key):
 
 
 def _keep(key, parts: list[BufSpec], buf, freed: int) -> None:
-    """Keep the parse unless a datatype was freed while it ran, or it holds
-    a large byte index (a scattered layout's, as ``TypeMap.layout`` keeps)."""
+    """Keep the parse the second time its key is parsed (the first time only
+    the key: a library that builds new datatypes for each transpose never
+    repeats one), unless a datatype was freed while it ran or it holds a
+    large byte index (a scattered layout's, as ``TypeMap.layout`` keeps)."""
     if freed != _typecalls.freed or any(
             part.raw is None and not isinstance(part.layout, Grid) and part.layout.nbytes > INDEX_BYTES
             for part in parts):
         return
+    if key in _kept:
+        _kept[key] = _Plan(parts, buf)
+        return
     if len(_kept) >= LIMIT:
         _kept.clear()
-    _kept[key] = _Plan(parts, buf)
+    _kept[key] = None  # seen once
 
 
 def vector_parts(spec, *, writable: bool, blocks: int, what: str) -> tuple[list[BufSpec], list[int], np.ndarray | None]:
