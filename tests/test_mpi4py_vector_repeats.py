@@ -2,10 +2,11 @@
 last call's: each call moves what its own arguments say, whatever the
 stand-in keeps of an earlier parse (``fake_backends.mpi4py._argcache``).
 
-Each program makes one call, changes one thing the parse reads (a list's
-counts in place, a numpy array of counts, the datatype behind a handle, the
-array, its dtype, its writability) and calls again, checking what lands
-against the arguments of that second call.
+Each program makes one call twice (a parse is kept the second time its
+arguments come), changes one thing the parse reads (a list's counts in
+place, a numpy array of counts, the datatype behind a handle, the array,
+its dtype, its writability) and calls again, checking what lands against
+the arguments of that last call.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ def test_alltoallv_follows_counts_and_displacements_changed_in_place(tmp_path):
         counts, displs = [1] * size, [4 * j for j in range(size)]
         rcounts, rdispls = np.ones(size, np.int64), np.arange(size, dtype=np.int64) * 4
         sspec, rspec = [send, (counts, displs), MPI.DOUBLE], [recv, (rcounts, rdispls), MPI.DOUBLE]
-        comm.Alltoallv(sspec, rspec)
+        for _ in range(2):
+            comm.Alltoallv(sspec, rspec)
         assert recv[::4].tolist() == [100 * j + 4 * rank for j in range(size)], recv
         counts[:] = [2] * size          # the same lists and arrays, other numbers
         displs[:] = [4 * j + 1 for j in range(size)]
@@ -56,7 +58,8 @@ def test_alltoallv_reads_a_new_dtype_over_the_same_memory_by_its_own_elements(tm
         wide = memory.view(np.float64)
         wide[:] = np.arange(size) + 10 * rank
         out = np.zeros(8 * size, np.uint8)
-        comm.Alltoallv([wide, (1, None)], [out.view(np.float64), (1, None)])
+        for _ in range(2):
+            comm.Alltoallv([wide, (1, None)], [out.view(np.float64), (1, None)])
         assert out.view(np.float64).tolist() == [10 * j + rank for j in range(size)]
         narrow = memory.view(np.float32)  # the same address, another layout
         narrow[:] = np.arange(2 * size) + 10 * rank
@@ -75,7 +78,8 @@ def test_alltoallw_uses_the_datatype_a_handle_holds_at_each_call(tmp_path):
         recv = [got, [4] * size, [32 * j for j in range(size)], [MPI.DOUBLE] * size]
         col = MPI.DOUBLE.Create_vector(4, 1, size).Commit()
         types = [col] * size
-        comm.Alltoallw([grid, ones, at, types], recv)
+        for _ in range(2):
+            comm.Alltoallw([grid, ones, at, types], recv)
         assert got.tolist() == [[100 * j + size * i + rank for i in range(4)] for j in range(size)], got
         other = MPI.Datatype(col)  # another handle on the same type map
         col.Free()
@@ -101,7 +105,8 @@ def test_a_read_only_receive_array_is_refused_after_a_writable_one_of_its_shape(
     ok(tmp_path, """
         send = np.arange(size, dtype="d")
         recv = np.zeros(size)
-        comm.Alltoallv([send, (1, None), MPI.DOUBLE], [recv, (1, None), MPI.DOUBLE])
+        for _ in range(2):
+            comm.Alltoallv([send, (1, None), MPI.DOUBLE], [recv, (1, None), MPI.DOUBLE])
         recv.flags.writeable = False
         try:
             comm.Alltoallv([send, (1, None), MPI.DOUBLE], [recv, (1, None), MPI.DOUBLE])
@@ -118,7 +123,8 @@ def test_a_repeated_alltoallv_still_truncates_when_a_peer_sends_more(tmp_path):
         recv = np.zeros(2 * size)
         counts = [1] * size
         spec = [recv, ([1] * size, [2 * j for j in range(size)]), MPI.DOUBLE]
-        comm.Alltoallv([send, (counts, [2 * j for j in range(size)]), MPI.DOUBLE], spec)
+        for _ in range(2):
+            comm.Alltoallv([send, (counts, [2 * j for j in range(size)]), MPI.DOUBLE], spec)
         if rank == 1:
             counts[0] = 2  # rank 0 gets two elements where it has room for one
         try:
@@ -167,8 +173,9 @@ _TRANSPOSES = """
 
 
 def test_transposes_called_again_move_every_block_as_the_first_call_did(tmp_path):
-    """A repeated transpose moves all its blocks in one copy each way; the
-    first call, each block by itself: the same bytes land."""
+    """A transpose called a third time moves all its blocks in one copy each
+    way (its parse kept at the second); the first calls, each block by
+    itself: the same bytes land."""
     ok(tmp_path, _TRANSPOSES + """
     transposes(comm, 3)
     """, 3)
@@ -194,9 +201,29 @@ def test_a_datatype_dropped_unfreed_after_an_alltoallw_is_still_a_handle_leak(tm
         send, recv = np.zeros((2, n)), np.zeros((n, 2))
         for step in range(3):
             column = MPI.DOUBLE.Create_vector(2, 1, n).Commit()
-            comm.Alltoallw([send, [1] * n, [8 * j for j in range(n)], [column] * n],
-                           [recv, [2] * n, [16 * j for j in range(n)], [MPI.DOUBLE] * n])
+            for twice in range(2):  # the second call keeps the parse
+                comm.Alltoallw([send, [1] * n, [8 * j for j in range(n)], [column] * n],
+                               [recv, [2] * n, [16 * j for j in range(n)], [MPI.DOUBLE] * n])
         """))
     outcome = run_script(str(program), [], 2, timeout=60, checks=checks.parse("handle-leak"))
     found = sorted((f.kind, sorted((c.rank, c.line) for c in f.calls)) for f in outcome.findings)
     assert found == [("handle-leak", [(0, 6)]), ("handle-leak", [(1, 6)])], outcome.error
+
+
+def test_a_parse_is_kept_the_second_time_its_arguments_come(tmp_path):
+    """A call made once (a library's transpose with datatypes built for it)
+    pays for no keeping; the second call of the same arguments keeps the
+    parse, and the third uses it."""
+    ok(tmp_path, """
+        from fake_backends.mpi4py import _argcache
+        send, recv = np.arange(2 * size, dtype="d") + 100 * rank, np.zeros(2 * size)
+        column = MPI.DOUBLE.Create_vector(2, 1, size).Create_resized(0, 8).Commit()
+        args = [send.reshape(2, size), (1, None), column], [recv, (2, None), MPI.DOUBLE]
+        kept = []
+        for _ in range(3):
+            comm.Alltoallv(*args)
+            kept.append(sorted(type(plan).__name__ for plan in _argcache._kept.values()))
+        assert kept == [["NoneType", "NoneType"], ["_Plan", "_Plan"], ["_Plan", "_Plan"]], kept
+        assert recv.tolist() == [x for j in range(size) for x in (100 * j + rank, 100 * j + size + rank)], recv
+        column.Free()
+    """, 2)
