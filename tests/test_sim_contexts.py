@@ -176,3 +176,31 @@ def test_a_deadlock_on_contexts_past_the_first_64_is_reported_with_both_calls():
         1: "waiting in allreduce #1 (float64 (3,), op=sum) on a sub-communicator (context 69) "
            f"at test_sim_contexts.py:{at['allreduce']}, on rank 0",
     }
+
+
+def _regroup(comm, rounds):
+    """Split into groups that change every round, each freed before the next
+    split takes its context again: the same context, other members."""
+    sums = []
+    for k in range(rounds):
+        color = (comm.rank >> (k % 2)) & 1 if k % 3 else comm.rank % 2
+        sub = comm.split(color, key=-comm.rank if k % 2 else comm.rank)
+        total = sub.allreduce(np.array([comm.rank + 1.0]))[0]
+        sums.append((sub.rank, sub.size, total, sub.allgather(np.int64(comm.rank)).tolist()))
+        sub.free()
+    return sums
+
+
+def test_a_context_taken_again_by_other_members_moves_between_those_members():
+    """A communicator made again on a context and members seen before reuses
+    what it found of their words; one made on that context by other members
+    must not: each round's groups sum and gather their own ranks only."""
+    with simdist.World(4) as world:
+        out = world.run(_regroup, 6)
+    for rank, rounds in enumerate(out):
+        for k, (sub_rank, size, total, gathered) in enumerate(rounds):
+            color = (rank >> (k % 2)) & 1 if k % 3 else rank % 2
+            group = [r for r in range(4) if ((r >> (k % 2)) & 1 if k % 3 else r % 2) == color]
+            order = sorted(group, key=lambda r: -r if k % 2 else r)
+            want = (order.index(rank), len(group), sum(r + 1.0 for r in group), order)
+            assert (sub_rank, size, total, gathered) == want, (rank, k)

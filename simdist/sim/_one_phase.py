@@ -19,6 +19,7 @@ views per bank, fold by rows, inline, ufunc, divisor).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -43,6 +44,18 @@ _REDUCE_SCATTER, _ALLTOALL = sig.KIND_CODE["reduce_scatter"], sig.KIND_CODE["all
 _BYTE = np.dtype(np.uint8)
 
 
+@functools.lru_cache(maxsize=256)
+def _part_offsets(lay, members: tuple, ctx: int) -> tuple:
+    """Per bank, where each member's part of a one-phase call lies: in its
+    context entry's bank, and in the half of its slot that the bank names;
+    kept for the communicators a context and its members make again, never
+    changed in place."""
+    half = lay.slot_bytes // 2
+    slots = [lay.slot_offset(m) for m in members]
+    return ([[lay.inline_offset(m, ctx, bank) for m in members] for bank in (0, 1)],
+            [[off + bank * half for off in slots] for bank in (0, 1)])
+
+
 class OnePhaseCalls:
     """The one-phase calls of a communicator and their cached plans."""
 
@@ -51,12 +64,10 @@ class OnePhaseCalls:
         in its context entry's bank (``_inline_off``), or in the half of
         its slot that the bank names (``_half_off``)."""
         self._inline_bytes = lay.inline_bytes
-        self._inline_off = [[lay.inline_offset(m, ctx, bank) for m in members] for bank in (0, 1)]
         # One-phase calls too large for a bank use half of each slot, the
         # half of their bank: see _release.
         self._half_bytes = lay.slot_bytes // 2
-        slots = [lay.slot_offset(m) for m in members]
-        self._half_off = [[off + bank * self._half_bytes for off in slots] for bank in (0, 1)]
+        self._inline_off, self._half_off = _part_offsets(lay, tuple(members), ctx)
         self._plans: dict = {}
         self._root_arrays: dict = {}
         self._sized = None  # _sized_plan

@@ -21,6 +21,8 @@ number: ``(kind, op, root, dtype code, ndim, *shape)``, with
 
 from __future__ import annotations
 
+import functools
+
 from .._arguments import DTYPE_CODE
 from .. import _signature as sig
 from ._arena import _acquire as _fence_in, _release as _fence_out  # fence(), spelled out
@@ -32,6 +34,33 @@ from ._transport import closed_error
 STATIC_KIND, STATIC_OP, STATIC_ROOT, STATIC_DTYPE, STATIC_NDIM = range(5)
 #: How many cached views of each kind a communicator keeps before starting over.
 CACHE_LIMIT = 64
+
+
+@functools.lru_cache(maxsize=256)
+def _entry_words(lay, members: tuple, ctx: int, me: int) -> tuple:
+    """The words of the context's entries and status that member ``me``
+    writes and waits on (see ``PhaseProtocol._init_phases``), and the span
+    of the members' sleeping flags: the same for every communicator a
+    context and its members make again (a library that splits per
+    transform), so kept. Nothing here is ever changed in place."""
+    peers = [m for m in members if m != me]
+    my_sig = [lay.sig_offset(me, ctx, bank) for bank in (0, 1)]
+    return (peers,
+            [lay.arrive_word(m, ctx) for m in peers],
+            [lay.done_word(m, ctx) for m in peers],
+            lay.arrive_word(me, ctx),
+            lay.done_word(me, ctx),
+            my_sig,
+            [off // 8 + sig.SEQ_WORD for off in my_sig],
+            [lay.call_epoch_word(me, ctx, bank) for bank in (0, 1)],
+            [[lay.call_epoch_word(m, ctx, bank) for m in peers] for bank in (0, 1)],
+            [[lay.sig_offset(m, ctx, bank) for m in peers] for bank in (0, 1)],
+            [[lay.sig_offset(m, ctx, bank) for m in members] for bank in (0, 1)],
+            lay.status_word(me, S_STATE),
+            lay.status_word(me, S_CTX),
+            lay.status_word(me, S_PROGRESS),
+            [(lay.sleeping_word(m), m) for m in peers],
+            (lay.sleeping_word(min(members)), lay.sleeping_word(max(members)) + 1))
 
 
 class PhaseProtocol:
@@ -60,20 +89,13 @@ class PhaseProtocol:
         self._epoch = epoch
         self._seq = 0
         self._closed = None  # why every call raises once closed: FREED, EARLIER_RUN (_transport)
-        self._peers = [m for m in members if m != me]
-        self._peer_arrive = [lay.arrive_word(m, ctx) for m in self._peers]
-        self._peer_done = [lay.done_word(m, ctx) for m in self._peers]
-        self._my_arrive = lay.arrive_word(me, ctx)
-        self._my_done = lay.done_word(me, ctx)
         # Signatures alternate between two banks by the parity of the
         # call's first epoch (see _arena): index [bank] below.
         self._bank = 0
-        self._my_sig = [lay.sig_offset(me, ctx, bank) for bank in (0, 1)]
-        self._seq_word = [off // 8 + sig.SEQ_WORD for off in self._my_sig]
-        self._my_call_epoch = [lay.call_epoch_word(me, ctx, bank) for bank in (0, 1)]
-        self._peer_call_epoch = [[lay.call_epoch_word(m, ctx, bank) for m in self._peers] for bank in (0, 1)]
-        self._peer_sig = [[lay.sig_offset(m, ctx, bank) for m in self._peers] for bank in (0, 1)]
-        self._member_sig = [[lay.sig_offset(m, ctx, bank) for m in members] for bank in (0, 1)]
+        (self._peers, self._peer_arrive, self._peer_done, self._my_arrive, self._my_done, self._my_sig,
+         self._seq_word, self._my_call_epoch, self._peer_call_epoch, self._peer_sig, self._member_sig,
+         self._state, self._ctx_word, self._progress, self._peer_sleeping,
+         sleepers) = _entry_words(lay, tuple(members), ctx, me)
         self._sig_views: dict = {}
         self._root_views: dict = {}
         # What this rank last signed in each bank: a call with the same static
@@ -81,15 +103,10 @@ class PhaseProtocol:
         self._last_static = [None, None]
         self._sig_bytes = [0, 0]
         self._last_views = [None, None]  # _meet's signature views of _last_static
-        self._state = lay.status_word(me, S_STATE)
-        self._ctx_word = lay.status_word(me, S_CTX)
-        self._progress = lay.status_word(me, S_PROGRESS)
-        self._peer_sleeping = [(lay.sleeping_word(m), m) for m in self._peers]
         # The members' sleeping flags lie between those of the first and last
         # member, all zero while nobody sleeps: one comparison per publish.
-        q = arena.q
-        self._sleepers = q[lay.sleeping_word(min(members)) : lay.sleeping_word(max(members)) + 1]
-        self._nobody = memoryview(bytes(len(self._sleepers) * 8)).cast("q")
+        self._sleepers = arena.q[sleepers[0]:sleepers[1]]
+        self._nobody = memoryview(bytes((sleepers[1] - sleepers[0]) * 8)).cast("q")
 
     # The hot path of every call: small calls spend most of their time here,
     # so the phase steps are written out rather than layered.
