@@ -78,15 +78,14 @@ def invoke(comm, st, error: MPIException, call: str) -> None:
         handler._function(comm, error.Get_error_code())
 
 
-_calls = threading.local()  # .frame: this thread's [depth in guarded calls, (owner, object) of the outermost]
+class _Calls(threading.local):
+    """Per thread: ``frame``, [depth in guarded calls, (owner, object) of the outermost call]."""
+
+    def __init__(self):
+        self.frame = [0, None]
 
 
-def _frame() -> list:
-    try:
-        return _calls.frame
-    except AttributeError:
-        frame = _calls.frame = [0, None]
-        return frame
+_calls = _Calls()
 
 
 def invoke_on(comm, error: MPIException, call: str) -> None:
@@ -99,24 +98,21 @@ def invoke_on(comm, error: MPIException, call: str) -> None:
 def current_owner():
     """The object whose handler applies to the call this thread is in
     (a request takes its communicator's), or None outside calls."""
-    outermost = _frame()[1]
+    outermost = _calls.frame[1]
     return outermost[0](outermost[1]) if outermost is not None else None
 
 
 def in_a_call() -> bool:
     """Whether this thread is inside a guarded call (whose guard applies the
     handler to what it raises)."""
-    return _frame()[0] > 0
+    return _calls.frame[0] > 0
 
 
 def _guarded(method, call: str, owner):
     # Every call of the stand-in passes here: one thread-local lookup, no closure.
     @functools.wraps(method)
     def guarded(self, *args, **kwargs):
-        try:
-            frame = _calls.frame
-        except AttributeError:
-            frame = _frame()
+        frame = _calls.frame
         depth = frame[0]
         frame[0] = depth + 1
         if depth == 0:

@@ -200,7 +200,7 @@ class OnePhaseCalls:
             if len(self._row_views) >= CACHE_LIMIT:
                 self._row_views.clear()
             _, _, width, my_heads, their_heads, their_rows = self._sized
-            offset = (my_heads if mine else [heads[0] for heads in their_heads])[bank] * 8 + SIZED_HEAD
+            offset = (my_heads[bank] if mine else their_heads[bank][0]) * 8 + SIZED_HEAD
             packed = np.empty(rows.shape[1:], rows.dtype).strides
             view = np.ndarray(rows.shape, rows.dtype, self._arena.mm, offset, (width if mine else their_rows, *packed))
             self._row_views[key] = view
