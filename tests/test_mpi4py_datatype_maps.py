@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import random
 import sys
+import weakref
 
 import numpy as np
 import pytest
@@ -134,6 +135,44 @@ def test_a_subarray_of_billions_of_elements_is_laid_out_without_its_byte_index()
     for datatype in (cube, column):
         datatype.Free()
 
+
+
+def test_a_type_made_again_shares_what_was_computed_and_keeps_its_own_handle_state():
+    """A library that makes the same subarray types for every transform
+    gets a new type map sharing the first one's layouts; its commit, its
+    contents and its life are its own, and numbers MPI refuses are refused
+    every time."""
+    shape, sub, start = [4, 6, 8], [4, 3, 8], [0, 3, 0]
+    first = MPI.DOUBLE_COMPLEX.Create_subarray(shape, sub, start).Commit()
+    layout = first._typemap().layout(1)
+    again = MPI.DOUBLE_COMPLEX.Create_subarray(tuple(shape), np.array(sub), [np.int64(v) for v in start])
+    tm, first_tm = again._typemap(), first._typemap()
+    assert tm is not first_tm and tm.layout(1) is layout
+    assert not tm.committed and first_tm.committed
+    for name in _derived.TypeMap.__slots__:
+        if name not in ("contents", "committed", "handles"):
+            assert getattr(tm, name) is getattr(first_tm, name), name
+    assert again.Get_contents()[0] == first.Get_contents()[0] and tm.contents[1] is not first_tm.contents[1]
+    first.Free()
+    assert again.Get_extent() == (0, 4 * 6 * 8 * 16) and again.Commit().Get_size() == 4 * 3 * 8 * 16
+    again.Free()
+    for _ in range(2):
+        with pytest.raises(MPI.Exception):
+            MPI.DOUBLE.Create_subarray([4], [5], [0])
+        with pytest.raises(TypeError):
+            MPI.DOUBLE.Create_vector(2.0, 1, 3)
+    strided = MPI.INT.Create_vector(3, 1, 2)
+    made = [strided.Create_contiguous(2) for _ in range(2)]
+    assert made[0]._typemap().layout(1) is made[1]._typemap().layout(1)
+    for datatype in made:
+        base, combiner, params = datatype.decode()
+        assert (combiner, params, base.Get_extent()) == ("CONTIGUOUS", {"count": 2}, (0, 20))
+        base.Free()
+    for datatype in (*made, strided):
+        datatype.Free()
+    gone = weakref.ref(strided)
+    del strided, made, datatype, base
+    assert gone() is None  # nothing remembered holds the user's handle
 
 def test_decode_gives_one_handle_per_datatype_and_freeing_them_leaves_none():
     """As mpi4py's: a constructor of one datatype gives it as the basetype

@@ -14,7 +14,10 @@ The constructors follow MPI 4.0 section 5.1 (vector, hvector, indexed,
 hindexed, indexed_block, hindexed_block, struct, subarray, darray,
 resized); a struct's extent is rounded up to the alignment of its most
 aligned basic element, as Open MPI does. ``contents`` keeps the
-constructor's arguments for ``Get_envelope`` and ``Get_contents``.
+constructor's arguments for ``Get_envelope`` and ``Get_contents``. The
+grid constructors (contiguous, vector, subarray, darray) remember the map
+they made per old map and numbers, so that a type made again shares its
+layouts (``_remembered``).
 """
 
 from __future__ import annotations
@@ -85,6 +88,22 @@ class TypeMap:
     def offsets(self) -> np.ndarray:
         self._materialize()
         return self._offsets
+
+    def again(self, oldtype) -> "TypeMap":
+        """A new map of these elements and bounds, as made by the same
+        constructor from ``oldtype`` (a handle on the same old map): what is
+        computed (elements, index, layouts) is shared, the handle count and
+        the commit are its own."""
+        tm = TypeMap.__new__(TypeMap)
+        tm.lb, tm.ub, tm.align, tm.combiner, tm.size, tm.nelem = self.lb, self.ub, self.align, self.combiner, \
+            self.size, self.nelem
+        tm.true_lb, tm.true_ub, tm.uniform, tm._build, tm._grid_of = self.true_lb, self.true_ub, self.uniform, \
+            self._build, self._grid_of
+        tm._codes, tm._offsets, tm._index, tm._sizes, tm._layouts = self._codes, self._offsets, self._index, \
+            self._sizes, self._layouts
+        combiner, ints, addrs, _ = self.contents
+        tm.contents, tm.committed, tm.handles = (combiner, list(ints), list(addrs), [oldtype]), False, 0
+        return tm
 
     def moved(self, lb: int, ub: int, contents) -> "TypeMap":
         """The same elements with other bounds (Create_resized, Dup)."""
@@ -359,11 +378,48 @@ def _grid_layout(old: TypeMap, axes: list, strides: list[int]) -> Grid | None:
     return regular(start, (*shape, *inner.shape), (*steps, *inner.strides), inner.run)
 
 
+_MADE: dict = {}  # (constructor, old map, its numbers) -> the map it made
+_MADE_LIMIT = 256
+
+
+def _numbers_key(value):
+    if type(value) is list or type(value) is tuple or (type(value) is np.ndarray and value.ndim == 1):
+        return tuple(map(operator.index, value))
+    return operator.index(value)
+
+
+def _remembered(make):
+    """``make(old, oldtype, *numbers)`` run once per old map and numbers:
+    a library that makes the same types again and again (a parallel FFT's
+    subarrays, per transform) gets a new map sharing what the first one
+    computed, its layouts above all. Numbers that are not integers (or
+    lists of them) are left to ``make`` to refuse; a call that raises
+    keeps nothing."""
+    def constructor(old: TypeMap, oldtype, *numbers) -> TypeMap:
+        try:
+            key = (make, old, *map(_numbers_key, numbers))
+        except TypeError:
+            return make(old, oldtype, *numbers)
+        made = _MADE.get(key)
+        if made is None:
+            made = make(old, oldtype, *numbers)
+            made.contents = (*made.contents[:3], [])  # no handle of the user's kept (the leak checks see it go)
+            if len(_MADE) >= _MADE_LIMIT:
+                _MADE.clear()
+            _MADE[key] = made  # never handed out: ``again`` copies it
+        return made.again(oldtype)
+
+    constructor.__name__, constructor.__doc__ = make.__name__, make.__doc__
+    return constructor
+
+
+@_remembered
 def contiguous(old: TypeMap, oldtype, count) -> TypeMap:
     count = _nonneg(count, "count", "Create_contiguous")
     return _grid(old, [range(count)], [old.extent], 1, (CONTIGUOUS, [count], [], [oldtype]))
 
 
+@_remembered
 def vector(old: TypeMap, oldtype, count, blocklength, stride, in_bytes: bool) -> TypeMap:
     call = "Create_hvector" if in_bytes else "Create_vector"
     count, blocklength = _nonneg(count, "count", call), _nonneg(blocklength, "blocklength", call)
@@ -414,6 +470,7 @@ def _memory_strides(sizes: list[int], extent: int) -> list[int]:
     return [math.prod(sizes[k + 1:]) * extent for k in range(len(sizes))]
 
 
+@_remembered
 def subarray(old: TypeMap, oldtype, sizes, subsizes, starts, order) -> TypeMap:
     call = "Create_subarray"
     sizes, subsizes = _ints(sizes, f"Datatype.{call}: sizes"), _ints(subsizes, f"Datatype.{call}: subsizes")
@@ -451,6 +508,7 @@ def _darray_block(gsize: int, distrib: int, darg: int, psize: int, coord: int, c
     raise MPIException(ERR_ARG, f"Datatype.{call}: distribution {distrib} is not MPI.DISTRIBUTE_*")
 
 
+@_remembered
 def darray(old: TypeMap, oldtype, size, rank, gsizes, distribs, dargs, psizes, order) -> TypeMap:
     call = "Create_darray"
     size, rank, order = operator.index(size), operator.index(rank), operator.index(order)
