@@ -120,7 +120,7 @@ class _State:
         self.attrs: dict = {}  # the user attributes (``_attributes``)
         self.commctx = None  # MPI._commctx_intra's private duplicate (``_commctx``)
         self.coll_seq = 0  # collectives called so far (``_nbschedule``)
-        rt.states.append(self)
+        rt.states[self] = None
         if not predefined:
             _handleleaks.handle_made(self, "communicator")
 
@@ -370,6 +370,8 @@ class Comm(Handle, FreeableHandles, IntegerHandles, GroupCalls, PointToPoint, Pa
         _commctx.free(st)
         st.sc.free()
         st.freed = True
+        st.sc = None  # no view of the shared memory outlives the run through a freed handle kept
+        st.rt.states.pop(st, None)  # nor grows a run that splits and frees per transform
         _handleleaks.handle_freed(st)
 
     def free(self) -> None:

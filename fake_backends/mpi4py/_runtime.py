@@ -51,7 +51,7 @@ class Runtime:
         self.appnum = 0  # which command of its Spawn_multiple a spawned process runs (MPI.APPNUM)
         self.finalized = False
         self._self_ctx = -1
-        self.states: list = []  # every communicator state of the run (see close)
+        self.states: dict = {}  # every communicator state of the run not freed, as keys (see close)
         self.at_close: list = []  # what to release when the run ends (open files, windows not freed)
         refresh_environment()
 
