@@ -117,8 +117,7 @@ def test_dup_and_clone_have_their_own_messages_and_free_makes_comm_null(tmp_path
 
 def test_a_freed_communicator_leaves_nothing_behind_on_its_rank(tmp_path):
     """A library that splits and frees per transform runs for as long as
-    it likes: a freed communicator's simulator object goes (a copy of the
-    handle kept still says it was freed)."""
+    it likes: a freed communicator's simulator object goes."""
     ok(tmp_path, """
         import gc, weakref
         from fake_backends.mpi4py import _runtime
@@ -128,18 +127,11 @@ def test_a_freed_communicator_leaves_nothing_behind_on_its_rank(tmp_path):
             half = comm.Split(rank % 2, rank)
             cart = comm.Create_cart([size], [True])
             row = cart.Sub([True])
-            copy = MPI.Intracomm(half)
             gone = weakref.ref(half._state.sc)
             for c in (row, cart, half, comm.Dup()):
                 c.Free()
         gc.collect()
         assert len(states) == before and gone() is None, (len(states), before)
-        try:
-            copy.Barrier()
-        except MPI.Exception as exc:
-            assert exc.Get_error_code() == MPI.ERR_COMM
-        else:
-            raise AssertionError("Barrier on a copy of a freed communicator did not raise")
     """)
 
 def test_comm_self_collectives_and_messages_to_itself(tmp_path):
