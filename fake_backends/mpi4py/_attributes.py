@@ -45,7 +45,7 @@ _KEYVALS: dict[int, _Keyval] = {}
 
 
 def create_keyval(kind: str, copy_fn, delete_fn, nopython: bool) -> int:
-    keyval = max(_KEYVALS, default=_FIRST_KEYVAL - 1) + 1
+    keyval = _FIRST_KEYVAL + len(_KEYVALS)  # consecutive: a freed keyval stays for the attributes still set
     _KEYVALS[keyval] = _Keyval(kind, copy_fn, delete_fn, nopython)
     return keyval
 
