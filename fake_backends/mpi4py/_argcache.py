@@ -172,16 +172,15 @@ def _keep(key, parts: list[BufSpec], buf, freed: int) -> None:
     the key: a library that builds new datatypes for each transpose never
     repeats one), unless a datatype was freed while it ran or it holds a
     large byte index (a scattered layout's, as ``TypeMap.layout`` keeps)."""
-    if freed != _typecalls.freed or any(
-            part.raw is None and not isinstance(part.layout, Grid) and part.layout.nbytes > INDEX_BYTES
-            for part in parts):
+    if freed != _typecalls.freed:
         return
-    if key in _kept:
+    if key not in _kept:
+        if len(_kept) >= LIMIT:
+            _kept.clear()
+        _kept[key] = None  # seen once
+    elif not any(part.raw is None and not isinstance(part.layout, Grid) and part.layout.nbytes > INDEX_BYTES
+                 for part in parts):
         _kept[key] = _Plan(parts, buf)
-        return
-    if len(_kept) >= LIMIT:
-        _kept.clear()
-    _kept[key] = None  # seen once
 
 
 def vector_parts(spec, *, writable: bool, blocks: int, what: str) -> tuple[list[BufSpec], list[int], np.ndarray | None]:
