@@ -227,3 +227,48 @@ def test_a_parse_is_kept_the_second_time_its_arguments_come(tmp_path):
         assert recv.tolist() == [x for j in range(size) for x in (100 * j + rank, 100 * j + size + rank)], recv
         column.Free()
     """, 2)
+
+
+def test_subarray_types_made_again_per_transpose_find_the_first_parse_and_no_other(tmp_path):
+    """A parallel FFT makes its transposes' subarray types for each plan and
+    frees them: types made again on the same numbers take the parse kept for
+    the first ones, types on other numbers (another cut of the same arrays)
+    do not, and one made again but not committed is refused."""
+    ok(tmp_path, """
+        from fake_backends.mpi4py import _argcache
+        m, n = 2, 2 * size
+        slab = (np.arange(m * n * 3, dtype="d") + 1000 * rank).reshape(m, n, 3)
+        whole = np.arange(m * n * 3, dtype="d").reshape(m, n, 3)
+        def types(shape, axis, width, cut=None):  # block p: width along axis at p * width (and cut along 1)
+            made = []
+            for p in range(size):
+                sub, start = list(shape), [0] * len(shape)
+                sub[axis], start[axis] = width, p * width
+                if cut is not None:
+                    sub[1] = cut
+                made.append(MPI.DOUBLE.Create_subarray(shape, sub, start).Commit())
+            return made
+        for k in range(6):
+            width = 1 + k % 2  # two cuts taking turns: n // size columns, or one
+            pencil = np.full((m * size, n // size, 3), -1.0)
+            send, recv = types(slab.shape, 1, width), types(pencil.shape, 0, m, width)
+            comm.Alltoallw([slab, ([1] * size, [0] * size), send], [pencil, ([1] * size, [0] * size), recv])
+            for p in range(size):
+                got = pencil[p * m:(p + 1) * m, :width]
+                assert got.tolist() == (whole[:, rank * width:(rank + 1) * width] + 1000 * p).tolist(), (k, p)
+                assert (pencil[p * m:(p + 1) * m, width:] == -1).all(), (k, p)
+            for t in send + recv:
+                t.Free()
+        assert sum(plan is not None for plan in _argcache._kept.values()) == 4  # two cuts, two sides
+        send, recv = types(slab.shape, 1, 1), types(pencil.shape, 0, m, 1)  # a kept parse's numbers
+        send[0].Free()
+        send[0] = MPI.DOUBLE.Create_subarray(slab.shape, [m, 1, 3], [0, 0, 0])  # made again, not committed
+        try:
+            comm.Alltoallw([slab, ([1] * size, [0] * size), send], [pencil, ([1] * size, [0] * size), recv])
+        except MPI.Exception as e:
+            assert e.Get_error_class() == MPI.ERR_TYPE, e
+        else:
+            raise AssertionError("a datatype not committed was used")
+        for t in send + recv:
+            t.Free()
+    """, 2)

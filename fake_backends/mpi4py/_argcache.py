@@ -18,17 +18,19 @@ kept, under a key made of everything the parse reads:
   tuple or 1-D integer array of them (anything else, a numpy integer
   scalar say, is parsed every time). A list the program changes between
   calls gives a new key;
-- each datatype by its handle (``Datatype._id``, an object the key holds,
-  so it cannot be reused by a new datatype while kept), or a type code;
+- each datatype: a predefined one by its name, a derived one (live and
+  committed, else the parse's error comes) by the map its constructor
+  remembered (``TypeMap.made_as``: a new handle on the same constructor's
+  numbers, as a library that makes its transposes' types per plan has,
+  finds the parse of the first) or else by its handle (``Datatype._id``,
+  an object the key holds, so it cannot be reused while kept); or a type code;
 - the call, the argument, the number of blocks.
 
-A handle freed becomes ``MPI.DATATYPE_NULL``, another key; and freeing any
-derived datatype (``_typecalls.freed``, a count) drops everything kept, so
-that another handle on a freed type map (``MPI.Datatype(dt)``) is refused
-as the parse refuses it. A derived datatype is committed once and for all;
-a parse that raises keeps nothing. What is kept holds no memory of the
-program's: layouts (``_layouts``), counts and the datatypes; at most
-``LIMIT`` keys, all dropped when full. A parse is kept the second time
+A handle freed becomes ``MPI.DATATYPE_NULL``, another key; another handle
+on a freed type map (``MPI.Datatype(dt)``) makes no key, so the parse
+refuses it. A parse that raises keeps nothing. What is kept holds no
+memory of the program's and no handle: layouts (``_layouts``) and counts;
+at most ``LIMIT`` keys, all dropped when full. A parse is kept the second time
 its key comes, so a call made once costs no keeping. Blocks of at most
 ``ROWS_UP_TO`` bytes that are the rows of one strided array (a
 transpose's are) are kept as that array's shape too, so that one copy
@@ -41,7 +43,7 @@ import operator
 
 import numpy as np
 
-from . import _typecalls
+from ._typecalls import _MAPS
 from ._buffers import BufSpec, _items, parse_vector, parse_w
 from ._datatypes import Datatype, lookup, of_array
 from ._derived import _CACHED_INDEX_BYTES as INDEX_BYTES
@@ -55,7 +57,6 @@ LIMIT = 64
 ROWS_UP_TO = 16 << 10
 
 _kept: dict = {}
-_freed_seen = [0]  # _typecalls.freed when _kept was last valid
 _index = operator.index
 
 
@@ -77,7 +78,14 @@ def _ints(values):
 
 def _type(datatype):
     if isinstance(datatype, Datatype):
-        return datatype._id
+        tm = _MAPS.get(datatype._id)
+        if tm is None:
+            if datatype._id == datatype._key:  # predefined (or null)
+                return datatype._id
+            raise _Refused  # freed: the parse raises
+        if not tm.committed:
+            raise _Refused
+        return tm.made_as or datatype._id
     if type(datatype) is str:
         return ("code", datatype)
     raise _Refused
@@ -159,21 +167,10 @@ class _Parts:
         return iter(self._list())
 
 
-def _lookup(key):
-    if _typecalls.freed != _freed_seen[0]:
-        _kept.clear()
-        _freed_seen[0] = _typecalls.freed
-        return None
-    return _kept.get(key)
-
-
-def _keep(key, parts: list[BufSpec], buf, freed: int) -> None:
+def _keep(key, parts: list[BufSpec], buf) -> None:
     """Keep the parse the second time its key is parsed (the first time only
-    the key: a library that builds new datatypes for each transpose never
-    repeats one), unless a datatype was freed while it ran or it holds a
-    large byte index (a scattered layout's, as ``TypeMap.layout`` keeps)."""
-    if freed != _typecalls.freed:
-        return
+    the key: a call made once pays for no keeping), unless it holds a large
+    byte index (a scattered layout's, as ``TypeMap.layout`` keeps)."""
     if key not in _kept:
         if len(_kept) >= LIMIT:
             _kept.clear()
@@ -193,12 +190,11 @@ def vector_parts(spec, *, writable: bool, blocks: int, what: str) -> tuple[list[
                None if o_type is None else _type(o_type))
     except (_Refused, TypeError):
         key = None
-    plan = None if key is None else _lookup(key)
+    plan = None if key is None else _kept.get(key)
     if plan is None:
-        freed = _typecalls.freed
         parts = parse_vector(spec, writable=writable, blocks=blocks, what=what, direct=True).parts()
         if key is not None:
-            _keep(key, parts, o_buf, freed)
+            _keep(key, parts, o_buf)
         return parts, [part.nbytes for part in parts], None
     datatype = of_array(o_buf) if o_type is None else lookup(o_type)
     parts, rows = plan.parts(o_buf, [datatype] * blocks)
@@ -223,12 +219,11 @@ def w_parts(spec, n: int, *, writable: bool, what: str) -> tuple[list[BufSpec], 
                    tuple(map(_type, types)) if kind is list or kind is tuple else ("one", _type(types)))
         except (_Refused, TypeError, ValueError):
             key = None
-    plan = None if key is None else _lookup(key)
+    plan = None if key is None else _kept.get(key)
     if plan is None:
-        freed = _typecalls.freed
         parts = parse_w(spec, n, writable=writable, what=what, direct=True)
         if key is not None:
-            _keep(key, parts, buf, freed)
+            _keep(key, parts, buf)
         return parts, [part.nbytes for part in parts], None
     datatypes = [types] * n if isinstance(types, Datatype) else list(map(lookup, types))  # as parse_w reads them
     parts, rows = plan.parts(buf, datatypes)

@@ -55,7 +55,8 @@ class TypeMap:
     nothing until a call moves it."""
 
     __slots__ = ("lb", "ub", "align", "contents", "combiner", "committed", "size", "nelem", "true_lb", "true_ub",
-                 "uniform", "handles", "_build", "_codes", "_offsets", "_index", "_sizes", "_layouts", "_grid_of")
+                 "uniform", "handles", "_build", "_codes", "_offsets", "_index", "_sizes", "_layouts", "_grid_of",
+                 "made_as")
 
     def __init__(self, lb: int, ub: int, align: int, contents, *, size: int, nelem: int, true_lb: int,
                  true_ub: int, uniform, build=None, codes=None, offsets=None):
@@ -73,6 +74,7 @@ class TypeMap:
         self._sizes = None
         self._layouts = {}  # count -> its layout (see _layouts), the last few used
         self._grid_of = None  # what gives the layout of one element from the constructor's numbers (or None)
+        self.made_as = None  # the map a remembered constructor made, which this one copies (``again``)
 
     def _materialize(self) -> None:
         if self._codes is None:
@@ -103,6 +105,7 @@ class TypeMap:
             self._sizes, self._layouts
         combiner, ints, addrs, _ = self.contents
         tm.contents, tm.committed, tm.handles = (combiner, list(ints), list(addrs), [oldtype]), False, 0
+        tm.made_as = self
         return tm
 
     def moved(self, lb: int, ub: int, contents) -> "TypeMap":

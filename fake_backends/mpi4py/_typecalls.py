@@ -21,7 +21,6 @@ from ._handles import predefined
 _INT_MAX = 2**31 - 1
 _MAPS: dict = {}  # handle of a derived datatype -> its TypeMap
 _BASIC: dict = {}  # key of a predefined datatype -> its TypeMap
-freed = 0  # how many derived datatype handles have been freed (``_argcache`` drops its parses when it grows)
 
 _COMBINER_NAMES = {
     _derived.NAMED: "NAMED", _derived.DUP: "DUP", _derived.CONTIGUOUS: "CONTIGUOUS", _derived.VECTOR: "VECTOR",
@@ -236,11 +235,9 @@ class DerivedCalls:
         return self
 
     def _free_map(self) -> None:
-        global freed
         tm = _MAPS.pop(self._id, None)
         if tm is None:
             return
-        freed += 1
         _handleleaks.handle_freed(self._id)
         tm.handles -= 1
         if not tm.handles:  # the last handle on it: its contents' handles on derived datatypes go too
