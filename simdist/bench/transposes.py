@@ -6,10 +6,13 @@ array from one axis split across the ranks to another with one
 ``Alltoallw`` whose blocks are subarray datatypes (``Create_subarray``):
 rank r sends block j of its slab, a cut of it along the other axis, to
 rank j. This times that transpose of an ``N x N x N`` complex128 array
-(the input split on axis 0, the output on axis 1), and an ``Alltoallv``
-of the columns of an ``N x N`` float64 matrix with a vector datatype
-(``Create_vector`` resized to one element, a column block per rank);
-each rank checks what it got. A figure is the best of ``rounds`` runs,
+(the input split on axis 0, the output on axis 1); the same transpose
+with its subarray types made, committed and freed around every call, as
+an FFT library that makes them per plan does (mpi4py-fft's tests make a
+plan for each of their transposes); and an ``Alltoallv`` of the columns
+of an ``N x N`` float64 matrix with a vector datatype (``Create_vector``
+resized to one element, a column block per rank); each rank checks what
+it got. A figure is the best of ``rounds`` runs,
 under Open MPI (``mpiexec --oversubscribe -n P``) and under ``simdist
 run -n P`` taking turns, each run the median of ``reps`` calls after one
 untimed call.
@@ -29,7 +32,7 @@ import time
 
 from simdist.bench.launchers import LAUNCHERS, run_under
 
-CALLS = ("Alltoallw subarrays", "Alltoallv vector")
+CALLS = ("Alltoallw subarrays", "Alltoallw, new types", "Alltoallv vector")
 
 
 def _subarrays(MPI, shape, axis: int, size: int) -> list:
@@ -70,10 +73,24 @@ def _rank(n: int, reps: int) -> None:
     w = _timed(comm, lambda: comm.Alltoallw([slab, ones, zeros, send_types], [pencil, ones, zeros, recv_types]),
                reps)
     whole = np.arange(m * n * n, dtype=np.complex128).reshape(m, n, n)
-    ok = all(np.array_equal(pencil[p * m:(p + 1) * m], whole[:, rank * m:(rank + 1) * m] + 1j * p)
-             for p in range(size))
+
+    def landed() -> bool:
+        return all(np.array_equal(pencil[p * m:(p + 1) * m], whole[:, rank * m:(rank + 1) * m] + 1j * p)
+                   for p in range(size))
+
+    ok = landed()
     for datatype in send_types + recv_types:
         datatype.Free()
+
+    def planned():
+        sends, recvs = _subarrays(MPI, slab.shape, 1, size), _subarrays(MPI, pencil.shape, 0, size)
+        comm.Alltoallw([slab, ones, zeros, sends], [pencil, ones, zeros, recvs])
+        for datatype in sends + recvs:
+            datatype.Free()
+
+    pencil[...] = 0
+    planned_w = _timed(comm, planned, reps)
+    ok = ok and landed()
     # Alltoallv of column blocks: (m, n) rows -> (n, m) transposed block per rank, by a vector type
     rows = np.arange(m * n, dtype=np.float64).reshape(m, n) + rank * m * n
     got = np.empty((n, m))
@@ -85,8 +102,8 @@ def _rank(n: int, reps: int) -> None:
                                    (np.arange(m * n, dtype=np.float64).reshape(m, n) + p * m * n)
                                    [:, rank * m:(rank + 1) * m].T) for p in range(size))
     column.Free()
-    print("TRANSPOSE " + json.dumps({"rank": rank, "n": n, "ranks": size, CALLS[0]: w, CALLS[1]: v, "ok": ok}),
-          flush=True)
+    print("TRANSPOSE " + json.dumps({"rank": rank, "n": n, "ranks": size, CALLS[0]: w, CALLS[1]: planned_w,
+                                     CALLS[2]: v, "ok": ok}), flush=True)
 
 
 def measure(sizes: list[int], ranks: list[int], rounds: int, reps: int) -> list[dict]:
