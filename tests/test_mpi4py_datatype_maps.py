@@ -139,9 +139,9 @@ def test_a_subarray_of_billions_of_elements_is_laid_out_without_its_byte_index()
 
 def test_a_type_made_again_shares_what_was_computed_and_keeps_its_own_handle_state():
     """A library that makes the same subarray types for every transform
-    gets a new type map sharing the first one's layouts; its commit, its
-    contents and its life are its own, and numbers MPI refuses are refused
-    every time."""
+    gets a new type map sharing the first one's bounds and grid; its
+    commit, contents, layouts and life are its own, and numbers MPI refuses
+    are refused every time."""
     shape, sub, start = [4, 6, 8], [4, 3, 8], [0, 3, 0]
     first = MPI.DOUBLE_COMPLEX.Create_subarray(shape, sub, start).Commit()
     layout = first._typemap().layout(1)
@@ -149,9 +149,10 @@ def test_a_type_made_again_shares_what_was_computed_and_keeps_its_own_handle_sta
     tm, first_tm = again._typemap(), first._typemap()
     assert tm is not first_tm and tm.layout(1) is layout
     assert not tm.committed and first_tm.committed
-    for name in _derived.TypeMap.__slots__:
-        if name not in ("contents", "committed", "handles"):
+    for name in _derived.TypeMap.__slots__:  # a scattered layout's index is each map's own
+        if name not in ("contents", "committed", "handles", "_layouts"):
             assert getattr(tm, name) is getattr(first_tm, name), name
+    assert tm._layouts is not first_tm._layouts
     assert again.Get_contents()[0] == first.Get_contents()[0] and tm.contents[1] is not first_tm.contents[1]
     first.Free()
     assert again.Get_extent() == (0, 4 * 6 * 8 * 16) and again.Commit().Get_size() == 4 * 3 * 8 * 16

@@ -17,7 +17,7 @@ aligned basic element, as Open MPI does. ``contents`` keeps the
 constructor's arguments for ``Get_envelope`` and ``Get_contents``. The
 grid constructors (contiguous, vector, subarray, darray) remember the map
 they made per old map and numbers, so that a type made again shares its
-layouts (``_remembered``).
+bounds and its grid (``_remembered``).
 """
 
 from __future__ import annotations
@@ -93,16 +93,17 @@ class TypeMap:
 
     def again(self, oldtype) -> "TypeMap":
         """A new map of these elements and bounds, as made by the same
-        constructor from ``oldtype`` (a handle on the same old map): what is
-        computed (elements, index, layouts) is shared, the handle count and
-        the commit are its own."""
+        constructor from ``oldtype`` (a handle on the same old map): the
+        bounds and what finds one element's grid are shared; its elements,
+        index and layouts (a scattered layout's index can be large), its
+        handle count and its commit are its own."""
         tm = TypeMap.__new__(TypeMap)
         tm.lb, tm.ub, tm.align, tm.combiner, tm.size, tm.nelem = self.lb, self.ub, self.align, self.combiner, \
             self.size, self.nelem
         tm.true_lb, tm.true_ub, tm.uniform, tm._build, tm._grid_of = self.true_lb, self.true_ub, self.uniform, \
             self._build, self._grid_of
         tm._codes, tm._offsets, tm._index, tm._sizes, tm._layouts = self._codes, self._offsets, self._index, \
-            self._sizes, self._layouts
+            self._sizes, {}
         combiner, ints, addrs, _ = self.contents
         tm.contents, tm.committed, tm.handles = (combiner, list(ints), list(addrs), [oldtype]), False, 0
         tm.made_as = self
@@ -391,12 +392,24 @@ def _numbers_key(value):
     return operator.index(value)
 
 
+def _once(find):
+    """``find()``, computed at the first call and kept."""
+    kept = []
+
+    def once():
+        if not kept:
+            kept.append(find())
+        return kept[0]
+
+    return once
+
+
 def _remembered(make):
     """``make(old, oldtype, *numbers)`` run once per old map and numbers:
     a library that makes the same types again and again (a parallel FFT's
     subarrays, per transform) gets a new map sharing what the first one
-    computed, its layouts above all. Numbers that are not integers (or
-    lists of them) are left to ``make`` to refuse; a call that raises
+    computed, one element's grid above all. Numbers that are not integers
+    (or lists of them) are left to ``make`` to refuse; a call that raises
     keeps nothing."""
     def constructor(old: TypeMap, oldtype, *numbers) -> TypeMap:
         try:
@@ -406,6 +419,8 @@ def _remembered(make):
         made = _MADE.get(key)
         if made is None:
             made = make(old, oldtype, *numbers)
+            if made._grid_of is not None:
+                made._grid_of = _once(made._grid_of)  # a grid (a few numbers) or None, found once
             made.contents = (*made.contents[:3], [])  # no handle of the user's kept (the leak checks see it go)
             if len(_MADE) >= _MADE_LIMIT:
                 _MADE.clear()
