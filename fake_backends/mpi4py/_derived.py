@@ -22,6 +22,7 @@ bounds and its grid (``_remembered``).
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 
@@ -392,18 +393,6 @@ def _numbers_key(value):
     return operator.index(value)
 
 
-def _once(find):
-    """``find()``, computed at the first call and kept."""
-    kept = []
-
-    def once():
-        if not kept:
-            kept.append(find())
-        return kept[0]
-
-    return once
-
-
 def _remembered(make):
     """``make(old, oldtype, *numbers)`` run once per old map and numbers:
     a library that makes the same types again and again (a parallel FFT's
@@ -420,7 +409,7 @@ def _remembered(make):
         if made is None:
             made = make(old, oldtype, *numbers)
             if made._grid_of is not None:
-                made._grid_of = _once(made._grid_of)  # a grid (a few numbers) or None, found once
+                made._grid_of = functools.cache(made._grid_of)  # a grid (a few numbers) or None, found once
             made.contents = (*made.contents[:3], [])  # no handle of the user's kept (the leak checks see it go)
             if len(_MADE) >= _MADE_LIMIT:
                 _MADE.clear()
