@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import time
 
 import numpy as np
 import pytest
@@ -204,3 +205,64 @@ def test_a_context_taken_again_by_other_members_moves_between_those_members():
             order = sorted(group, key=lambda r: -r if k % 2 else r)
             want = (order.index(rank), len(group), sum(r + 1.0 for r in group), order)
             assert (sub_rank, size, total, gathered) == want, (rank, k)
+
+
+def _free_before_or_after_a_world_barrier(comm):
+    """Rank 0 frees its sub-communicator after a world barrier, the others
+    before it, as a destructor run at another point on each rank frees."""
+    sub = comm.split(0)
+    total = int(sub.allreduce(np.array([comm.rank + 1]))[0])
+    if comm.rank == 0:
+        comm.barrier()
+        sub.free()
+    else:
+        sub.free()
+        comm.barrier()
+    again = comm.split(0)
+    return total, int(again.allreduce(np.array([comm.rank + 1]))[0])
+
+
+def test_free_waits_for_no_other_member():
+    """``free`` is local, as in Open MPI and MPICH: the ranks that free
+    before the barrier do not wait there for rank 0, which frees after it."""
+    with simdist.World(3, timeout=20) as world:
+        assert world.run(_free_before_or_after_a_world_barrier) == [(6, 6)] * 3
+
+
+def _reuse_while_a_member_still_reads(comm):
+    """Ranks 0 and 1 free ``sub`` and take its context again for a
+    communicator of their own while rank 2 is still in ``sub``'s last call:
+    it arrived, but reads the others' part of it (in their entry of the
+    context, where a small allreduce travels) 0.3 s later."""
+    pair = comm.split(0 if comm.rank < 2 else 1)
+    sub = comm.split(0)
+    if comm.rank == 2:
+        meet = sub._meet
+
+        def meet_then_pause(*args, **kwargs):
+            meet(*args, **kwargs)
+            time.sleep(0.3)
+
+        sub._meet = meet_then_pause
+    name = sub.name
+    total = int(sub.allreduce(np.array([comm.rank + 1]))[0])
+    if comm.rank < 2:
+        sub.free()
+        again = pair.split(0)
+        sums = [int(again.allreduce(np.array([10 * k + comm.rank]))[0]) for k in range(3)]
+        same_context = again.name == name
+        again.free()
+    else:
+        sums, same_context = None, None
+        sub.free()
+    comm.barrier()
+    return total, sums, same_context
+
+
+def test_a_context_freed_is_taken_again_only_once_its_members_have_read_their_last_call():
+    """The new communicator's calls rewrite the entries the old one's last
+    call travelled in: they wait until every member of that call has read it."""
+    with simdist.World(3, timeout=20) as world:
+        out = world.run(_reuse_while_a_member_still_reads)
+    assert out[2] == (6, None, None)
+    assert out[0] == out[1] == (6, [1, 21, 41], True)

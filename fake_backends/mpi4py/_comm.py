@@ -361,7 +361,9 @@ class Comm(Handle, FreeableHandles, IntegerHandles, GroupCalls, PointToPoint, Pa
         return self.Split(0, key)
 
     def Free(self) -> None:
-        """Release the communicator (collective); the handle becomes COMM_NULL."""
+        """Release the communicator; the handle becomes COMM_NULL. Every
+        rank calls it and none waits for the others (as in Open MPI and
+        MPICH), so a destructor may free it at another point on each rank."""
         st = self._st()
         if st.predefined:
             raise MPIException(ERR_COMM, f"{st.name} cannot be freed")

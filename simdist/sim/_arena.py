@@ -224,9 +224,9 @@ class Arena:
         # (done word indexes, epoch, their writers), or None.
         self.pending_release: list[tuple[list[int], int, list[int]] | None] = [None, None]
         # Contexts this rank can give a new sub-communicator (bit c: context c
-        # is free). Context 0 is the world's.
+        # is free; 0 is the world's); the peers of one it freed, by context (``SimComm.free``).
         self.initial_free_contexts = ((1 << layout.contexts) - 1) & ~1
-        self.free_contexts = self.initial_free_contexts
+        self.free_contexts, self.retired = self.initial_free_contexts, {}
         # 1 + the highest context this rank has used in the run: its entries
         # of the contexts above are zero (``SimComm.split``).
         self.contexts_used = 1
@@ -296,7 +296,7 @@ class Arena:
     def start_run(self) -> None:
         """In a worker, before a run: no slot readers pending, every context free."""
         self.pending_release = [None, None]
-        self.free_contexts = self.initial_free_contexts
+        self.free_contexts, self.retired = self.initial_free_contexts, {}
         self.contexts_used = 1
 
     def reset_control(self) -> None:

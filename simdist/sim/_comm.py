@@ -44,7 +44,7 @@ from ._transport import EARLIER_RUN, FREED, Transport, closed_error
 _K = sig.KIND_CODE
 _ALLREDUCE, _REDUCE, _BROADCAST = _K["allreduce"], _K["reduce"], _K["broadcast"]
 _ALLGATHER, _GATHER, _ALLTOALL = _K["allgather"], _K["gather"], _K["alltoall"]
-_REDUCE_SCATTER, _BARRIER, _SPLIT, _FREE = _K["reduce_scatter"], _K["barrier"], _K["split"], _K["free"]
+_REDUCE_SCATTER, _BARRIER, _SPLIT = _K["reduce_scatter"], _K["barrier"], _K["split"]
 _BARRIER_CALL = (_BARRIER, 0, -1, 0, -1)  # its static signature (see _phases)
 
 # The words each member contributes to split, in its slot: its color, its
@@ -255,6 +255,7 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
             self._meet(_BARRIER_CALL)
         finally:  # _end, written out
             q = self._arena.q
+            q[self._my_done] = self._epoch
             q[self._progress] += 1
             q[self._state] = USER
 
@@ -291,6 +292,8 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
             # write its slot again.
             arrive = [int(v[epochs_at + ctx]) if 0 <= ctx < t[_USED] else 0 for v, t in zip(views, table)]
             self._done()
+            if color is not None and ctx >= 0:
+                self._wait_for_readers(ctx)
         finally:
             self._end()
         if color is None:
@@ -318,19 +321,33 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
             raise InvalidValue(f"rank {self._rank}: free: the world communicator cannot be freed")
         if self._closed is FREED:
             return
-        nbytes = self._begin("free", _FREE, None)
-        try:
-            self._arrive()
-            self._check(nbytes)
-            self._done()
-            # No member may still read this context when another communicator
-            # starts on it: its banks alternate by that communicator's epochs.
-            self._release()
-        finally:
-            self._end()
+        if self._closed:
+            raise closed_error(self._rank, "free", self._closed)
+        # Local, as in Open MPI and MPICH: a rank waits for no member, so a
+        # program may free from a destructor, at another point on each rank.
+        # A member may still be reading this rank's entry of the context in
+        # the last call: a new communicator on it waits for that (split).
+        arena = self._arena
+        if self._seq:
+            arena.retired[self._ctx] = (self._peers, self._epoch)
+        # One epoch on, so a later communicator on the context has message keys of its own.
+        self._epoch += 1
+        self._publish(self._my_arrive, self._epoch)
         self._close(FREED)
-        del self._arena.live_comms[self._ctx]
-        self._arena.free_contexts |= 1 << self._ctx
+        del arena.live_comms[self._ctx]
+        arena.free_contexts |= 1 << self._ctx
+
+    def _wait_for_readers(self, ctx: int) -> None:
+        """Before a new communicator takes context ``ctx``: wait until each
+        member of the one this rank freed there has finished its last call
+        (it stores its done epoch at the end of every call), as its reads of
+        this rank's entry must precede the new calls' writes. Each has
+        arrived in that call, so it finishes without this rank."""
+        retired = self._arena.retired.pop(ctx, None)
+        if retired is not None:
+            peers, epoch = retired
+            lay = self._arena.layout
+            self._arena.wait_words([lay.done_word(p, ctx) for p in peers], epoch, peers)
 
     def _close(self, why: str) -> None:
         """Refuse every later call, saying ``why``."""

@@ -180,7 +180,10 @@ class PhaseProtocol:
                 return
 
     def _end(self) -> None:
+        # done: this rank reads nothing more of the call (what a rank that
+        # freed this context waits for before another communicator takes it).
         q = self._arena.q
+        q[self._my_done] = self._epoch
         q[self._progress] += 1
         q[self._state] = USER
 
