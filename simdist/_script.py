@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from . import checks as _checks
 from .checks import _latereads, _races
-from ._environ import patched
+from ._environ import as_under_mpiexec, patched
 from ._errors import CollectiveMismatch, CollectiveTimeout, Deadlock, RankDied, RankError, SimdistError
 from ._main import run_main
 from ._world import World
@@ -46,13 +46,17 @@ class ScriptOutcome:
     summary: str = ""  # what the race check explored
 
 
+@contextlib.contextmanager
 def _mpi4py_stand_in(comm, enabled: bool):
-    """``mpi4py`` is the simulated MPI of ``fake_backends.mpi4py`` (simulator only)."""
+    """``mpi4py`` is the simulated MPI of ``fake_backends.mpi4py``, and the
+    environment holds what Open MPI's ``mpiexec`` gives the rank (simulator only)."""
     if not enabled:
-        return contextlib.nullcontext()
+        yield
+        return
     from fake_backends.mpi4py import installed
 
-    return installed(comm)
+    with installed(comm), as_under_mpiexec(comm.rank, comm.size):
+        yield
 
 
 def _torchrun_env(rank: int, size: int, enabled: bool):

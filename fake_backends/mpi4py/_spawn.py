@@ -88,6 +88,7 @@ def run_spawned(comm, programs: list, port: str) -> int:
     as ``__main__`` once the process has joined its parents at ``port``
     (collective over the new world), which ends their ``Spawn``. An exit
     status other than 0 fails the run, as under mpiexec."""
+    from simdist._environ import as_under_mpiexec
     from simdist._main import run_main
 
     from ._comm import COMM_WORLD
@@ -97,7 +98,8 @@ def run_spawned(comm, programs: list, port: str) -> int:
     parent = COMM_WORLD.Connect(port, root=0)
     rt.parent, rt.appnum = parent._st(), appnum
     rt.parent.name = "parent of MPI_COMM_WORLD"
-    code = run_main(target, argv, kind == "module", code=kind == "code")
+    with as_under_mpiexec(comm.rank, comm.size):  # the new world's ranks, as mpiexec gives spawned processes
+        code = run_main(target, argv, kind == "module", code=kind == "code")
     if code:
         raise SimdistError(f"rank {comm.rank} of the processes spawned to run {target!r} exited with status {code}")
     return code
