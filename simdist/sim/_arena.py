@@ -224,7 +224,7 @@ class Arena:
         # (done word indexes, epoch, their writers), or None.
         self.pending_release: list[tuple[list[int], int, list[int]] | None] = [None, None]
         # Contexts this rank can give a new sub-communicator (bit c: context c
-        # is free; 0 is the world's); the peers of one it freed, by context (``SimComm.free``).
+        # is free; 0 is the world's); the readers of one it freed, by context (``SimComm.free``).
         self.initial_free_contexts = ((1 << layout.contexts) - 1) & ~1
         self.free_contexts, self.retired = self.initial_free_contexts, {}
         # 1 + the highest context this rank has used in the run: its entries

@@ -329,7 +329,7 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
         # the last call: a new communicator on it waits for that (split).
         arena = self._arena
         if self._seq:
-            arena.retired[self._ctx] = (self._peers, self._epoch)
+            arena.retired[self._ctx] = (self._peer_done, self._epoch, self._peers)  # as pending_release's
         # One epoch on, so a later communicator on the context has message keys of its own.
         self._epoch += 1
         self._publish(self._my_arrive, self._epoch)
@@ -343,11 +343,9 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
         (it stores its done epoch at the end of every call), as its reads of
         this rank's entry must precede the new calls' writes. Each has
         arrived in that call, so it finishes without this rank."""
-        retired = self._arena.retired.pop(ctx, None)
-        if retired is not None:
-            peers, epoch = retired
-            lay = self._arena.layout
-            self._arena.wait_words([lay.done_word(p, ctx) for p in peers], epoch, peers)
+        readers = self._arena.retired.pop(ctx, None)
+        if readers is not None:
+            self._arena.wait_words(*readers)
 
     def _close(self, why: str) -> None:
         """Refuse every later call, saying ``why``."""
