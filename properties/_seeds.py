@@ -15,6 +15,9 @@ Three modes, for the tests that use the plugin's ``world`` or ``comm``:
 Either way a failing test's "simdist replay" section names its seed and the
 command that runs exactly its examples again (``--hypothesis-seed=S`` and
 the test's id).
+
+In every mode the tests draw without Hypothesis' local constants
+(:func:`without_local_constants`): a seed alone then fixes the examples.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import hashlib
 import os
 import random
 
-__all__ = ["mode", "start", "seed_for", "seeded", "own_name", "in_ci"]
+__all__ = ["mode", "start", "seed_for", "seeded", "without_local_constants", "own_name", "in_ci"]
 
 
 def in_ci() -> bool:
@@ -76,14 +79,45 @@ def seed_for(item):
 
 @contextlib.contextmanager
 def seeded(item):
-    """Run ``item`` with its derived seed (nothing to do in the other modes)."""
+    """Run ``item`` with its derived seed (in the other modes the seed is
+    already set) and without local constants."""
     from hypothesis import core
 
-    if mode(item.config) != "derived":
+    saved = core.global_force_seed
+    if mode(item.config) == "derived":
+        core.global_force_seed = seed_for(item)
+    try:
+        with without_local_constants():
+            yield
+    finally:
+        core.global_force_seed = saved
+
+
+@contextlib.contextmanager
+def without_local_constants():
+    """Keep Hypothesis from drawing constants found in the source of the
+    imported modules that are not installed packages.
+
+    Now and then Hypothesis draws such a constant instead of a random
+    value. Which constants exist depends on what the process has imported,
+    and on a cache in ``.hypothesis/constants`` that one process may read
+    while another is still writing it. Under ``mpiexec`` every rank draws
+    its own examples, so with the same seed two ranks could draw different
+    data and make different calls. A run alone (``-k``) could also draw
+    other examples than the whole suite. Hypothesis versions without the
+    feature need nothing.
+    """
+    try:
+        from hypothesis.internal.conjecture import providers
+        local, cache = providers._get_local_constants, providers.CONSTANTS_CACHE.cache
+        none = providers.Constants()
+    except (ImportError, AttributeError):
         yield
         return
-    saved, core.global_force_seed = core.global_force_seed, seed_for(item)
+    cache.clear()  # pools already built with the local constants
+    providers._get_local_constants = lambda: none
     try:
         yield
     finally:
-        core.global_force_seed = saved
+        providers._get_local_constants = local
+        cache.clear()

@@ -33,7 +33,8 @@ Fixtures: ``world``, a :class:`properties.Backend` whose ``run(fn, *args)``
 calls ``fn(comm, *args)`` on every rank with the communicator under test (one
 persistent world per size for the whole session, so all Hypothesis examples
 share it); ``comm``: a test that asks for it runs its body on every rank,
-with the communicator under test. Marker: ``@pytest.mark.world_size(n)``
+with the communicator under test (a Hypothesis test draws here, and each
+example's body runs on every rank). Marker: ``@pytest.mark.world_size(n)``
 for a world of ``n`` ranks instead of ``--simdist-np``.
 
 A failing test gets a "simdist replay" section: its seed and the one command
@@ -43,6 +44,7 @@ that runs that test again with the same backend, size and Hypothesis seed.
 from __future__ import annotations
 
 import contextlib
+import functools
 import shlex
 import sys
 
@@ -187,15 +189,41 @@ def pytest_pyfunc_call(pyfuncitem):
     if "comm" not in pyfuncitem.funcargs:
         return None
     backend = _backend(pyfuncitem.config, _size(pyfuncitem), pyfuncitem.funcargs["simdist_backend_spec"])
-    names = pyfuncitem._fixtureinfo.argnames
-    kwargs = {name: pyfuncitem.funcargs[name] for name in names
-              if name not in ("comm", "world", "simdist_backend_spec", "simdist_size")}
-    backend.run(_on_rank_test, pyfuncitem.obj, kwargs)
+    fixtures = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+    test = pyfuncitem.obj
+    if getattr(test, "is_hypothesis_test", False):
+        _each_example_on_every_rank(test, backend, fixtures)
+    else:
+        backend.run(_on_rank_test, test, (), _for_ranks(fixtures))
     return True
 
 
-def _on_rank_test(comm, test, kwargs):
-    return test(comm=comm, **kwargs)
+def _each_example_on_every_rank(test, backend: Backend, fixtures: dict) -> None:
+    """Run a Hypothesis test whose body takes ``comm``: Hypothesis draws
+    here, once (so every rank gets the same example), and each example's
+    body runs on every rank; a failure on any rank is the example's
+    failure, which Hypothesis then shrinks."""
+    body = test.hypothesis.inner_test
+
+    @functools.wraps(body)  # Hypothesis names the body in its report
+    def on_every_rank(*args, **kwargs):
+        backend.run(_on_rank_test, body, args, _for_ranks(kwargs))
+
+    test.hypothesis.inner_test = on_every_rank
+    try:
+        test(**fixtures)
+    finally:
+        test.hypothesis.inner_test = body
+
+
+def _for_ranks(kwargs: dict) -> dict:
+    """The arguments a body gets on the ranks, besides its ``comm``."""
+    return {name: value for name, value in kwargs.items()
+            if name not in ("comm", "world", "simdist_backend_spec", "simdist_size")}
+
+
+def _on_rank_test(comm, test, args, kwargs):
+    return test(*args, comm=comm, **kwargs)
 
 
 def _uses_backend(item) -> bool:
@@ -222,7 +250,7 @@ def pytest_collection_modifyitems(config, items):
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = [item for item in items if item not in set(dropped)]
-    from hypothesis import HealthCheck, settings
+    from hypothesis import HealthCheck, Phase, settings
 
     explore = _seeds.mode(config) == "explore"
     for item in users:
@@ -231,6 +259,7 @@ def pytest_collection_modifyitems(config, items):
         if chosen is not None:
             test._hypothesis_internal_use_settings = settings(
                 chosen, derandomize=False, database=chosen.database if explore else None, deadline=None,
+                phases=[phase for phase in chosen.phases if phase != Phase.explain],
                 suppress_health_check=[*chosen.suppress_health_check, HealthCheck.function_scoped_fixture])
 
 

@@ -130,6 +130,36 @@ def test_comm_fixture_runs_the_test_body_on_every_rank(tmp_path):
     assert "rank 1 disagrees" in done.stdout
 
 
+COMM_GIVEN = '''
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+
+@pytest.mark.world_size(3)
+@given(st.integers(0, 10**6))
+def test_every_rank_gets_the_example(comm, x):
+    assert len({int(v) for v in comm.allgather(np.array(x))}) == 1
+
+
+@pytest.mark.world_size(3)
+@given(st.integers(0, 10**6))
+def test_rank_1_refuses_large_values(comm, x):
+    assert comm.rank != 1 or x < 1000, f"rank 1 got {x}"
+'''
+
+
+@pytest.mark.slow
+def test_a_hypothesis_test_taking_comm_runs_each_example_on_every_rank_and_shrinks_a_failure_of_one(tmp_path):
+    (tmp_path / "test_given.py").write_text(COMM_GIVEN)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "test_given.py"],
+                          cwd=tmp_path, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    assert "1 failed, 1 passed" in done.stdout, done.stdout[-3000:]
+    assert _failed(done.stdout) == ["test_rank_1_refuses_large_values"]
+    assert _shows_example(done.stdout) and "x=1000," in done.stdout, done.stdout[-3000:]  # shrunk: the least failing
+    assert "rank 1 got 1000" in done.stdout
+
+
 DRAWS = '''
 import os
 
@@ -187,6 +217,45 @@ def test_a_failure_names_its_derived_seed_and_its_replay_draws_the_same_examples
                             stdin=subprocess.DEVNULL, capture_output=True, text=True)
     assert "1 failed" in replay.stdout
     assert (tmp_path / "replay.txt").read_text().split() == draws
+
+
+FLOAT_DRAWS = '''
+import os
+
+import pytest
+from hypothesis import given, strategies as st
+
+if os.environ.get("IMPORT_MORE"):
+    import more_constants  # noqa: F401  (as one rank of a job may import a module another has not)
+
+
+@pytest.mark.world_size(1)
+@given(st.lists(st.floats(-1e3, 1e3), min_size=20, max_size=20))
+def test_draws(world, xs):
+    with open(os.environ["DRAWS"], "a") as fh:
+        fh.write(" ".join(map(repr, xs)) + "\\n")
+'''
+
+
+@pytest.mark.slow
+def test_a_seed_draws_the_same_examples_whatever_else_the_process_has_imported(tmp_path):
+    # Hypothesis mixes constants from the source of imported local modules into
+    # its draws; under mpiexec each rank draws for itself, so they must not count.
+    constants = ", ".join(f"{777 + k / 64!r}" for k in range(300))
+    (tmp_path / "more_constants.py").write_text(f"VALUES = [{constants}]\n")
+    (tmp_path / "test_float_draws.py").write_text(FLOAT_DRAWS)
+    draws = {}
+    for run, more in (("plain", ""), ("more", "1"), ("more_again", "1")):
+        env = {k: v for k, v in os.environ.items() if k not in ("CI", "IMPORT_MORE")}
+        env.update(DRAWS=str(tmp_path / f"{run}.txt"), IMPORT_MORE=more, PYTHONPATH=os.pathsep.join(
+            [str(tmp_path), env.get("PYTHONPATH", "")]))
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_float_draws.py",
+                               "--hypothesis-seed=3"], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True)
+        assert "1 passed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
+        draws[run] = (tmp_path / f"{run}.txt").read_text().split()
+    assert len(draws["plain"]) >= 1000
+    assert draws["more"] == draws["plain"] == draws["more_again"]
 
 
 def _collect(tmp_path, *args) -> list[str]:
