@@ -58,9 +58,19 @@ def own_name(item) -> str:
     callspec = getattr(item, "callspec", None)
     if callspec is None:
         return item.name
-    added = {callspec.params.get("simdist_backend_spec"), _size_id(callspec.params.get("simdist_size"))}
-    parts = [part for part in callspec.id.split("-") if part not in added]
+    parts = callspec.id.split("-")
+    for added in (callspec.params.get("simdist_backend_spec"), _size_id(callspec.params.get("simdist_size"))):
+        if added is not None:  # an id of its own may hold dashes (torch-gloo)
+            parts = _without_run(parts, added.split("-"))
     return f"{item.originalname}[{'-'.join(parts)}]" if parts else item.originalname
+
+
+def _without_run(parts: list[str], run: list[str]) -> list[str]:
+    """``parts`` without the first run of consecutive parts equal to ``run``."""
+    for start in range(len(parts) - len(run) + 1):
+        if parts[start:start + len(run)] == run:
+            return parts[:start] + parts[start + len(run):]
+    return parts
 
 
 def _size_id(size) -> str | None:

@@ -258,6 +258,21 @@ def test_a_seed_draws_the_same_examples_whatever_else_the_process_has_imported(t
     assert draws["more"] == draws["plain"] == draws["more_again"]
 
 
+@pytest.mark.slow
+def test_a_backend_whose_name_has_a_dash_gets_the_same_seed_and_a_replay_that_runs(tmp_path):
+    pytest.importorskip("torch")
+    _, out = _draws(tmp_path, "both", "--simdist-backend", "sim,torch-gloo", fail=True)
+    assert "2 failed" in out, out[-3000:]
+    replays = re.findall(r"seed (\d+); replay this failure with:\n\s*(.*)", out)
+    assert len(replays) == 2 and replays[0][0] == replays[1][0], replays  # the seed ignores the backend
+    command = shlex.split(next(command for _, command in replays if "torch-gloo" in command))
+    assert command[3].endswith("test_draws.py::test_draws"), command
+    env = dict(os.environ, DRAWS=str(tmp_path / "replay.txt"), FAIL="1")
+    replay = subprocess.run(command + ["-p", "no:cacheprovider", "-q"], cwd=tmp_path, env=env,
+                            stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    assert "1 failed" in replay.stdout, replay.stdout[-3000:] + replay.stderr[-2000:]
+
+
 def _collect(tmp_path, *args) -> list[str]:
     done = _suite(tmp_path, "--collect-only", "-q", *args)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
