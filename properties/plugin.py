@@ -50,6 +50,7 @@ import sys
 
 import pytest
 
+from simdist.mpi._spmd import launched
 from simdist.reference._focus import implemented, parse_sizes
 
 from . import _seeds
@@ -156,10 +157,19 @@ def _backend(config, size: int, spec: str) -> Backend:
 
         kind, factory = parse_spec(spec, config.getoption("simdist_factory"))
         if ("world", kind, size) not in cache:
-            cache["world", kind, size] = simdist.World(size, kind, timeout=config.getoption("simdist_timeout"),
-                                                       sync_sends=config.getoption("simdist_sync_sends"))
+            with _uncaptured(config):  # a world that joins an MPI job keeps the job's stderr for its reports
+                cache["world", kind, size] = simdist.World(size, kind, timeout=config.getoption("simdist_timeout"),
+                                                           sync_sends=config.getoption("simdist_sync_sends"))
         cache[spec, size] = Backend(kind, factory, size, cache["world", kind, size])
     return cache[spec, size]
+
+
+@contextlib.contextmanager
+def _uncaptured(config):
+    """Without pytest's capture of descriptors 1 and 2."""
+    capture = config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
+        yield
 
 
 def _size(node) -> int:
@@ -240,7 +250,11 @@ def pytest_collection_modifyitems(config, items):
     Hypothesis' own ``derandomize`` (its CI profile sets it) would override
     the plugin's seeds, which the replay section names: it is turned off;
     so is its database, unless exploring, so that a command's examples are
-    the command's alone.
+    the command's alone. Under an MPI launcher every rank runs the session
+    and draws its own examples, so nothing Hypothesis decides may hang on
+    the clock, which differs between ranks: no search for further bugs
+    after the first (it stops 10 s after the first bug), no ``too_slow``
+    health check.
     """
     users = [item for item in items if _uses_backend(item)]
     if not users:
@@ -253,6 +267,7 @@ def pytest_collection_modifyitems(config, items):
     from hypothesis import HealthCheck, Phase, settings
 
     explore = _seeds.mode(config) == "explore"
+    every_rank_draws = launched() is not None
     for item in users:
         test = getattr(item, "obj", None)
         chosen = getattr(test, "_hypothesis_internal_use_settings", None)
@@ -260,7 +275,9 @@ def pytest_collection_modifyitems(config, items):
             test._hypothesis_internal_use_settings = settings(
                 chosen, derandomize=False, database=chosen.database if explore else None, deadline=None,
                 phases=[phase for phase in chosen.phases if phase != Phase.explain],
-                suppress_health_check=[*chosen.suppress_health_check, HealthCheck.function_scoped_fixture])
+                report_multiple_bugs=chosen.report_multiple_bugs and not every_rank_draws,
+                suppress_health_check=[*chosen.suppress_health_check, HealthCheck.function_scoped_fixture,
+                                       *([HealthCheck.too_slow] if every_rank_draws else [])])
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -164,7 +164,7 @@ def test_a_raising_rank_aborts_the_job_with_its_traceback(tmp_path):
     assert done.returncode != 0
     assert "simdist: rank 1 of 3 raised ValueError; aborting the MPI job" in done.stderr
     assert 'raise ValueError("bad batch on rank 1")' in done.stderr
-    assert "ValueError: bad batch on rank 1" in done.stderr
+    assert "ValueError: bad batch on rank 1" in done.stderr, done.stderr
     assert took < 60, f"the job took {took:.0f} s to end"
 
 
@@ -277,6 +277,71 @@ def test_check_under_mpiexec_runs_the_suite_on_the_jobs_ranks_and_rank_0_alone_r
     assert done.stderr.count("check: running the property suite") == 1, done.stderr
     report = json.loads(out.read_text())
     assert report["ok"] and report["properties"]["ok"] and report["properties"]["passed"] >= 5, report
+
+
+FIRST_FAILURE_APART = """
+    import os
+    import time
+
+    from hypothesis import given, settings, strategies as st
+
+    RANK = os.environ["OMPI_COMM_WORLD_RANK"]
+    seen = []
+
+
+    def _drawn(comm, x):
+        return x
+
+
+    @settings(max_examples=20)
+    @given(st.integers(0, 100))
+    def test_always_fails(world, x):
+        drawn = world.run(_drawn, x)
+        assert len(set(drawn)) == 1, f"the ranks drew {drawn}"
+        if RANK == "1" and not seen:
+            time.sleep(8)  # rank 1 meets the first failure 8 s after rank 0
+        seen.append(x)
+        time.sleep(1)
+        assert False, "always fails"
+"""
+
+
+@pytest.mark.slow
+def test_property_tests_under_mpiexec_stay_on_one_example_when_the_ranks_clocks_differ(tmp_path):
+    # Hypothesis searches on for other bugs for 10 s after the first; each rank
+    # timed that from its own first failure, 8 s apart, and drew other examples.
+    (tmp_path / "test_apart.py").write_text(textwrap.dedent(FIRST_FAILURE_APART))
+    done = launch(2, ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--color=no", "test_apart.py", "--simdist-backend", "mpi",
+                      "--simdist-np", "2", "--simdist-timeout", "10"], tmp_path)
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out[-4000:]
+    assert out.count("1 failed") == 2 and "AssertionError: always fails" in out, out[-4000:]
+    assert "AssertionError: the ranks drew" not in out, out[-4000:]
+
+
+ONE_RUN_MORE = """
+    import os
+
+
+    def _rank(comm):
+        return comm.rank
+
+
+    def test_rank_1_runs_once_more(world):
+        world.run(_rank)
+        if os.environ["OMPI_COMM_WORLD_RANK"] == "1":
+            world.run(_rank)
+"""
+
+
+@pytest.mark.slow
+def test_a_run_that_one_rank_of_a_pytest_job_never_starts_is_a_hang_reported_at_the_timeout(tmp_path):
+    (tmp_path / "test_once_more.py").write_text(textwrap.dedent(ONE_RUN_MORE))
+    done = launch(2, ["-m", "pytest", "-q", "-p", "no:cacheprovider", "test_once_more.py", "--simdist-backend", "mpi",
+                      "--simdist-np", "2", "--simdist-timeout", "3"], tmp_path, timeout=120)
+    assert done.returncode == 124, done.stdout[-3000:] + done.stderr[-3000:]
+    assert ("simdist: rank 1 of 2: no progress for 3 s; waiting in the start of World.run #2 (waiting for every "
+            "rank to start it)") in done.stderr, done.stdout[-3000:] + done.stderr[-3000:]
 
 
 @pytest.mark.slow

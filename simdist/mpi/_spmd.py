@@ -44,6 +44,7 @@ LAUNCHERS = (
     ("SLURM_STEP_NUM_TASKS", "SLURM_STEP_NUM_TASKS", "Slurm's srun"),
 )
 HUNG = 124  # the exit status of a job aborted for a hang (as timeout(1), and simdist run)
+ABORT_GRACE = 0.25  # seconds the launcher gets to forward a report before the abort
 _driven = False  # this process is a rank of simdist's own driver (mpi._worker), not the user's launcher's
 _program = None  # comm() of this process, made on first use
 _watch = None  # this process's _Watchdog
@@ -194,6 +195,9 @@ def _abort(world, status: int, text: str) -> None:
         sys.stderr.flush()
     else:
         os.write(_launchers_stderr, text.encode("utf-8", "replace"))
+    # The launcher forwards the rank's output as it reads it; an abort at once
+    # can end the job first and drop the last lines (Open MPI, under load).
+    time.sleep(ABORT_GRACE)
     world.Abort(status)
 
 
@@ -306,7 +310,7 @@ class JobDriver:
 
         with self._watch.limited(self.timeout):
             kind, data = _worker.execute(
-                self._rank, lambda: TrackedComm(self._runs.start(), where), *payload_parts,
+                self._rank, lambda: TrackedComm(self._start(where), where), *payload_parts,
                 started=lambda: set_state(USER), failed=lambda: set_state(FAILED), returned=lambda: set_state(RETURNED),
             )
             if kind != "ok":
@@ -315,20 +319,31 @@ class JobDriver:
         where.state = USER
         return {rank: ("ok", value) for rank, value in enumerate(values)}, {}, None
 
+    def _start(self, where: Whereabouts):
+        """The run's communicator, a duplicate of the world, made once every
+        rank has come: a rank that never starts the run (its program went on
+        elsewhere) is a hang at the timeout, not a wait in ``MPI_Comm_dup``."""
+        self._meet(where, ("the start of World.run", self._count, "waiting for every rank to start it"))
+        return self._runs.start()
+
     def _fail(self, kind: str, data) -> None:
         text = data[0] if kind == "error" else f"{data[2]}{data[0]}\n"
         _abort(self._results, 1, f"simdist: rank {self._rank} of {self.size} failed in World.run; aborting the MPI "
                f"job:\n{text}")
 
     def _exchange(self, data: bytes, where: Whereabouts) -> list[bytes]:
-        """Every rank's pickled return value. The wait for the slowest rank
-        polls (MPI would spin a core) and is watched as a call."""
-        where.current = ("the end of World.run", self._count, "waiting for every rank to return")
+        """Every rank's pickled return value, once every rank has returned."""
+        self._meet(where, ("the end of World.run", self._count, "waiting for every rank to return"))
+        return self._results.allgather(data)
+
+    def _meet(self, where: Whereabouts, call: tuple) -> None:
+        """Wait for every rank, as ``call``. The wait polls (a blocking MPI
+        call would spin a core meanwhile) and is watched as a call."""
+        where.current = call
         where.state = CALL
         done = self._results.Ibarrier()
         while not done.Test():
             time.sleep(0.002)
-        return self._results.allgather(data)
 
     def close(self) -> None:
         if self._results is not None:
