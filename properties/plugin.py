@@ -157,7 +157,8 @@ def _backend(config, size: int, spec: str) -> Backend:
 
         kind, factory = parse_spec(spec, config.getoption("simdist_factory"))
         if ("world", kind, size) not in cache:
-            with _uncaptured(config):  # a world that joins an MPI job keeps the job's stderr for its reports
+            # A world that joins the MPI job of a launcher keeps the job's stderr for its reports.
+            with _uncaptured(config) if launched() else contextlib.nullcontext():
                 cache["world", kind, size] = simdist.World(size, kind, timeout=config.getoption("simdist_timeout"),
                                                            sync_sends=config.getoption("simdist_sync_sends"))
         cache[spec, size] = Backend(kind, factory, size, cache["world", kind, size])

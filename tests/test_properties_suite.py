@@ -176,15 +176,16 @@ def test_draws(world, x):
 '''
 
 
-def _draws(tmp_path, run: str, *args, ci: str | None = None, fail: bool = False):
-    """The values a test draws in one session, and the session's output."""
-    env = {k: v for k, v in os.environ.items() if k not in ("CI", "FAIL")}
+def _draws(tmp_path, run: str, *args, ci: str | None = None, fail: bool = False, source: str = DRAWS,
+           env: dict | None = None):
+    """The values a test (``source``) draws in one session, and the session's output."""
+    env = {**{k: v for k, v in os.environ.items() if k not in ("CI", "FAIL")}, **(env or {})}
     if fail:
         env["FAIL"] = "1"
     if ci is not None:
         env["CI"] = ci
     env["DRAWS"] = str(tmp_path / f"{run}.txt")
-    (tmp_path / "test_draws.py").write_text(DRAWS)
+    (tmp_path / "test_draws.py").write_text(source)
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "test_draws.py", *args],
                           cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True)
     return (tmp_path / f"{run}.txt").read_text().split(), done.stdout
@@ -243,17 +244,10 @@ def test_a_seed_draws_the_same_examples_whatever_else_the_process_has_imported(t
     # its draws; under mpiexec each rank draws for itself, so they must not count.
     constants = ", ".join(f"{777 + k / 64!r}" for k in range(300))
     (tmp_path / "more_constants.py").write_text(f"VALUES = [{constants}]\n")
-    (tmp_path / "test_float_draws.py").write_text(FLOAT_DRAWS)
     draws = {}
     for run, more in (("plain", ""), ("more", "1"), ("more_again", "1")):
-        env = {k: v for k, v in os.environ.items() if k not in ("CI", "IMPORT_MORE")}
-        env.update(DRAWS=str(tmp_path / f"{run}.txt"), IMPORT_MORE=more, PYTHONPATH=os.pathsep.join(
-            [str(tmp_path), env.get("PYTHONPATH", "")]))
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_float_draws.py",
-                               "--hypothesis-seed=3"], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True)
-        assert "1 passed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
-        draws[run] = (tmp_path / f"{run}.txt").read_text().split()
+        draws[run], out = _draws(tmp_path, run, "--hypothesis-seed=3", source=FLOAT_DRAWS, env={"IMPORT_MORE": more})
+        assert "1 passed" in out, out[-3000:]
     assert len(draws["plain"]) >= 1000
     assert draws["more"] == draws["plain"] == draws["more_again"]
 

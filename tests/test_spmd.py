@@ -311,8 +311,8 @@ def test_property_tests_under_mpiexec_stay_on_one_example_when_the_ranks_clocks_
     # Hypothesis searches on for other bugs for 10 s after the first; each rank
     # timed that from its own first failure, 8 s apart, and drew other examples.
     (tmp_path / "test_apart.py").write_text(textwrap.dedent(FIRST_FAILURE_APART))
-    done = launch(2, ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--color=no", "test_apart.py", "--simdist-backend", "mpi",
-                      "--simdist-np", "2", "--simdist-timeout", "10"], tmp_path)
+    done = launch(2, ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--color=no", "test_apart.py",
+                      "--simdist-backend", "mpi", "--simdist-np", "2", "--simdist-timeout", "10"], tmp_path)
     out = done.stdout + done.stderr
     assert done.returncode == 1, out[-4000:]
     assert out.count("1 failed") == 2 and "AssertionError: always fails" in out, out[-4000:]

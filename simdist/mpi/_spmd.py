@@ -320,10 +320,11 @@ class JobDriver:
         return {rank: ("ok", value) for rank, value in enumerate(values)}, {}, None
 
     def _start(self, where: Whereabouts):
-        """The run's communicator, a duplicate of the world, made once every
-        rank has come: a rank that never starts the run (its program went on
-        elsewhere) is a hang at the timeout, not a wait in ``MPI_Comm_dup``."""
-        self._meet(where, ("the start of World.run", self._count, "waiting for every rank to start it"))
+        """The run's communicator, a duplicate of the world: its wait for a
+        rank that never starts the run (its program went on elsewhere) is
+        watched as a call, so it is a hang at the timeout."""
+        where.current = ("the start of World.run", self._count, "waiting for every rank to start it")
+        where.state = CALL
         return self._runs.start()
 
     def _fail(self, kind: str, data) -> None:
@@ -332,18 +333,14 @@ class JobDriver:
                f"job:\n{text}")
 
     def _exchange(self, data: bytes, where: Whereabouts) -> list[bytes]:
-        """Every rank's pickled return value, once every rank has returned."""
-        self._meet(where, ("the end of World.run", self._count, "waiting for every rank to return"))
-        return self._results.allgather(data)
-
-    def _meet(self, where: Whereabouts, call: tuple) -> None:
-        """Wait for every rank, as ``call``. The wait polls (a blocking MPI
-        call would spin a core meanwhile) and is watched as a call."""
-        where.current = call
+        """Every rank's pickled return value. The wait for the slowest rank
+        polls (MPI would spin a core) and is watched as a call."""
+        where.current = ("the end of World.run", self._count, "waiting for every rank to return")
         where.state = CALL
         done = self._results.Ibarrier()
         while not done.Test():
             time.sleep(0.002)
+        return self._results.allgather(data)
 
     def close(self) -> None:
         if self._results is not None:
