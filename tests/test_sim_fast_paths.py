@@ -117,6 +117,35 @@ def test_calls_on_a_freed_communicator_raise_even_after_plans(world4):
         assert len(errors) == 3 and all("freed" in e for e in errors), errors
 
 
+def _split_again_after_free(comm):
+    """A communicator freed, then another on its context and members: the
+    new one starts with the plans the old one made, and the old one still
+    refuses every call."""
+    x, blocks = np.ones(2, np.float32), np.ones((comm.size, 2), np.float32)
+    old = comm.split(0)
+    for _ in range(REPEATS):
+        old.broadcast(x), old.allgather(x), old.allreduce(x), old.alltoall(blocks)
+    old.free()
+    new = comm.split(0)
+    planned_at_start = len(new._plans)
+    got = [new.allreduce(x * (comm.rank + 1)).tolist(), new.alltoall(blocks * comm.rank)[:, 0].tolist()]
+    errors = []
+    for call, arg in ((old.broadcast, x), (old.allgather, x), (old.allreduce, x), (old.alltoall, blocks)):
+        try:
+            call(arg)
+        except simdist.SimdistError as exc:
+            errors.append(str(exc))
+    new.free()
+    return planned_at_start, got, errors
+
+
+def test_a_communicator_made_again_starts_with_the_plans_and_the_freed_one_still_refuses(world4):
+    for planned_at_start, got, errors in world4.run(_split_again_after_free):
+        assert planned_at_start >= 4
+        assert got == [[10.0, 10.0], [0.0, 1.0, 2.0, 3.0]]
+        assert len(errors) == 4 and all("freed" in e for e in errors), errors
+
+
 def _reuse_contexts(comm, rounds):
     """Sub-communicators of changing members, each freed after a burst of
     small calls, so that later ones start on contexts the earlier ones used."""

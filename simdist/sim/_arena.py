@@ -240,6 +240,9 @@ class Arena:
         self.mover = None
         self.verdict = None  # hosted world (``_hosted``): the host's error, raised for ``Aborted``
         self.names: dict[int, str] = {}  # contexts this rank's program named (``SimComm.name``), for reports
+        self.kept_views: dict = {}  # caches of views by members and context (``_phases.kept_views``)
+        self._arrive_epochs = None if rank is None else self.array(  # in the contexts always there
+            layout.entry_offset(rank, 0), np.int64, (layout.reserved_contexts, layout.entry // 8))[:, E_ARRIVE]
         self._status_words = [] if rank is None else [
             layout.status_word(rank, w) for w in (S_STATE, S_PROGRESS, S_CTX, S_WAITING_FOR, S_P2P_KIND, S_P2P_PEER,
                                                   S_P2P_TAG, S_P2P_NBYTES, S_P2P_SEQ, S_BLOCK_WORD, S_BLOCK_TARGET)]
@@ -353,20 +356,14 @@ class Arena:
     def array(self, offset: int, dtype, shape) -> np.ndarray:
         return np.ndarray(shape, dtype=dtype, buffer=self.mm, offset=offset)
 
-    def slot_bytes_view(self, rank: int) -> np.ndarray:
-        lay = self.layout
-        return np.ndarray((lay.slot_bytes,), dtype=np.uint8, buffer=self.mm, offset=lay.slot_offset(rank))
-
-    def arrive_epochs(self, rank: int, count: int) -> np.ndarray:
-        """``rank``'s arrive epochs in contexts 0 to ``count`` - 1 (a copy)."""
-        lay = self.layout
-        words = lay.entry // 8
+    def arrive_epochs_into(self, out: np.ndarray) -> None:
+        """This rank's arrive epochs in contexts 0 to ``out.size`` - 1, into ``out``."""
+        lay, count = self.layout, out.size
         reserved = min(count, lay.reserved_contexts)
-        parts = [self.array(lay.entry_offset(rank, 0), np.int64, (reserved, words))[:, E_ARRIVE]]
+        out[:reserved] = self._arrive_epochs[:reserved]
         if count > reserved:
-            sparse = self.array(lay.entry_offset(rank, reserved), np.int64, (count - reserved, words))
-            parts.append(sparse[:, E_ARRIVE])
-        return np.concatenate(parts)
+            sparse = self.array(lay.entry_offset(self.rank, reserved), np.int64, (count - reserved, lay.entry // 8))
+            out[reserved:] = sparse[:, E_ARRIVE]
 
     # -- publishing and waking ------------------------------------------------
     def publish(self, word: int, value: int, members) -> None:

@@ -41,10 +41,10 @@ _BYTE = np.dtype(np.uint8)
 class ChunkedCalls:
     """Collectives in phases of at most a slot per member."""
 
-    def _init_slots(self, lay, members: list[int]) -> None:
+    def _init_slots(self, lay, members: list[int], kept) -> None:
         self._slot_off = [lay.slot_offset(m) for m in members]
         self._slot_bytes = lay.slot_bytes
-        self._views: dict = {}  # _flat_views and _fold_layout, by dtype and count
+        self._views = kept.views  # _flat_views and _fold_layout, by dtype and count
 
     # -- views of the members' slots ----------------------------------------------
     def _flat_views(self, dtype: np.dtype, count: int, offset: int = 0) -> list[np.ndarray]:

@@ -38,7 +38,7 @@ from ._chunked import SMALL_REDUCTION, ChunkedCalls
 from ._layout import CONTEXTS, SPLIT_HEAD_WORDS, USER
 from ._one_phase import SIZED_HEAD, OnePhaseCalls
 from ._p2p import Mailboxes
-from ._phases import PhaseProtocol
+from ._phases import PhaseProtocol, kept_views
 from ._transport import EARLIER_RUN, FREED, Transport, closed_error
 
 _K = sig.KIND_CODE
@@ -63,15 +63,13 @@ def message_context(ctx: int, epoch: int) -> int:
     return epoch << _INDEX_BITS | ctx
 
 
-def _lowest_common(bitmaps: np.ndarray) -> int:
-    """The lowest bit set in every row of ``bitmaps`` (int64 words, the
+def _lowest_common(bitmaps: list[np.ndarray]) -> int:
+    """The lowest bit set in every one of ``bitmaps`` (int64 words, the
     lowest bits first), or -1 if none is."""
-    common = np.bitwise_and.reduce(bitmaps, axis=0)
-    words = np.flatnonzero(common)
-    if not words.size:
-        return -1
-    word = int(common[words[0]]) & (1 << 64) - 1
-    return 64 * int(words[0]) + (word & -word).bit_length() - 1
+    common = -1
+    for bitmap in bitmaps:  # as Python ints: a few calls, where numpy's reduction costs several microseconds
+        common &= int.from_bytes(bitmap.tobytes(), "little")
+    return (common & -common).bit_length() - 1
 
 
 def close_run(arena) -> None:
@@ -93,9 +91,10 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
 
     def __init__(self, arena, mailboxes: Mailboxes, members: list[int], ctx: int, epoch: int = 0, order: str = "fold"):
         lay = arena.layout
-        self._init_phases(arena, members, ctx, epoch)
-        self._init_one_phase(lay, members, ctx)
-        self._init_slots(lay, members)
+        kept = kept_views(arena, tuple(members), ctx)
+        self._init_phases(arena, members, ctx, epoch, kept)
+        self._init_one_phase(lay, members, ctx, kept)
+        self._init_slots(lay, members, kept)
         self._mail = mailboxes
         self._order = order
         self._transport = Transport(mailboxes, members, message_context(ctx, epoch), self._rank, arena.size,
@@ -283,14 +282,14 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
             row[_USED] = used = arena.contexts_used
             free = arena.free_contexts.to_bytes(contexts // 8, "little")
             row[_FREE_CONTEXTS:epochs_at] = np.frombuffer(free, np.int64)
-            row[epochs_at : epochs_at + used] = arena.arrive_epochs(arena.rank, used)
+            arena.arrive_epochs_into(row[epochs_at : epochs_at + used])
             self._arrive()
             self._check(nbytes)
-            table = np.array([v[:epochs_at] for v in views])
-            ctx = _lowest_common(table[:, _FREE_CONTEXTS:])
+            heads = [v[:_FREE_CONTEXTS].tolist() for v in views]  # color, key, used
+            ctx = _lowest_common([v[_FREE_CONTEXTS:epochs_at] for v in views])
             # Each member's epoch in that context, read before _done lets it
             # write its slot again.
-            arrive = [int(v[epochs_at + ctx]) if 0 <= ctx < t[_USED] else 0 for v, t in zip(views, table)]
+            arrive = [int(v[epochs_at + ctx]) if 0 <= ctx < h[_USED] else 0 for v, h in zip(views, heads)]
             self._done()
             if color is not None and ctx >= 0:
                 self._wait_for_readers(ctx)
@@ -303,7 +302,7 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
                 f"rank {self._rank}: split: every communicator context is in use "
                 f"({contexts - 1} sub-communicators alive); call free() on the ones you no longer need"
             )
-        group = sorted((int(table[j, _KEY]), j) for j in range(self._size) if table[j, _COLOR] == color)
+        group = sorted((h[_KEY], j) for j, h in enumerate(heads) if h[_COLOR] == color)
         ranks = [j for _, j in group]
         # Above every stale epoch of the new members' entries of that context.
         # So the new communicator's message key (index and first epoch) is
@@ -352,7 +351,7 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
         self._closed = why
         self._arena.names.pop(self._ctx, None)
         self._transport.close(why)
-        self._plans.clear()  # the fast path must see the check
+        self._plans = {}  # the fast path must see the check (the kept plans stay for the next communicator)
 
     def __repr__(self):
         return f"<SimComm rank {self._rank} of {self._size} on {self.name}>"

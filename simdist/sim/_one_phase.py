@@ -59,19 +59,19 @@ def _part_offsets(lay, members: tuple, ctx: int) -> tuple:
 class OnePhaseCalls:
     """The one-phase calls of a communicator and their cached plans."""
 
-    def _init_one_phase(self, lay, members: list[int], ctx: int) -> None:
+    def _init_one_phase(self, lay, members: list[int], ctx: int, kept) -> None:
         """Where each member's part of a one-phase call lies, per bank:
         in its context entry's bank (``_inline_off``), or in the half of
-        its slot that the bank names (``_half_off``)."""
+        its slot that the bank names (``_half_off``); the plans and views
+        ``kept`` (``_phases.KeptViews``) for the context and members."""
         self._inline_bytes = lay.inline_bytes
         # One-phase calls too large for a bank use half of each slot, the
         # half of their bank: see _release.
         self._half_bytes = lay.slot_bytes // 2
         self._inline_off, self._half_off = _part_offsets(lay, tuple(members), ctx)
-        self._plans: dict = {}
-        self._root_arrays: dict = {}
-        self._sized = None  # _sized_plan
-        self._row_views: dict = {}  # _row_view
+        self._kept = kept
+        self._plans, self._root_arrays, self._row_views = kept.plans, kept.root_arrays, kept.row_views
+        self._sized = kept.sized  # _sized_plan
 
     def _placement(self, nbytes: int):
         """Where a one-phase call of ``nbytes`` per rank puts each member's
@@ -221,7 +221,7 @@ class OnePhaseCalls:
         theirs = [[(off + me * width) // 8 for off in offs] for offs in self._half_off]
         step = offsets[1] - offsets[0] if len(offsets) > 1 else width
         even = all(b - a == step for a, b in zip(offsets, offsets[1:]))
-        self._sized = (plan, width - SIZED_HEAD, width, mine, theirs, step if even else None)
+        self._sized = self._kept.sized = (plan, width - SIZED_HEAD, width, mine, theirs, step if even else None)
         return self._sized
 
     # -- what each call reads --------------------------------------------------

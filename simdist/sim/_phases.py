@@ -34,6 +34,36 @@ from ._transport import closed_error
 STATIC_KIND, STATIC_OP, STATIC_ROOT, STATIC_DTYPE, STATIC_NDIM = range(5)
 #: How many cached views of each kind a communicator keeps before starting over.
 CACHE_LIMIT = 64
+#: The (members, context) pairs whose views a worker keeps (``kept_views``).
+KEPT_CONTEXTS = 256
+
+
+class KeptViews:
+    """A communicator's caches of views of the arena and of plans, which
+    depend only on its context and members (and this rank): a communicator
+    made again on them, as a library that splits and frees per transform
+    makes it, starts with those of the last one instead of building each
+    again at its first call. ``sized`` is ``_one_phase``'s plan of
+    ``alltoall_sized``; the dicts are named after the attributes that
+    share them."""
+
+    __slots__ = ("sig_views", "root_views", "plans", "root_arrays", "row_views", "views", "sized")
+
+    def __init__(self):
+        self.sig_views, self.root_views, self.plans, self.root_arrays, self.row_views, self.views = (
+            {}, {}, {}, {}, {}, {})
+        self.sized = None
+
+
+def kept_views(arena, members: tuple, ctx: int) -> KeptViews:
+    """The caches of communicators on ``ctx`` with ``members`` in ``arena``
+    (kept for at most ``KEPT_CONTEXTS`` pairs, all dropped when full)."""
+    kept = arena.kept_views.get((members, ctx))
+    if kept is None:
+        if len(arena.kept_views) >= KEPT_CONTEXTS:
+            arena.kept_views.clear()
+        kept = arena.kept_views[members, ctx] = KeptViews()
+    return kept
 
 
 @functools.lru_cache(maxsize=256)
@@ -76,9 +106,10 @@ class PhaseProtocol:
         """Name this communicator in reports (``MPI_Comm_set_name``; a torch group)."""
         self._arena.names[self._ctx] = name
 
-    def _init_phases(self, arena, members: list[int], ctx: int, epoch: int) -> None:
+    def _init_phases(self, arena, members: list[int], ctx: int, epoch: int, kept: KeptViews) -> None:
         """The words this rank writes and waits on, as int64 indexes into
-        ``arena.q``; ``epoch`` is the last epoch of this context's entries."""
+        ``arena.q``; ``epoch`` is the last epoch of this context's entries;
+        ``kept`` the caches of views of the context and members."""
         me = arena.rank
         lay = arena.layout
         self._arena = arena
@@ -96,8 +127,7 @@ class PhaseProtocol:
          self._seq_word, self._my_call_epoch, self._peer_call_epoch, self._peer_sig, self._member_sig,
          self._state, self._ctx_word, self._progress, self._peer_sleeping,
          sleepers) = _entry_words(lay, tuple(members), ctx, me)
-        self._sig_views: dict = {}
-        self._root_views: dict = {}
+        self._sig_views, self._root_views = kept.sig_views, kept.root_views
         # What this rank last signed in each bank: a call with the same static
         # signature only rewrites the sequence number.
         self._last_static = [None, None]
