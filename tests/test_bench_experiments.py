@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from simdist.bench import allreduce_floor, datatypes, direct_read, python_floor, transposes
+from simdist.bench import allreduce_floor, datatypes, direct_read, new_communicators, python_floor, transposes
 
 
 def test_allreduce_floor_times_the_call_two_copies_and_the_targets_limit():
@@ -60,6 +60,13 @@ def test_transposes_run_under_both_launchers_and_check_their_results():
     cells = transposes.measure([8], [2], rounds=1, reps=1)
     assert [c["call"] for c in cells] == list(transposes.CALLS)
     assert all(c["ok"] and c["open_mpi_ms"] > 0 and c["simdist_ms"] > 0 for c in cells), cells
+
+
+@pytest.mark.slow
+def test_new_communicators_run_under_both_launchers_and_check_their_results():
+    cells = new_communicators.measure([2], rounds=1, repeats=1, calls=3)
+    assert [c["loop"] for c in cells] == list(new_communicators.LOOPS)
+    assert all(c["ok"] and c["open_mpi_us"] > 0 and c["simdist_us"] > 0 for c in cells), cells
 
 
 @pytest.mark.slow
