@@ -28,3 +28,18 @@ def run_under(launcher: str, n: int, module_args: list[str], tag: str, timeout: 
     if len(rows) != n:
         raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}: {done.stdout}{done.stderr}")
     return sorted(rows, key=lambda row: row["rank"])
+
+
+def best_of(n: int, module_args: list[str], tag: str, names, rounds: int) -> tuple[dict, bool]:
+    """Each launcher's least figure of every one of ``names`` over ``rounds``
+    runs of the program on ``n`` ranks, the launchers taking turns (a run's
+    figure: its slowest rank's); and whether every rank of every run said ``ok``."""
+    best = {launcher: dict.fromkeys(names, float("inf")) for launcher in LAUNCHERS}
+    ok = True
+    for _ in range(rounds):
+        for launcher in LAUNCHERS:
+            rows = run_under(launcher, n, module_args, tag)
+            ok = ok and all(row["ok"] for row in rows)
+            for name in names:
+                best[launcher][name] = min(best[launcher][name], max(row[name] for row in rows))
+    return best, ok

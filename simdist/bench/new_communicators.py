@@ -23,7 +23,7 @@ import json
 import sys
 import time
 
-from simdist.bench.launchers import LAUNCHERS, run_under
+from simdist.bench.launchers import best_of
 
 LOOPS = ("Split, Free", "Split, Alltoallw, Free", "Alltoallw")
 
@@ -68,15 +68,8 @@ def measure(ranks: list[int], rounds: int, repeats: int = 15, calls: int = 300) 
     """The best of ``rounds`` runs of each loop, both launchers taking turns."""
     cells = []
     for p in ranks:
-        best = {launcher: dict.fromkeys(LOOPS, float("inf")) for launcher in LAUNCHERS}
-        ok = True
-        for _ in range(rounds):
-            for launcher in LAUNCHERS:
-                rows = run_under(launcher, p, ["simdist.bench.new_communicators", "--rank", str(repeats), str(calls)],
-                                 "COMMS")
-                ok = ok and all(row["ok"] for row in rows)
-                for loop in LOOPS:
-                    best[launcher][loop] = min(best[launcher][loop], max(row[loop] for row in rows))
+        best, ok = best_of(p, ["simdist.bench.new_communicators", "--rank", str(repeats), str(calls)], "COMMS",
+                           LOOPS, rounds)
         for loop in LOOPS:
             mpi, sim = best["Open MPI"][loop], best["simdist run"][loop]
             cells.append({"loop": loop, "ranks": p, "open_mpi_us": round(mpi * 1e6, 1),

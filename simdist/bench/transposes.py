@@ -30,7 +30,7 @@ import statistics
 import sys
 import time
 
-from simdist.bench.launchers import LAUNCHERS, run_under
+from simdist.bench.launchers import best_of
 
 CALLS = ("Alltoallw subarrays", "Alltoallw, new types", "Alltoallv vector")
 
@@ -111,15 +111,8 @@ def measure(sizes: list[int], ranks: list[int], rounds: int, reps: int) -> list[
     cells = []
     for p in ranks:
         for n in sizes:
-            best = {launcher: {call: float("inf") for call in CALLS} for launcher in LAUNCHERS}
-            ok = True
-            for _ in range(rounds):
-                for launcher in LAUNCHERS:
-                    rows = run_under(launcher, p, ["simdist.bench.transposes", "--rank", str(n), str(reps)],
-                                     "TRANSPOSE")
-                    ok = ok and all(row["ok"] for row in rows)
-                    for call in CALLS:
-                        best[launcher][call] = min(best[launcher][call], max(row[call] for row in rows))
+            best, ok = best_of(p, ["simdist.bench.transposes", "--rank", str(n), str(reps)], "TRANSPOSE", CALLS,
+                               rounds)
             for call in CALLS:
                 mpi, sim = best["Open MPI"][call], best["simdist run"][call]
                 cells.append({"call": call, "ranks": p, "n": n, "open_mpi_ms": round(mpi * 1e3, 4),
