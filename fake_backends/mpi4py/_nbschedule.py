@@ -88,7 +88,12 @@ class Counted:
 
 def _counted_call(name: str):
     def call(self, *args, **kwargs):
-        return self.__getattr__(name)(*args, **kwargs)
+        st = self._st
+        if st is None or st.engine.in_flight():
+            return self.__getattr__(name)(*args, **kwargs)
+        st.coll_seq += 1  # next_sequence and __getattr__, written out: every blocking collective passes here
+        self._st = None
+        return getattr(self._sc, name)(*args, **kwargs)
 
     call.__name__ = call.__qualname__ = name
     return call
