@@ -123,14 +123,16 @@ def _split_again_after_free(comm):
     refuses every call."""
     x, blocks = np.ones(2, np.float32), np.ones((comm.size, 2), np.float32)
     old = comm.split(0)
+    calls = ((old.broadcast, x), (old.allgather, x), (old.allreduce, x), (old.alltoall, blocks))
     for _ in range(REPEATS):
-        old.broadcast(x), old.allgather(x), old.allreduce(x), old.alltoall(blocks)
+        for call, arg in calls:
+            call(arg)
     old.free()
     new = comm.split(0)
     planned_at_start = len(new._plans)
     got = [new.allreduce(x * (comm.rank + 1)).tolist(), new.alltoall(blocks * comm.rank)[:, 0].tolist()]
     errors = []
-    for call, arg in ((old.broadcast, x), (old.allgather, x), (old.allreduce, x), (old.alltoall, blocks)):
+    for call, arg in calls:
         try:
             call(arg)
         except simdist.SimdistError as exc:

@@ -43,3 +43,19 @@ def best_of(n: int, module_args: list[str], tag: str, names, rounds: int) -> tup
             for name in names:
                 best[launcher][name] = min(best[launcher][name], max(row[name] for row in rows))
     return best, ok
+
+
+def compared(best: dict, ok: bool, key: str, names, unit: str, **label) -> list[dict]:
+    """A row per one of ``names`` (under ``key``) of ``best_of``'s figures,
+    with ``label`` (ranks, size): each launcher's figure in ``unit`` ("ms"
+    or "us"), their ratio and ``ok``; each row printed as it comes."""
+    scale, digits = {"ms": (1e3, 4), "us": (1e6, 1)}[unit]
+    where = " ".join(f"{'P' if k == 'ranks' else k.upper()}={v}" for k, v in label.items())
+    rows = []
+    for name in names:
+        mpi, sim = best["Open MPI"][name], best["simdist run"][name]
+        rows.append({key: name, **label, f"open_mpi_{unit}": round(mpi * scale, digits),
+                     f"simdist_{unit}": round(sim * scale, digits), "ratio": round(sim / mpi, 2), "ok": ok})
+        print(f"{name:24} {where}: Open MPI {mpi * scale:8.3f} {unit}, simdist run {sim * scale:8.3f} {unit}, "
+              f"simdist/Open MPI {sim / mpi:5.2f}{'' if ok else '  WRONG RESULT'}", flush=True)
+    return rows

@@ -23,7 +23,7 @@ import json
 import sys
 import time
 
-from simdist.bench.launchers import best_of
+from simdist.bench.launchers import best_of, compared
 
 LOOPS = ("Split, Free", "Split, Alltoallw, Free", "Alltoallw")
 
@@ -70,12 +70,7 @@ def measure(ranks: list[int], rounds: int, repeats: int = 15, calls: int = 300) 
     for p in ranks:
         best, ok = best_of(p, ["simdist.bench.new_communicators", "--rank", str(repeats), str(calls)], "COMMS",
                            LOOPS, rounds)
-        for loop in LOOPS:
-            mpi, sim = best["Open MPI"][loop], best["simdist run"][loop]
-            cells.append({"loop": loop, "ranks": p, "open_mpi_us": round(mpi * 1e6, 1),
-                          "simdist_us": round(sim * 1e6, 1), "ratio": round(sim / mpi, 2), "ok": ok})
-            print(f"{loop:24} P={p}: Open MPI {mpi * 1e6:7.1f} us, simdist run {sim * 1e6:7.1f} us, "
-                  f"simdist/Open MPI {sim / mpi:5.2f}{'' if ok else '  WRONG RESULT'}", flush=True)
+        cells += compared(best, ok, "loop", LOOPS, "us", ranks=p)
     return cells
 
 

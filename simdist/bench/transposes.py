@@ -30,7 +30,7 @@ import statistics
 import sys
 import time
 
-from simdist.bench.launchers import best_of
+from simdist.bench.launchers import best_of, compared
 
 CALLS = ("Alltoallw subarrays", "Alltoallw, new types", "Alltoallv vector")
 
@@ -113,12 +113,7 @@ def measure(sizes: list[int], ranks: list[int], rounds: int, reps: int) -> list[
         for n in sizes:
             best, ok = best_of(p, ["simdist.bench.transposes", "--rank", str(n), str(reps)], "TRANSPOSE", CALLS,
                                rounds)
-            for call in CALLS:
-                mpi, sim = best["Open MPI"][call], best["simdist run"][call]
-                cells.append({"call": call, "ranks": p, "n": n, "open_mpi_ms": round(mpi * 1e3, 4),
-                              "simdist_ms": round(sim * 1e3, 4), "ratio": round(sim / mpi, 2), "ok": ok})
-                print(f"{call:20} P={p} N={n:4}: Open MPI {mpi * 1e3:8.3f} ms, simdist run {sim * 1e3:8.3f} ms, "
-                      f"simdist/Open MPI {sim / mpi:5.2f}{'' if ok else '  WRONG RESULT'}", flush=True)
+            cells += compared(best, ok, "call", CALLS, "ms", ranks=p, n=n)
     return cells
 
 
