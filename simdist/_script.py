@@ -103,8 +103,13 @@ def run_script(target: str, argv: list[str], size: int, *, module: bool = False,
     if universe is None and backend == "sim":  # spawn as mpiexec --oversubscribe does
         universe = OVERSUBSCRIBE
     world_options = {**(hosts or {}), **({} if universe is None else {"universe": universe})}
-    if backend == "sim":  # imported once here, every rank inherits it instead of importing its own
+    if backend == "sim":  # imported once here, every rank inherits them instead of importing its own
         import fake_backends.mpi4py  # noqa: F401
+
+        if not module:
+            from .torch._preload import preload
+
+            preload(target, size)
     with _checks.FindingsDir(bool(checks)) as found, _races.Explorer(checks, size, race_runs) as races:
         started = time.monotonic()
         outcome = _run_once(target, argv, size, module, backend, timeout, world_options, checks, found.path,
