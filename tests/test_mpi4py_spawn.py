@@ -81,6 +81,25 @@ def test_spawn_needs_no_option_as_under_mpiexec_oversubscribe(tmp_path):
     assert outcome.status == 0, outcome.error
 
 
+def test_a_spare_slot_holds_memory_only_once_a_spawn_starts_a_process_there(tmp_path):
+    # the arena (the memfd the rank maps): its reserved bytes, before and after a Spawn of 2
+    outcome = run(tmp_path, """
+        import os
+        from simdist.sim._layout import Layout
+
+        arena = next(int(fd) for fd in os.listdir("/proc/self/fd")
+                     if "memfd:simdist" in os.readlink(f"/proc/self/fd/{fd}"))
+        reserved = lambda: os.fstat(arena).st_blocks * 512
+        slot, before = Layout(1).slot_bytes, reserved()
+        assert slot <= before < 2 * slot, (before, slot)  # the world's one rank, not its spare slots
+        children = comm.Spawn(sys.executable, ["child.py"], 2)
+        assert sorted(children.recv(source=r) for r in range(2)) == [0, 1]
+        children.Disconnect()
+        assert 2 * slot <= reserved() - before < 3 * slot, (reserved(), before, slot)  # their slots, rings, contexts
+        """, child=CHILD)
+    assert outcome.status == 0, outcome.error
+
+
 def test_universe_size_is_the_hosts_slots_or_the_universe_given(tmp_path):
     slots = len(os.sched_getaffinity(0))
     source = "assert comm.Get_attr(MPI.UNIVERSE_SIZE) == {}, comm.Get_attr(MPI.UNIVERSE_SIZE)\n"

@@ -253,13 +253,16 @@ class Arena:
         fd = os.memfd_create(f"simdist-{os.getpid()}", os.MFD_CLOEXEC)
         try:
             os.ftruncate(fd, layout.total)
-            try:  # reserve the pages that collectives touch; rings and later contexts stay sparse
+            # Reserve the pages that collectives touch; rings, later contexts and
+            # the spare slots (reserved at their Spawn: _spares.reserve) stay sparse.
+            slots = layout.ranks * layout.slot_bytes
+            try:
                 os.posix_fallocate(fd, 0, layout.ctx_sparse)
-                os.posix_fallocate(fd, layout.slots, layout.total - layout.slots)
+                os.posix_fallocate(fd, layout.slots, slots)
             except OSError as exc:
                 raise SimdistError(
-                    f"cannot reserve {layout.total >> 20} MiB of shared memory for a world of "
-                    f"{layout.size} ranks: {exc.strerror}; use fewer ranks or a smaller slot_bytes"
+                    f"cannot reserve {(layout.ctx_sparse + slots) >> 20} MiB of shared memory for a world of "
+                    f"{layout.ranks} ranks: {exc.strerror}; use fewer ranks or a smaller slot_bytes"
                 ) from None
             arena = cls(layout, fd, rank=None)
             arena.copies = copies_of(fd)

@@ -6,7 +6,8 @@ the driver to spawn some (``Transport.spawn``, over the worker's pipe). The
 driver then takes the lowest free slots, resets each (its status, its
 context entries, what its rings hold: ``Arena.reset_rank``), starts a new
 worker there, a fresh process as MPI's spawned processes are, and sends it
-the run's function. The spawned processes are ranks of the run from then
+the run's function. A spare slot's memory is reserved only then
+(``reserve``): a world that never spawns holds none of it. The spawned processes are ranks of the run from then
 on: their outcome counts as the others' do (an error fails the run), the
 hang watch and the deadlock check see them, and an abort stops them.
 
@@ -66,6 +67,15 @@ def end_run(workers: list, spawned: list[int]) -> None:
             workers[slot] = None
 
 
+def reserve(arena, slots: list[int]) -> None:
+    """Reserve the pages of ``slots`` (OSError where the memory is short),
+    as the arena's own slots are at its creation; a slot reserved before
+    costs nothing more."""
+    lay = arena.layout
+    for slot in slots:
+        os.posix_fallocate(arena.fd, lay.slot_offset(slot), lay.slot_bytes)
+
+
 def spawn(driver, request: tuple, outcomes: dict, waited: bool) -> tuple | None:
     """The driver's answer to ``("spawn", count, payload_parts)``: ``("ok",
     slots)`` once ``count`` new processes run the payload in a world of
@@ -84,6 +94,11 @@ def spawn(driver, request: tuple, outcomes: dict, waited: bool) -> tuple | None:
             f"{driver.size} for the world and {len(running)} for spawned processes still running, so {len(free)} "
             f"free; start the run with more (simdist run --universe N, or World(universe=N))")
     slots = free[:count]
+    try:
+        reserve(driver.arena, slots)
+    except OSError as exc:
+        return "error", (f"Spawn of {count} process{'es' if count != 1 else ''}: cannot reserve the shared memory "
+                         f"of {count} more rank{'s' if count != 1 else ''}: {exc.strerror}")
     for slot in slots:
         outcomes.pop(slot, None)  # of its last process, which has returned
     driver.start_spawned(slots, pickle.dumps(("run", driver.run_id, *payload_parts, slots)))
