@@ -138,7 +138,10 @@ def guard_calls(cls, owner=lambda comm: comm) -> None:
     communicator's own, or, for objects of no communicator (datatypes,
     infos, ops, error handlers), MPI.COMM_WORLD's, as under Open MPI."""
     for name in dir(cls):
-        method = inspect.getattr_static(cls, name)
-        if not name.startswith("_") and inspect.isfunction(method):  # not static or class methods
+        if name.startswith("_"):
+            continue
+        # what getattr_static finds, without its checks for what these classes never have
+        method = next(klass.__dict__[name] for klass in cls.__mro__ if name in klass.__dict__)
+        if inspect.isfunction(method):  # not static or class methods
             method = getattr(method, "unguarded", method)  # a base class's guard: one guard per call
             setattr(cls, name, _guarded(method, f"{cls.__name__}.{name}", owner))
