@@ -45,6 +45,11 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 for _name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
     os.environ.pop(_name, None)
 
+# Open MPI's libfabric transport (btl ofi) sleeps a second in every MPI_Init on
+# a machine with no fabric (docs/mpi.md, "Start-up"); the tests' MPI jobs run
+# on one host, where shared memory carries every message whatever is listed.
+os.environ.setdefault("OMPI_MCA_btl", "^ofi")
+
 
 def pytest_configure(config):
     """Give this pytest process a /dev/shm of its own where it can
