@@ -23,6 +23,7 @@ import multiprocessing
 import multiprocessing.util
 import os
 import shutil
+import sys
 import tempfile
 import time
 import types
@@ -44,6 +45,13 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 # not inherit that (pytest-benchmark, for one, then warns at start).
 for _name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
     os.environ.pop(_name, None)
+
+# pytest rewrites the asserts of every test module as it imports it, and
+# keeps the result only where bytecode is written: where it is not
+# (``PYTHONDONTWRITEBYTECODE``, as on CI's machines), each pytest worker spent
+# 6 s of its collection on that, in every session. Test modules are imported
+# after this file, so they are kept (in ``tests/__pycache__``, ignored by git).
+sys.dont_write_bytecode = False
 
 # Open MPI's libfabric transport (btl ofi) sleeps a second in every MPI_Init on
 # a machine with no fabric (docs/mpi.md, "Start-up"); the tests' MPI jobs run
