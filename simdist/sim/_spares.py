@@ -7,9 +7,10 @@ driver then takes the lowest free slots, resets each (its status, its
 context entries, what its rings hold: ``Arena.reset_rank``), starts a new
 worker there, a fresh process as MPI's spawned processes are, and sends it
 the run's function. A spare slot's memory is reserved only then
-(``reserve``): a world that never spawns holds none of it. The spawned processes are ranks of the run from then
-on: their outcome counts as the others' do (an error fails the run), the
-hang watch and the deadlock check see them, and an abort stops them.
+(``reserve``): a world that never spawns holds none of it. The spawned
+processes are ranks of the run from then on: their outcome counts as the
+others' do (an error fails the run), the hang watch and the deadlock check
+see them, and an abort stops them.
 
 A slot is free when it has never run in this run, or its process has
 returned: a program that spawns again and again needs as many slots as it

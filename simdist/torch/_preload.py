@@ -52,7 +52,9 @@ def wanted(script: str) -> bool:
     except (OSError, SyntaxError, ValueError):
         return False  # the rank reports what is wrong with the file
     line = _first_torch_import(tree)
-    return line is not None and not _sets_environment_before(tree, line) and importlib.util.find_spec("torch") is not None
+    if line is None or _sets_environment_before(tree, line):
+        return False
+    return importlib.util.find_spec("torch") is not None
 
 
 def preload(script: str, size: int) -> None:
