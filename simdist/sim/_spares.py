@@ -84,13 +84,14 @@ def spawn(driver, request: tuple, outcomes: dict, waited: bool) -> tuple | None:
     still run that may return and free theirs; ``("error", why)`` when none
     runs or the driver ``waited`` long enough."""
     _, count, payload_parts = request
+    what = f"Spawn of {count} process{'es' if count != 1 else ''}"
     running = {s for s in driver.ranks()[driver.size:] if s not in outcomes}
     free = [s for s in range(driver.size, driver.universe) if s not in running]
     if count > len(free):
         if running and not waited and count <= driver.universe - driver.size:
             return None
         return "error", (
-            f"Spawn of {count} process{'es' if count != 1 else ''}: the universe has {driver.universe} "
+            f"{what}: the universe has {driver.universe} "
             f"slot{'s' if driver.universe != 1 else ''}, "
             f"{driver.size} for the world and {len(running)} for spawned processes still running, so {len(free)} "
             f"free; start the run with more (simdist run --universe N, or World(universe=N))")
@@ -98,8 +99,7 @@ def spawn(driver, request: tuple, outcomes: dict, waited: bool) -> tuple | None:
     try:
         reserve(driver.arena, slots)
     except OSError as exc:
-        return "error", (f"Spawn of {count} process{'es' if count != 1 else ''}: cannot reserve the shared memory "
-                         f"of {count} more rank{'s' if count != 1 else ''}: {exc.strerror}")
+        return "error", f"{what}: cannot reserve the shared memory of their slots: {exc.strerror}"
     for slot in slots:
         outcomes.pop(slot, None)  # of its last process, which has returned
     driver.start_spawned(slots, pickle.dumps(("run", driver.run_id, *payload_parts, slots)))
