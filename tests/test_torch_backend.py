@@ -431,28 +431,33 @@ def test_a_rank_variable_of_the_launchers_environment_is_each_ranks_own(tmp_path
 
 
 IMPORTED_BEFORE = ("import sys\n"
-                   "before = 'torch' in sys.modules\n"
+                   "before = 'torch' in sys.modules, 'torch._dynamo' in sys.modules\n"
                    "{setting}"
                    "import torch, torch.distributed as dist\n"
                    "dist.init_process_group()\n"
                    "t = torch.ones(2)\n"
+                   "{use}"
                    "dist.all_reduce(t)\n"
-                   "print(dist.get_rank(), before, torch.get_num_threads(), t.tolist())\n")
+                   "print(dist.get_rank(), *before, torch.get_num_threads(), t.tolist())\n")
 
 
 @pytest.mark.slow
 def test_simdist_run_imports_torch_once_for_its_ranks_unless_the_script_sets_its_environment_first(tmp_path):
     """The ranks inherit the driver's torch with torchrun's one thread a
-    rank; a script that sets its thread count before its import gets it."""
+    rank, and torch._dynamo where the script names DDP (which imports it);
+    a script that sets its thread count before its import gets it."""
+    ddp = "torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2))(t).sum().backward()\n"
     runs = {}
-    for name, setting in (("plain", ""), ("threads", "import os\nos.environ['OMP_NUM_THREADS'] = '2'\n")):
-        (tmp_path / f"{name}.py").write_text(IMPORTED_BEFORE.format(setting=setting))
+    for name, setting, use in (("plain", "", ""), ("ddp", "", ddp),
+                               ("threads", "import os\nos.environ['OMP_NUM_THREADS'] = '2'\n", "")):
+        (tmp_path / f"{name}.py").write_text(IMPORTED_BEFORE.format(setting=setting, use=use))
         done = subprocess.run([sys.executable, "-m", "simdist", "run", "-n", "3", f"{name}.py"], cwd=tmp_path,
                               capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
         assert done.returncode == 0, done.stderr[-3000:]
         runs[name] = sorted(done.stdout.splitlines())
-    assert runs["plain"] == [f"{r} True 1 [3.0, 3.0]" for r in range(3)]
-    assert runs["threads"] == [f"{r} False 2 [3.0, 3.0]" for r in range(3)]
+    assert runs["plain"] == [f"{r} True False 1 [3.0, 3.0]" for r in range(3)]
+    assert runs["ddp"] == [f"{r} True True 1 [3.0, 3.0]" for r in range(3)]
+    assert runs["threads"] == [f"{r} False False 2 [3.0, 3.0]" for r in range(3)]
 
 
 @pytest.mark.slow

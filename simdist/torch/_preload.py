@@ -12,6 +12,10 @@ under the variables torchrun's environment gives every rank (one thread a
 rank, ``_launch.torchrun_env``), and leaves alone a script that touches
 its environment before its first import of torch: that script imports
 torch itself, after its own settings, as under torchrun.
+
+DistributedDataParallel, FSDP2's ``fully_shard`` and DTensor import
+``torch._dynamo`` when first used: 1.7 s more of CPU on every rank. A
+script that names one of them gets that module imported here too.
 """
 
 from __future__ import annotations
@@ -33,6 +37,20 @@ def _first_torch_import(tree: ast.Module) -> int | None:
     return min(lines, default=None)
 
 
+#: Names of torch's parallel APIs that import ``torch._dynamo`` when first used.
+PARALLEL_NAMES = frozenset({"DistributedDataParallel", "fully_shard", "FullyShardedDataParallel", "DTensor",
+                            "distribute_tensor", "distribute_module", "parallelize_module", "init_device_mesh",
+                            "DeviceMesh"})
+
+
+def _names_parallel_api(tree: ast.Module) -> bool:
+    """Whether the file names one of ``PARALLEL_NAMES`` (a name, an attribute or an import)."""
+    return any(isinstance(node, ast.Name) and node.id in PARALLEL_NAMES
+               or isinstance(node, ast.Attribute) and node.attr in PARALLEL_NAMES
+               or isinstance(node, ast.alias) and node.name.rpartition(".")[2] in PARALLEL_NAMES
+               for node in ast.walk(tree))
+
+
 def _sets_environment_before(tree: ast.Module, line: int) -> bool:
     """Whether the file names ``environ`` or ``putenv`` above ``line``."""
     return any(node.lineno < line for node in ast.walk(tree)
@@ -40,35 +58,48 @@ def _sets_environment_before(tree: ast.Module, line: int) -> bool:
                or isinstance(node, ast.Attribute) and node.attr in ("environ", "putenv"))
 
 
-def wanted(script: str) -> bool:
-    """Whether the driver should import torch for ``script`` (a path):
-    its file imports torch, touches no environment before that, and
-    torch is installed and not imported yet."""
+def wanted(script: str) -> list[str]:
+    """The modules the driver should import for ``script`` (a path): none
+    unless its file imports torch, touches no environment before that, and
+    torch is installed and not imported yet; ``torch._dynamo`` too where
+    the file names a parallel API that imports it."""
     if "torch" in sys.modules:
-        return False
+        return []
     try:
         with open(script, "rb") as source:
             tree = ast.parse(source.read(), script)
     except (OSError, SyntaxError, ValueError):
-        return False  # the rank reports what is wrong with the file
+        return []  # the rank reports what is wrong with the file
     line = _first_torch_import(tree)
-    if line is None or _sets_environment_before(tree, line):
-        return False
-    return importlib.util.find_spec("torch") is not None
+    if line is None or _sets_environment_before(tree, line) or importlib.util.find_spec("torch") is None:
+        return []
+    return ["torch.distributed", *(["torch._dynamo"] if _names_parallel_api(tree) else [])]
 
 
 def preload(script: str, size: int) -> None:
     """Import ``torch.distributed`` here, as the ranks of a world of
     ``size`` would, if ``script`` imports torch (``wanted``). A failing
     import is left for the ranks to meet and report."""
-    if not wanted(script):
+    modules = wanted(script)
+    if not modules:
         return
     from ._launch import RANK_KEYS, torchrun_env
 
     shared = {k: v for k, v in torchrun_env(0, size).items() if k not in RANK_KEYS and k not in os.environ}
-    try:
-        with patched(shared):
+    with patched(shared):
+        try:
             import torch.distributed  # noqa: F401
-    except Exception:  # noqa: BLE001 -- the ranks import it again and report it
-        for name in [m for m in sys.modules if m == "torch" or m.startswith("torch.")]:
-            del sys.modules[name]
+        except Exception:  # noqa: BLE001 -- the ranks import it again and report it
+            for name in [m for m in sys.modules if m == "torch" or m.startswith("torch.")]:
+                del sys.modules[name]
+            return
+        for name in modules[1:]:
+            import_quietly(name)
+
+
+def import_quietly(name: str) -> None:
+    """Import ``name`` for the ranks to inherit; where that fails they import it themselves (and report)."""
+    try:
+        importlib.import_module(name)
+    except Exception:  # noqa: BLE001
+        pass

@@ -163,8 +163,10 @@ def _one_device(job: TorchJob) -> float:
 def train_torch(config, say=lambda line: None) -> dict:
     """``simdist train --framework torch``: train and verify as ``config`` (a ``TrainConfig``) says."""
     from ..torch._launch import require_torch
+    from ..torch._preload import import_quietly
 
     require_torch()
+    import_quietly("torch._dynamo")  # DDP imports it: once here, not on every rank (torch._preload)
     for what, value, only in (("backend", config.backend, "sim"), ("parallel", config.parallel, "data"),
                               ("dataset", config.dataset, "digits")):
         if value != only:
