@@ -69,15 +69,6 @@ def test_new_communicators_run_under_both_launchers_and_check_their_results():
     assert all(c["ok"] and c["open_mpi_us"] > 0 and c["simdist_us"] > 0 for c in cells), cells
 
 
-@pytest.mark.slow
-def test_torch_steps_compares_a_ddp_step_on_gloo_and_on_the_simulator():
-    pytest.importorskip("torch")
-    from simdist.bench import torch_steps
-
-    (row,) = torch_steps.measure(ranks=(2,), steps=2, kinds=("ddp",), widths={"small": 32})
-    assert row["params"] == 1072 and row["gloo_ms"] > 0 and row["simdist_ms"] > 0
-
-
 def test_waiting_times_each_yield_bound_idle_and_beside_busy_processes():
     done = subprocess.run([sys.executable, "-m", "simdist.bench.waiting", "2,3", "--bounds", "none,0", "--rounds", "1",
                            "--calls", "5", "--busy", "1"], capture_output=True, text=True, timeout=300)

@@ -10,7 +10,7 @@ import fake_backends
 from conftest import KILL_FOCUS
 from properties.kill_table import torch_column
 
-pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
 
 
 @pytest.fixture(scope="module")

@@ -8,12 +8,10 @@ import textwrap
 
 import pytest
 
-pytest.importorskip("torch")
+from simdist import checks
+from simdist._script import run_script
 
-from simdist import checks  # noqa: E402
-from simdist._script import run_script  # noqa: E402
-
-pytestmark = pytest.mark.slow  # each runs a world whose ranks import torch
+pytestmark = [pytest.mark.slow, pytest.mark.torch]  # each runs a world whose ranks import torch
 
 HEAD = "import torch, torch.distributed as dist\ndist.init_process_group('gloo')\nr = dist.get_rank()\n"
 

@@ -17,9 +17,10 @@ import time
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+from conftest import Deferred
 
-pytestmark = pytest.mark.slow  # every test starts processes that import torch
+pytestmark = [pytest.mark.slow, pytest.mark.torch]  # every test starts processes that import torch
+torch = Deferred("torch")
 
 #: The head of every script: rank, size and a file store from the command line.
 HEAD = """\

@@ -14,12 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+import fake_backends
+import simdist
+from conftest import Deferred
+from simdist import reference
+from simdist._orders import gloo_ring_chunks, in_order
 
-import fake_backends  # noqa: E402
-import simdist  # noqa: E402
-from simdist import reference  # noqa: E402
-from simdist._orders import gloo_ring_chunks, in_order  # noqa: E402
+pytestmark = pytest.mark.torch
+torch = Deferred("torch")
 
 TESTS = Path(__file__).parent
 
@@ -104,6 +106,7 @@ def test_check_torch_gloo_judges_glooS_rows_and_names_what_it_refuses(tmp_path):
     assert "(torch-gloo via simdist.torch.check:gloo)" in done.stdout
 
 
+@pytest.mark.slow  # a `simdist check` in a child imports torch
 def test_check_torch_nccl_without_a_gpu_says_why_and_checks_nothing():
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: torch-nccl runs there")

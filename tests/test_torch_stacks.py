@@ -7,9 +7,11 @@ import textwrap
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from conftest import Deferred
+from simdist._script import run_script
 
-from simdist._script import run_script  # noqa: E402
+pytestmark = pytest.mark.torch
+torch = Deferred("torch")
 
 MODEL = """
 import torch, torch.distributed as dist
@@ -180,3 +182,12 @@ def test_ddp_variants_run_unmodified_with_identical_replicas_and_the_same_bits_e
     assert torch.equal(runs[0][0], runs[1][0])  # a rerun gives the same bits
     if DDP_BOUNDS[variant] is not None:
         assert torch.allclose(runs[0][0], _ddp_one_device(variant), rtol=DDP_BOUNDS[variant], atol=DDP_BOUNDS[variant])
+
+
+@pytest.mark.slow
+def test_torch_steps_compares_a_ddp_step_on_gloo_and_on_the_simulator():
+    """``simdist.bench.torch_steps`` (docs/torch.md, "Speed") measures both."""
+    from simdist.bench import torch_steps
+
+    (row,) = torch_steps.measure(ranks=(2,), steps=2, kinds=("ddp",), widths={"small": 32})
+    assert row["params"] == 1072 and row["gloo_ms"] > 0 and row["simdist_ms"] > 0

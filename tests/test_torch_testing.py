@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import simdist
+from conftest import Deferred
+from simdist.torch.testing import on_ranks
 
-import torch.distributed as dist  # noqa: E402
-
-import simdist  # noqa: E402
-from simdist.torch.testing import on_ranks  # noqa: E402
+pytestmark = pytest.mark.torch
+torch, dist = Deferred("torch"), Deferred("torch.distributed")
 
 
 @on_ranks(3)

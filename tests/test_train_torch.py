@@ -10,10 +10,9 @@ import sys
 
 import pytest
 
-pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
-pytestmark = pytest.mark.slow  # ranks import torch and train
+pytestmark = [pytest.mark.slow, pytest.mark.torch]  # ranks import torch and train
 
 
 def _train(*args):

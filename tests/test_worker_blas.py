@@ -10,6 +10,7 @@ import sys
 import pytest
 
 import simdist
+from conftest import torch_installed_or_skip
 
 _GETTERS = ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads",
             "openblas_get_num_threads64_", "openblas_get_num_threads")
@@ -56,11 +57,12 @@ def _thread_count(comm=None):
     return len(os.listdir("/proc/self/task"))
 
 
+@pytest.mark.slow  # a child imports torch
 def test_a_rank_forked_after_its_driver_ran_a_torch_op_runs_torch_ops(tmp_path):
     """GNU OpenMP's pool does not survive a fork: without one torch thread
     per rank, the rank's first product waits for ever (and, as user code,
     is never timed out)."""
-    pytest.importorskip("torch")
+    torch_installed_or_skip()
     script = tmp_path / "driver.py"
     script.write_text(
         "import torch, simdist\n"
