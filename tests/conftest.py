@@ -114,18 +114,19 @@ def pytest_collection_modifyitems(config, items):
 def pytest_runtest_setup(item):
     if item.get_closest_marker("torch") is None:
         return
-    if importlib.util.find_spec("torch") is None:
-        pytest.skip("needs torch: pip install -e '.[torch]'")
+    installed_or_skip("torch", "torch")
     module = item.module
     for name, value in list(vars(module).items()):
         if isinstance(value, Deferred):
             setattr(module, name, importlib.import_module(value.name))
 
 
-def torch_installed_or_skip() -> None:
-    """For a test that needs torch installed but not imported here (its child processes import it)."""
-    if importlib.util.find_spec("torch") is None:
-        pytest.skip("needs torch: pip install -e '.[torch]'")
+def installed_or_skip(module: str, extra: str) -> None:
+    """Skip (a test, or a test module at its top) where ``module`` is not
+    installed, without importing it here: ``extra`` is the project's extra
+    that installs it."""
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"needs {module}: pip install -e '.[{extra}]'", allow_module_level=True)
 
 LEAK_GRACE = 5.0  # seconds a test's processes get to be reaped before it fails
 HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker", "simdist-janitor")

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import fake_backends
-from conftest import KILL_FOCUS, mpiexec_or_skip, torch_installed_or_skip
+from conftest import KILL_FOCUS, installed_or_skip, mpiexec_or_skip
 from properties.kill_table import kill_table
 
 
@@ -254,7 +254,7 @@ def test_a_seed_draws_the_same_examples_whatever_else_the_process_has_imported(t
 
 @pytest.mark.slow
 def test_a_backend_whose_name_has_a_dash_gets_the_same_seed_and_a_replay_that_runs(tmp_path):
-    torch_installed_or_skip()
+    installed_or_skip("torch", "torch")
     _, out = _draws(tmp_path, "both", "--simdist-backend", "sim,torch-gloo", fail=True)
     assert "2 failed" in out, out[-3000:]
     replays = re.findall(r"seed (\d+); replay this failure with:\n\s*(.*)", out)

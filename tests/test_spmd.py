@@ -258,7 +258,9 @@ def test_a_failed_run_is_reported_on_the_launchers_stderr_while_a_harness_captur
 
 @pytest.mark.slow
 def test_training_under_mpiexec_trains_and_verifies(tmp_path):
-    pytest.importorskip("sklearn")
+    from conftest import installed_or_skip
+
+    installed_or_skip("sklearn", "examples")
     done = launch(2, ["-m", "simdist.train", "--epochs", "1", "--json", "-"], tmp_path)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)  # rank 0's alone

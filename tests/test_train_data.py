@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -262,7 +264,8 @@ def sklearn_or_skip():
 
 @pytest.fixture(scope="module")
 def digits():
-    sklearn_or_skip()
+    if importlib.util.find_spec("sklearn") is None:  # not imported here: the loader reads its file
+        sklearn_or_skip()
     return load_digits(seed=0)
 
 
@@ -305,6 +308,20 @@ def test_digits_train_holds_every_class(digits):
 def test_digits_test_fraction_must_be_strictly_between_0_and_1(fraction):
     with pytest.raises(simdist.InvalidValue, match=rf"test_fraction={fraction!r} must be strictly"):
         load_digits(test_fraction=fraction)
+
+
+def test_digits_are_read_from_scikit_learns_file_without_importing_it(digits):
+    code = ("import sys; from simdist.train import load; d = load('digits', seed=0)\n"
+            "print('sklearn' in sys.modules, d.x_train.sum(), d.y_test.sum())")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", str(digits.x_train.sum()), str(digits.y_test.sum())]
+
+
+def test_digits_come_from_scikit_learns_loader_where_its_file_is_not_found(digits, monkeypatch):
+    sklearn_or_skip()
+    monkeypatch.setattr(os.path, "isfile", lambda path: False)
+    again = load_digits(seed=0)
+    assert np.array_equal(again.x_train, digits.x_train) and np.array_equal(again.y_test, digits.y_test)
 
 
 def test_digits_without_sklearn_says_how_to_install_it(monkeypatch):

@@ -10,7 +10,9 @@ import sys
 
 import pytest
 
-pytest.importorskip("sklearn")
+from conftest import installed_or_skip
+
+installed_or_skip("sklearn", "examples")
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]  # ranks import torch and train
 

@@ -252,7 +252,9 @@ def test_the_collective_sweep_and_the_property_suite_pass_across_the_two_hosts(h
 
 
 def test_training_across_the_two_hosts_trains_and_verifies(hosts):
-    pytest.importorskip("sklearn")
+    from conftest import installed_or_skip
+
+    installed_or_skip("sklearn", "examples")
     done = hosts.on_a(hosts.mpiexec(2, ["-m", "simdist.train", "--epochs", "1", "--json", "-"]))
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import simdist
-from conftest import torch_installed_or_skip
+from conftest import installed_or_skip
 
 _GETTERS = ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads",
             "openblas_get_num_threads64_", "openblas_get_num_threads")
@@ -62,7 +62,7 @@ def test_a_rank_forked_after_its_driver_ran_a_torch_op_runs_torch_ops(tmp_path):
     """GNU OpenMP's pool does not survive a fork: without one torch thread
     per rank, the rank's first product waits for ever (and, as user code,
     is never timed out)."""
-    torch_installed_or_skip()
+    installed_or_skip("torch", "torch")
     script = tmp_path / "driver.py"
     script.write_text(
         "import torch, simdist\n"
