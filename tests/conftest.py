@@ -105,9 +105,8 @@ class Deferred:
 def pytest_collection_modifyitems(config, items):
     """The modules marked ``torch`` last (each in one piece, in their order):
     a worker imports torch only once it has run everything else."""
-    uses_torch = [item for item in items if item.get_closest_marker("torch")]
-    if uses_torch:
-        items[:] = [item for item in items if not item.get_closest_marker("torch")] + uses_torch
+    uses_torch = {item for item in items if item.get_closest_marker("torch")}
+    items.sort(key=lambda item: item in uses_torch)  # stable: each part keeps its order
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -123,9 +122,11 @@ def pytest_runtest_setup(item):
 
 def installed_or_skip(module: str, extra: str) -> None:
     """Skip (a test, or a test module at its top) where ``module`` is not
-    installed, without importing it here: ``extra`` is the project's extra
-    that installs it."""
+    installed, without importing it here, but fail in CI (``CI`` set), which
+    installs every extra: ``extra`` is the project's extra that installs it."""
     if importlib.util.find_spec(module) is None:
+        if os.environ.get("CI"):
+            raise RuntimeError(f"CI must run the tests that need {module}, but it is missing")
         pytest.skip(f"needs {module}: pip install -e '.[{extra}]'", allow_module_level=True)
 
 LEAK_GRACE = 5.0  # seconds a test's processes get to be reaped before it fails

@@ -8,26 +8,19 @@ epochs, except the accuracy test, which pins the defaults.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 
 import numpy as np
 import pytest
 
-from conftest import mpiexec_or_skip
+from conftest import installed_or_skip, mpiexec_or_skip
 from simdist.cli import main
 from simdist.train import TrainConfig, load, train, write_idx
 from simdist import graph as g
 from simdist.train._models import init_params, mlp
 from simdist.train._shadow import Shadow
 
-# The digits data set comes with scikit-learn (read without importing it): skip
-# locally where it is missing; CI installs the examples extra and must run these.
-if importlib.util.find_spec("sklearn") is None:
-    if os.environ.get("CI"):
-        raise RuntimeError("CI must run the training tests, but scikit-learn is missing")
-    pytest.skip("the digits data set needs scikit-learn: pip install -e '.[examples]'", allow_module_level=True)
+installed_or_skip("sklearn", "examples")  # the digits data set comes with it (read without importing it)
 
 CHECKS = {"replicas_identical", "matches_single_device", "deterministic"}
 

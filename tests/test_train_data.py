@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import os
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import simdist
+from conftest import installed_or_skip
 from simdist.train._data import Dataset, load, load_digits, load_mnist, read_idx, write_idx
 
 IDX_DTYPES = [np.uint8, np.int8, np.int16, np.int32, np.float32, np.float64]
@@ -250,22 +250,16 @@ def test_load_rejects_bad_choices(kwargs, match):
 
 
 def sklearn_or_skip():
-    """scikit-learn's datasets module: skips where it is missing, but fails in
-    CI (``CI`` set), which installs the ``examples`` extra."""
-    try:
-        import sklearn.datasets
+    """scikit-learn's datasets module (``installed_or_skip``)."""
+    installed_or_skip("sklearn", "examples")
+    import sklearn.datasets
 
-        return sklearn.datasets
-    except ImportError as exc:
-        if os.environ.get("CI"):
-            raise RuntimeError(f"CI must run the digits tests, but scikit-learn is missing: {exc}") from exc
-        pytest.skip(f"scikit-learn is not installed ({exc}); pip install -e '.[examples]'")
+    return sklearn.datasets
 
 
 @pytest.fixture(scope="module")
 def digits():
-    if importlib.util.find_spec("sklearn") is None:  # not imported here: the loader reads its file
-        sklearn_or_skip()
+    installed_or_skip("sklearn", "examples")  # not imported here: the loader reads its file
     return load_digits(seed=0)
 
 

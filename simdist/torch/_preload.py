@@ -86,14 +86,15 @@ def preload(script: str, size: int) -> None:
     from ._launch import RANK_KEYS, torchrun_env
 
     shared = {k: v for k, v in torchrun_env(0, size).items() if k not in RANK_KEYS and k not in os.environ}
+    torch_itself, *more = modules
     with patched(shared):
         try:
-            import torch.distributed  # noqa: F401
+            importlib.import_module(torch_itself)
         except Exception:  # noqa: BLE001 -- the ranks import it again and report it
             for name in [m for m in sys.modules if m == "torch" or m.startswith("torch.")]:
                 del sys.modules[name]
             return
-        for name in modules[1:]:
+        for name in more:
             import_quietly(name)
 
 
