@@ -11,7 +11,8 @@ must pass both. ``--json FILE`` writes the table as JSON; exit status 1 when
 any row disagrees with what it should be.
 
 ``--first-failure`` stops testing a backend at its first failing property
-(``--simdist-first-failure``), which is what the project's tests use.
+(``--simdist-first-failure``), which is what the project's tests use; they
+also stop each sweep at its first failed row (``sweep_first_failure``).
 
 ``--torch`` adds a column: the property suite against every fake as a
 torch process group (``fake_backends.torch_groups``), driven through
@@ -77,13 +78,14 @@ def _split(name: str, specs: list[str]) -> tuple[str | None, str]:
     return None, name
 
 
-def _sweep(spec: str, size: int, timeout: float, dtypes, ops) -> dict:
+def _sweep(spec: str, size: int, timeout: float, dtypes, ops, first_failure: bool) -> dict:
     from simdist.reference import sweep
 
     started = time.perf_counter()
     factory = None if spec == "sim" else spec
     # synchronous sends, as in the suite: a send that needs buffering to complete is a bug here too
-    report = sweep(size, "sim", factory, quick=True, timeout=timeout, dtypes=dtypes, ops=ops, sync_sends=True)
+    report = sweep(size, "sim", factory, quick=True, timeout=timeout, dtypes=dtypes, ops=ops, sync_sends=True,
+                   first_failure=first_failure)
     failed = [r for r in report["rows"] if r["verdict"] == "FAIL"]
     return {"ok": report["ok"], "failed_rows": len(failed), "rows": len(report["rows"]),
             "first_failed": f"{failed[0]['collective']} {failed[0]['dtype'] or ''} {failed[0]['op'] or ''}".strip()
@@ -142,11 +144,12 @@ def torch_column(size: int = 4, examples: int = 25, seed: int = 0, timeout: floa
 
 def kill_table(size: int = 4, examples: int = 25, seed: int = 0, timeout: float = 5.0,
                first_failure: bool = False, dtypes=None, ops=None, torch: bool = False,
-               progress=lambda line: None) -> list[dict]:
+               progress=lambda line: None, sweep_first_failure: bool = False) -> list[dict]:
     """One row per backend (the simulator, then every fake); see the module
     docstring. ``dtypes`` and ``ops`` (names; None: all) narrow the suite
     and the sweep alike; ``torch`` adds each row's ``"torch"`` column
-    (:func:`torch_column` makes it alone)."""
+    (:func:`torch_column` makes it alone); ``sweep_first_failure`` stops
+    each sweep at its first failed row (its ``rows`` are then those run)."""
     names = list(fake_backends.FAKES)
     specs = ["sim"] + [f"fake_backends:{n}" for n in names]
     torch_specs = _torch_specs() if torch else []
@@ -162,7 +165,7 @@ def kill_table(size: int = 4, examples: int = 25, seed: int = 0, timeout: float 
         results = suites[spec]
         caught = _caught(results)
         progress(f"kill table: simdist check's sweep against {spec} ...")
-        sweep = _sweep(spec, size, timeout, dtypes, ops)
+        sweep = _sweep(spec, size, timeout, dtypes, ops, sweep_first_failure)
         row = {"backend": spec, "bug": _bug(cls), "should_fail": should_fail, **caught, "check": sweep,
                "as_expected": (bool(caught["properties_failed"]) == should_fail) and (not sweep["ok"]) == should_fail
                and bool(results)}

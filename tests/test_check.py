@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import re
 import time
 
 import numpy as np
@@ -358,6 +359,20 @@ def test_reversed_allgather_fails_every_allgather_row_and_nothing_else():
     assert failing(report) == {("allgather", str(dt), None) for dt in simdist._arguments.DTYPES}
 
 
+def test_first_failure_runs_the_rows_up_to_the_first_failed_one_and_counts_the_rest():
+    focus = dict(factory=f"{HERE}:summing_mean", quick=True, collectives=["allreduce", "reduce"],
+                 dtypes=["int32", "float32", "float64"])
+    whole = sweep(2, **focus)
+    first = sweep(2, **focus, first_failure=True)
+    names = lambda report: [(r["collective"], r["dtype"], r["op"]) for r in report["rows"]]
+    assert first["first_failure"] and not first["ok"] and whole["totals"]["not_run"] == 0
+    assert names(first) == names(whole)[:len(names(first))]  # the rows in order, up to the failed batch
+    assert first["totals"]["not_run"] == len(whole["rows"]) - len(first["rows"]) > 0
+    assert failing(first) and failing(first) <= failing(whole)
+    for row in first["rows"]:  # what ran is judged as in the whole sweep
+        assert row == whole["rows"][names(whole).index((row["collective"], row["dtype"], row["op"]))]
+
+
 def test_one_ulp_on_one_rank_fails_as_ranks_disagreeing():
     report = sweep(2, factory=f"{HERE}:one_ulp_on_rank_1", quick=True, collectives=["allreduce"],
                    dtypes=["float32", "float64"])
@@ -434,6 +449,11 @@ def test_a_rank_raising_fails_its_row_and_the_sweep_goes_on():
     assert failing(report) == {("gather", "int16", None)}
     reason = rows_of(report, "FAIL")[0]["reason"]
     assert reason.startswith("rank 2 raised in gather int16") and "RuntimeError: gather int16 is broken" in reason
+    # the raising case is left out and the rest of its batch queued again; stopping there keeps the failed row
+    first = sweep(3, factory=f"{HERE}:raises_in_gather", quick=True, collectives=["gather"],
+                  dtypes=["int8", "int16", "int32"], first_failure=True)
+    assert failing(first) == {("gather", "int16", None)} and not first["ok"]
+    assert [r["dtype"] for r in first["rows"][1:]] == ["int16"] and first["totals"]["not_run"] == 2  # one batch
 
 
 @pytest.mark.slow
@@ -445,6 +465,23 @@ def test_a_hang_fails_its_row_after_the_timeout_and_the_sweep_goes_on():
     assert all("hang" in r["reason"] for r in rows_of(report, "FAIL"))
     assert [r["verdict"] for r in report["rows"] if r["collective"] == "alltoall"] == ["pass", "pass"]
     assert time.monotonic() - started < 60
+
+
+def test_a_factory_module_that_fails_to_import_is_named_with_its_error_and_line(tmp_path, monkeypatch):
+    (tmp_path / "factory_syntax.py").write_text("def make(base):\n    return base\nx = (\n")
+    (tmp_path / "factory_dependency.py").write_text("import numpy\nimport no_such_dependency_xyz\n")
+    (tmp_path / "factory_raises.py").write_text("def make(base):\n    return base\nraise RuntimeError('no config')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(simdist.InvalidValue, match=r"importing module 'factory_syntax' raised SyntaxError: .*"
+                                                   r"\(factory_syntax.py, line 3\)"):
+        sweep(2, factory="factory_syntax:make")
+    with pytest.raises(simdist.InvalidValue) as raised:  # found, but what it imports is not: not "cannot import"
+        sweep(2, factory="factory_dependency:make")
+    assert str(raised.value) == (f"factory='factory_dependency:make': importing module 'factory_dependency' raised "
+                                 f"ModuleNotFoundError: No module named 'no_such_dependency_xyz' at "
+                                 f"{tmp_path / 'factory_dependency.py'}:2 in <module>")
+    with pytest.raises(simdist.InvalidValue, match=r"raised RuntimeError: no config at .*factory_raises.py:3 in"):
+        sweep(2, factory="factory_raises:make")
 
 
 def test_bad_arguments_are_refused_with_the_fix():
@@ -535,6 +572,22 @@ def test_cli_checks_several_sizes_with_one_report_each_and_a_combined_status(tmp
     assert "== 1 rank(s) ==" in out and "== 2 rank(s) ==" in out
     assert out.rstrip().splitlines()[-1] == "2 sizes: failed on 2 rank(s)"
     assert check_command.run(parse(["-n", "2,3", "--quick", "--collectives", "barrier"])) == 0
+
+
+def test_cli_first_failure_stops_the_sweep_and_the_sizes_after_it(capsys):
+    status = check_command.run(parse(["-n", "2,3", "-x", "--backend", f"{HERE}:summing_mean", "--quick",
+                                      "--collectives", "allreduce,reduce", "--dtypes", "float64,int32"]))
+    out, _ = capsys.readouterr()
+    assert status == 1
+    assert "== 2 rank(s) ==" in out and "== 3 rank(s) ==" not in out
+    assert "FAIL allreduce float64 mean" in out
+    summary = [line for line in out.splitlines() if line.endswith("rows not run")]
+    assert len(summary) == 1, out
+    shown, not_run = re.fullmatch(r"(\d+) rows: .*; stopped at the first failure, (\d+) rows not run",
+                                  summary[0]).groups()
+    assert int(shown) + int(not_run) == 1 + 2 * (10 + 5)  # rank/size; allreduce and reduce: int32's ops, float64's
+    assert 0 < int(not_run) < 15  # the reduce rows of the failed batch ran, the rest did not
+    assert out.rstrip().splitlines()[-1] == "2 sizes: failed on 2 rank(s); stopped at the first failure, not run on 3"
 
 
 def test_cli_refuses_bad_arguments_with_status_2(capsys):

@@ -68,9 +68,10 @@ def test_a_ring_that_aliases_its_input_is_caught_and_the_correct_ring_passes_at_
 @pytest.fixture(scope="module")
 def table():
     # A focus (conftest.KILL_FOCUS) keeps the time in check: the legal backends
-    # run every case left, the faulty ones until their first failure.
+    # run every case left, the faulty ones until their first failure (a
+    # failed property; a failed row of the sweep).
     # (The torch column: tests/test_properties_torch_column.py, which runs beside this file.)
-    rows = kill_table(**KILL_FOCUS)
+    rows = kill_table(**KILL_FOCUS, sweep_first_failure=True)
     return {row["backend"].partition(":")[2] or "sim": row for row in rows}
 
 

@@ -91,6 +91,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "property suite (default: buffered sends in the sweep, synchronous in the suite)")
     p.add_argument("--buffered-sends", dest="sync_sends", action="store_false",
                    help="sends return once buffered, in the sweep and the property suite")
+    p.add_argument("-x", "--first-failure", dest="first_failure", action="store_true",
+                   help="stop at the first failure: the sweep's rows not yet judged when a row fails are not run, the "
+                        "property suite does not run after a failed sweep and stops at its own first failure, and "
+                        "no further size runs")
     p.add_argument("--no-properties", dest="properties", action="store_false",
                    help="skip the property suite (python -m pytest --pyargs properties), which runs after the sweep "
                         "when pytest and hypothesis are installed (pip install \"simdist[check]\")")
@@ -196,6 +200,7 @@ def format_table(report: dict) -> str:
         f"{t['rows']} rows: {t['pass']} passed, {t['fail']} failed, {t['unsupported']} unsupported; "
         f"{t['cases']} cases on {report['size']} rank(s) ({where}) in {report['seconds']:.1f} s; "
         f"largest error/bound of a pass {t['max_ratio']:.3g}"
+        + (f"; stopped at the first failure, {t['not_run']} rows not run" if t.get("not_run") else "")
     )
     return "\n".join(out)
 
@@ -225,7 +230,7 @@ def _properties(args, size: int, backend: str, factory: str | None, progress_to)
     return run_properties(backend if backend == "mpi" else "sim", factory, size, timeout=args.timeout,
                           seed=args.seed, examples=10 if args.quick else 25, announce=announce,
                           collectives=_names(args.collectives), ops=_names(args.ops), dtypes=_names(args.dtypes),
-                          sync_sends=args.sync_sends)
+                          sync_sends=args.sync_sends, first_failure=args.first_failure)
 
 
 def _check_size(args, size: int, backend: str, factory: str | None, progress_to) -> tuple[int, dict | None]:
@@ -237,7 +242,7 @@ def _check_size(args, size: int, backend: str, factory: str | None, progress_to)
         report = sweep(
             size, backend, factory, quick=args.quick, progress=progress, seed=args.seed, timeout=args.timeout,
             collectives=_names(args.collectives), ops=_names(args.ops), dtypes=_names(args.dtypes),
-            sync_sends=bool(args.sync_sends),
+            sync_sends=bool(args.sync_sends), first_failure=args.first_failure,
         )
     except InvalidArgument as exc:
         progress.finish()
@@ -251,7 +256,7 @@ def _check_size(args, size: int, backend: str, factory: str | None, progress_to)
         progress.finish()
         raise
     progress.finish()
-    if args.properties:
+    if args.properties and (report["ok"] or not args.first_failure):
         properties = report["properties"] = _properties(args, size, backend, factory, progress_to)
         report["ok"] = report["ok"] and (properties["skipped"] or properties["ok"])
     if args.json != "-":
@@ -293,13 +298,17 @@ def _run(args: argparse.Namespace, progress_to=None) -> int:
                 return status
             statuses.append(status)
             reports.append(report)
+            if status and args.first_failure:
+                break
     except KeyboardInterrupt:
         print("simdist check: interrupted", file=sys.stderr)
         return 130
     if len(sizes) > 1 and args.json != "-":
         failed = [r["size"] for r in reports if not r["ok"]]
+        skipped = sizes[len(reports):]
         print(f"\n{len(sizes)} sizes: " + (f"failed on {', '.join(map(str, failed))} rank(s)" if failed
-                                            else "every size passed"))
+                                            else "every size passed")
+              + (f"; stopped at the first failure, not run on {', '.join(map(str, skipped))}" if skipped else ""))
     if args.json:
         _json.write(reports[0] if len(sizes) == 1 else
                     {"ok": not any(statuses), "sizes": sizes, "reports": reports}, args.json)

@@ -116,14 +116,20 @@ def _lsb_exponents(x: np.ndarray) -> np.ndarray:
     return np.where(sig == 0, 1 << 20, e.astype(np.int64) - 53 + tz)
 
 
-def _exactly_summable(x: np.ndarray, total: np.ndarray, precision: int) -> np.ndarray:
-    """Per column of ``x`` (N, M): every partial sum, in every order, is
-    representable with ``precision`` bits (given ``total`` = the column's
-    ``sum |x_i|`` computed in double: it is >= 2**(p+e) iff the exact one is,
-    since rounding is monotone and powers of two are representable)."""
+def _lowest_bits(x: np.ndarray) -> np.ndarray:
+    """Per column of ``x`` (N, M): the exponent of the lowest set bit over
+    the column (see :func:`_lsb_exponents`); a large number for no rows."""
     if x.shape[0] == 0:
-        return np.ones(x.shape[1:], bool)
-    emin = _lsb_exponents(x).min(axis=0)
+        return np.full(x.shape[1:], 1 << 20, np.int64)
+    return _lsb_exponents(x).min(axis=0)
+
+
+def _exactly_summable(emin: np.ndarray, total: np.ndarray, precision: int) -> np.ndarray:
+    """Per column of ``x`` (N, M), given its :func:`_lowest_bits` ``emin``:
+    every partial sum, in every order, is representable with ``precision``
+    bits (given ``total`` = the column's ``sum |x_i|`` computed in double:
+    it is >= 2**(p+e) iff the exact one is, since rounding is monotone and
+    powers of two are representable)."""
     with np.errstate(over="ignore"):
         return total < np.ldexp(1.0, np.minimum(emin + precision, 1 << 16))
 
@@ -183,8 +189,9 @@ def _sum_component(x: np.ndarray, r: np.ndarray, fold_ref: np.ndarray, dtype: np
     with quiet_fp():
         total = np.abs(xf).sum(axis=0)
         s = xf.sum(axis=0)
-        in_double = _exactly_summable(xf, total, 53)
-        in_dtype = _exactly_summable(xf, total, info.nmant + 1) & (total <= fmax)
+        emin = _lowest_bits(xf)
+        in_double = _exactly_summable(emin, total, 53)
+        in_dtype = _exactly_summable(emin, total, info.nmant + 1) & (total <= fmax)
         # |r - S| (|N r - S| / N for mean; N r is exact for float16/32): exact S in
         # double where the terms span < 53 bits (for float64 those elements are exact)
         err = np.abs(n * rf - s) / n if mean else np.abs(rf - s)

@@ -75,13 +75,14 @@ def _command(backend: str, factory: str | None, size: int, timeout: float, seed:
 
 def run_properties(backend: str, factory: str | None, size: int, *, timeout: float, seed: int,
                    examples: int, announce: Callable[[], None] | None = None, collectives=None, ops=None,
-                   dtypes=None, sync_sends: bool | None = None) -> dict:
+                   dtypes=None, sync_sends: bool | None = None, first_failure: bool = False) -> dict:
     """Run the property suite; ``{"ok", "skipped": False, "passed", "failed": [...], "seconds",
     "command"}``, or, when pytest or Hypothesis is missing, ``{"ok": None, "skipped": True,
     "reason", "missing", "install"}``. ``announce()``, if given, is called just before the suite
     starts. ``collectives``, ``ops`` and ``dtypes`` (lists of names, None: all) narrow the suite
     (``--simdist-collectives`` ...). ``sync_sends`` (None: the suite's default, synchronous) sets
-    the suite's ``--simdist-sync-sends``/``--simdist-buffered-sends``."""
+    the suite's ``--simdist-sync-sends``/``--simdist-buffered-sends``; ``first_failure`` stops it at
+    its first failing property (``--simdist-first-failure``)."""
     missing = missing_requirements()
     if missing:
         return _skipped(missing)
@@ -95,6 +96,8 @@ def run_properties(backend: str, factory: str | None, size: int, *, timeout: flo
     started = time.perf_counter()
     command = _command(backend, factory, size, timeout, seed,
                        {"collectives": collectives, "ops": ops, "dtypes": dtypes}, sync_sends)
+    if first_failure:
+        command.append("--simdist-first-failure")
     if announce is not None:
         announce()
     with tempfile.TemporaryDirectory(prefix="simdist-check-") as tmp:

@@ -51,11 +51,17 @@ def load_factory(spec: str) -> Callable:
         raise InvalidValue(f"factory={spec!r} must be 'module:callable', e.g. 'mybackend:make_comm'")
     try:
         obj = importlib.import_module(module)
-    except ImportError as exc:
-        raise InvalidValue(
-            f"factory={spec!r}: cannot import module {module!r} ({exc}); run from the directory that holds "
-            f"it, add that directory to PYTHONPATH, or install it"
-        ) from None
+    except Exception as exc:
+        missing = getattr(exc, "name", None) if isinstance(exc, ImportError) else None
+        if missing and (module + ".").startswith(missing + "."):  # the module (or its package) is not found
+            raise InvalidValue(
+                f"factory={spec!r}: cannot import module {module!r} ({exc}); run from the directory that holds "
+                f"it, add that directory to PYTHONPATH, or install it"
+            ) from None
+        # found, but its own code failed: say what and where, in the user's file
+        where = "" if isinstance(exc, SyntaxError) else f" at {where_raised(exc) or '?'}"
+        raise InvalidValue(f"factory={spec!r}: importing module {module!r} raised "
+                           f"{type(exc).__name__}: {exc}{where}") from None
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)

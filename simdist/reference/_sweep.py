@@ -106,9 +106,12 @@ def _batches(rows: list[Row], target_cases: int) -> list[list[Row]]:
 class _Runner:
     """Runs batches of rows on a world and judges what they returned."""
 
-    def __init__(self, world: World, factory, size: int, seed: int, progress, rows: list[Row]):
+    def __init__(self, world: World, factory, size: int, seed: int, progress, rows: list[Row],
+                 first_failure: bool = False):
         self.world, self.factory, self.size, self.seed, self.progress = world, factory, size, seed, progress
+        self.first_failure = first_failure
         self.tallies = {row.rid: Tally(row) for row in rows}
+        self.not_run: set[int] = set()  # rows left out after the first failure
         self.total = sum(len(row.cases) for row in rows)
         self.done = 0
         self.hangs = 0
@@ -124,6 +127,11 @@ class _Runner:
         # ranks yield the CPU in a loop when oversubscribed; both made the
         # sweep slower on 2 cores.
         while pending:
+            if self.first_failure and any(t.verdict == "FAIL" for t in self.tallies.values()):
+                # a queued row may have failed already (a rank raised in one of its cases)
+                self.not_run = {row.rid for batch in pending for row in batch
+                                if not (self.tallies[row.rid].cases or self.tallies[row.rid].failed)}
+                return
             batch = pending.pop(0)
             if self.hangs >= _MAX_HANGS or self.failed_time > _FAILURE_BUDGET:
                 why = f"{self.hangs} hangs" if self.hangs >= _MAX_HANGS else f"{self.failed_time:.0f} s of failed runs"
@@ -212,6 +220,7 @@ def sweep(
     ops=None,
     dtypes=None,
     sync_sends: bool = False,
+    first_failure: bool = False,
 ) -> dict:
     """Check every collective of a backend on a world of ``size`` ranks.
 
@@ -251,8 +260,11 @@ def sweep(
     judged with bfloat16's precision. ``sync_sends`` runs the
     world with synchronous sends (see :class:`simdist.World`): the
     ``send_recv`` row then receives in the order sent, even ranks sending
-    first (on one rank, where a rank sends to itself, it is left out). ``progress(done, total,
-    label)``, if given, is called as cases complete.
+    first (on one rank, where a rank sends to itself, it is left out). ``first_failure`` stops
+    the sweep once a row has failed: the rows not yet judged (those after
+    it, and others of its run when a rank raised) are left out of the
+    report, and ``totals["not_run"]`` counts them.
+    ``progress(done, total, label)``, if given, is called as cases complete.
 
     Returns a report of JSON types (except ``inf`` ratios): ``rows``, a list
     of dicts with ``collective``, ``dtype``, ``op``, ``cases``,
@@ -284,10 +296,13 @@ def sweep(
                                f"(backend={backend!r}, factory={factory!r}): {_why(exc)}") from exc
         identity = [f"rank {r}: {name}.rank={tr}, .size={ts}; expected {r} and {size}"
                     for r, (_, _, tr, ts, name) in enumerate(identities) if (tr, ts) != (r, size)]
-        runner = _Runner(world, factory, size, seed, progress, rows)
-        runner.run(_batches(rows, 120 if backend == "sim" else 200))
+        runner = _Runner(world, factory, size, seed, progress, rows, first_failure)
+        if first_failure and identity:
+            runner.not_run = {row.rid for row in rows}
+        else:
+            runner.run(_batches(rows, 120 if backend == "sim" else 200))
     tallies = runner.tallies
-    report_rows = [tallies[row.rid].as_dict() for row in rows]
+    report_rows = [tallies[row.rid].as_dict() for row in rows if row.rid not in runner.not_run]
     report_rows.insert(0, {
         "collective": "rank/size", "dtype": None, "op": None, "cases": 1, "failed_cases": int(bool(identity)),
         "exact": True, "max_ratio": 0.0, "max_error": 0.0, "bound": 0.0, "worst_case": "",
@@ -299,6 +314,7 @@ def sweep(
         "backend": named,
         "factory": factory,
         "quick": quick,
+        "first_failure": first_failure,
         "seed": seed,
         "timeout": float(timeout),
         "collectives": list(collectives),
@@ -312,6 +328,7 @@ def sweep(
             "pass": counts["pass"],
             "fail": counts["FAIL"],
             "unsupported": counts["unsupported"],
+            "not_run": len(runner.not_run),
             "cases": sum(r["cases"] for r in report_rows),
             "failed_cases": sum(r["failed_cases"] for r in report_rows),
             "max_ratio": max((r["max_ratio"] for r in report_rows if r["verdict"] == "pass"), default=0.0),
