@@ -125,11 +125,11 @@ def _lowest_bits(x: np.ndarray) -> np.ndarray:
 
 
 def _exactly_summable(emin: np.ndarray, total: np.ndarray, precision: int) -> np.ndarray:
-    """Per column of ``x`` (N, M), given its :func:`_lowest_bits` ``emin``:
-    every partial sum, in every order, is representable with ``precision``
-    bits (given ``total`` = the column's ``sum |x_i|`` computed in double:
-    it is >= 2**(p+e) iff the exact one is, since rounding is monotone and
-    powers of two are representable)."""
+    """Per column of the terms ``x`` (N, M): every partial sum, in every
+    order, is representable with ``precision`` bits, given the columns'
+    :func:`_lowest_bits` ``emin`` and ``total`` = their ``sum |x_i|``
+    computed in double (it is >= 2**(p+e) iff the exact one is, since
+    rounding is monotone and powers of two are representable)."""
     with np.errstate(over="ignore"):
         return total < np.ldexp(1.0, np.minimum(emin + precision, 1 << 16))
 
