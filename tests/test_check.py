@@ -422,6 +422,8 @@ def test_wrong_rank_attribute_fails_the_rank_size_row():
     report = sweep(2, factory=f"{HERE}:wrong_rank", quick=True, collectives=["barrier"])
     assert ("rank/size", None, None) in failing(report)
     assert "WrongRank.rank=0" in report["rows"][0]["reason"]
+    first = sweep(2, factory=f"{HERE}:wrong_rank", quick=True, collectives=["barrier"], first_failure=True)
+    assert [r["collective"] for r in first["rows"]] == ["rank/size"] and first["totals"]["not_run"] == 1
 
 
 def test_unsupported_dtype_on_every_rank_is_reported_unsupported_not_failed():

@@ -107,9 +107,10 @@ class _Runner:
     """Runs batches of rows on a world and judges what they returned."""
 
     def __init__(self, world: World, factory, size: int, seed: int, progress, rows: list[Row],
-                 first_failure: bool = False):
+                 first_failure: bool = False, failed_before: bool = False):
         self.world, self.factory, self.size, self.seed, self.progress = world, factory, size, seed, progress
         self.first_failure = first_failure
+        self.failed_before = failed_before  # a check before the rows (rank/size) failed
         self.tallies = {row.rid: Tally(row) for row in rows}
         self.not_run: set[int] = set()  # rows left out after the first failure
         self.total = sum(len(row.cases) for row in rows)
@@ -127,7 +128,7 @@ class _Runner:
         # ranks yield the CPU in a loop when oversubscribed; both made the
         # sweep slower on 2 cores.
         while pending:
-            if self.first_failure and any(t.verdict == "FAIL" for t in self.tallies.values()):
+            if self.first_failure and (self.failed_before or any(t.verdict == "FAIL" for t in self.tallies.values())):
                 # a queued row may have failed already (a rank raised in one of its cases)
                 self.not_run = {row.rid for batch in pending for row in batch
                                 if not (self.tallies[row.rid].cases or self.tallies[row.rid].failed)}
@@ -296,11 +297,8 @@ def sweep(
                                f"(backend={backend!r}, factory={factory!r}): {_why(exc)}") from exc
         identity = [f"rank {r}: {name}.rank={tr}, .size={ts}; expected {r} and {size}"
                     for r, (_, _, tr, ts, name) in enumerate(identities) if (tr, ts) != (r, size)]
-        runner = _Runner(world, factory, size, seed, progress, rows, first_failure)
-        if first_failure and identity:
-            runner.not_run = {row.rid for row in rows}
-        else:
-            runner.run(_batches(rows, 120 if backend == "sim" else 200))
+        runner = _Runner(world, factory, size, seed, progress, rows, first_failure, failed_before=bool(identity))
+        runner.run(_batches(rows, 120 if backend == "sim" else 200))
     tallies = runner.tallies
     report_rows = [tallies[row.rid].as_dict() for row in rows if row.rid not in runner.not_run]
     report_rows.insert(0, {
