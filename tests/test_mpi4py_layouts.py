@@ -25,6 +25,14 @@ TYPES = {  # name: (how to make it, whether 1 and 3 of it are a grid)
     "struct of two kinds": (lambda: MPI.Datatype.Create_struct([1, 1], [0, 12], [MPI.INT, D]), (False, False)),
     "below zero": (lambda: D.Create_indexed_block(1, [-1, 1]), (True, True)),
     "contiguous": (lambda: D.Create_contiguous(7), (True, True)),
+    # blocks whose grids join: runs that continue each other, equal grids evenly stepped
+    "struct, a vector and a remainder": (lambda: MPI.Datatype.Create_struct(
+        [1, 1], [0, 40], [MPI.BYTE.Create_vector(4, 10, 10), MPI.BYTE.Create_contiguous(7)]), (True, True)),
+    "struct, two kinds that touch": (lambda: MPI.Datatype.Create_struct([1, 2], [0, 4], [MPI.INT, D]), (True, True)),
+    "struct stepping down": (lambda: MPI.Datatype.Create_struct([1, 1], [64, 0], [D, D]), (True, True)),
+    "indexed, evenly stepped": (lambda: D.Create_indexed([2, 2, 2], [0, 5, 10]), (True, True)),
+    "struct of vectors, evenly stepped": (lambda: MPI.Datatype.Create_struct(
+        [1, 1, 1], [0, 64, 128], [D.Create_vector(2, 1, 3)] * 3), (True, True)),
 }
 
 
@@ -78,3 +86,19 @@ def test_blocks_pack_one_after_another():
     assert blocks.gather(memory).tolist() == [0, 1, 2, 3, 8, 9, 10, 11, 32, 30]
     blocks.scatter(memory, np.full(10, 255, np.uint8), 9)
     assert memory[[0, 11, 32]].tolist() == [255, 255, 255] and memory[30] == 30
+
+
+def test_a_large_count_as_a_vector_and_a_remainder_is_one_run_found_without_a_byte_index():
+    """Libraries send more than 2**31 - 1 elements as one element of a
+    struct of a vector of that many and the remainder: its layout comes from
+    its blocks' grids, never from a byte index (8 bytes per byte moved)."""
+    limit = 2**31 - 1
+    part, rest = MPI.BYTE.Create_vector(2, limit, limit), MPI.BYTE.Create_contiguous(5)
+    big = MPI.Datatype.Create_struct([1, 1], [0, 2 * limit], [part, rest]).Commit()
+    tm = big._typemap("test")
+    layout = tm.layout(1)
+    assert isinstance(layout, Grid) and (layout.start, layout.shape, layout.run) == (0, (), 2 * limit + 5)
+    assert tm._index is None and tm._codes is None
+    for datatype in (big, part, rest):
+        datatype.Free()
+

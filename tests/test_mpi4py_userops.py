@@ -86,7 +86,79 @@ BY_ADDRESS = """
     objects.Free()
 """
 
-PROGRAMS = {"user_op_by_address": BY_ADDRESS}
+#: A user op on derived datatypes, as mpi4py passes it under Open MPI: each operand is ``count *
+#: extent`` bytes with the type map's bytes at their places (an op may read them through the
+#: layout, as a library's op over a strided tensor does), and an element is never cut: a large
+#: count as one element of a vector-and-remainder struct comes to the op whole.
+DERIVED = """
+    import ctypes
+
+    vector = MPI.DOUBLE.Create_vector(3, 2, 4).Commit()  # doubles 0, 1, 4, 5, 8, 9 of an extent of 10
+    places = [e * 10 + b * 4 + i for e in range(2) for b in range(3) for i in range(2)]
+    seen = []
+
+    def strided(inbuf, inoutbuf, datatype):  # inoutbuf = 10 * inbuf + inoutbuf, at the type map's places
+        seen.append((inbuf.nbytes, inoutbuf.nbytes, datatype == vector))
+        a, b = np.frombuffer(inbuf, np.float64), np.frombuffer(inoutbuf, np.float64)
+        b[places] = 10 * a[places] + b[places]
+
+    op = MPI.Op.Create(strided, commute=False)
+
+    def fold(values):
+        acc = values[0]
+        for v in values[1:]:
+            acc = 10 * acc + v
+        return acc
+
+    x = np.arange(24.0) + 100 * rank
+    every = [np.arange(24.0) + 100 * r for r in range(size)]
+    whole = np.full(24, -1.0)
+    whole[places] = [fold([e[p] for e in every]) for p in places]
+    out = np.full(24, -1.0)
+    comm.Allreduce([x, 2, vector], [out, 2, vector], op)
+    assert out.tolist() == whole.tolist(), out  # the gaps of the receive buffer are left alone
+    inplace = x.copy()
+    comm.Allreduce(MPI.IN_PLACE, [inplace, 2, vector], op)
+    gaps = [p for p in range(24) if p not in places]
+    assert inplace[places].tolist() == whole[places].tolist() and inplace[gaps].tolist() == x[gaps].tolist()
+    out[:] = -1
+    comm.Scan([x, 2, vector], [out, 2, vector], op)
+    assert out[places].tolist() == [fold([e[p] for e in every[:rank + 1]]) for p in places], out
+    out[:] = -1
+    comm.Iallreduce([x, 2, vector], [out, 2, vector], op).Wait()
+    assert out.tolist() == whole.tolist(), out
+    local = np.full(24, 1.0)
+    op.Reduce_local([x, 2, vector], [local, 2, vector])
+    assert local[places].tolist() == [10 * x[p] + 1 for p in places] and (local[gaps] == 1).all(), local
+    assert seen and all(s == (160, 160, True) for s in seen), seen
+    op.Free()
+    vector.Free()
+
+    limit = (6 << 20) // 4  # a large count as one element: a vector of 4 blocks of limit bytes and a remainder
+    n = 4 * limit + 3
+    part = MPI.BYTE.Create_vector(4, limit, limit)
+    rest = MPI.BYTE.Create_contiguous(3)
+    big = MPI.BYTE.Create_struct([1, 1], [0, 4 * limit], [part, rest]).Commit()
+    part.Free()
+    rest.Free()
+    lengths = []
+
+    def xor_whole(inbuf, inoutbuf, datatype):  # reads n bytes at the addresses, as an op that knows its count
+        lengths.append(inoutbuf.nbytes)
+        a = np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(inbuf.address))
+        b = np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(inoutbuf.address))
+        np.bitwise_xor(a, b, out=b)
+
+    xor = MPI.Op.Create(xor_whole, commute=True)
+    y = np.full(n, 1 << rank, np.uint8)
+    comm.Allreduce(MPI.IN_PLACE, [MPI.memory.fromaddress(y.ctypes.data, n), 1, big], xor)
+    assert (y == (1 << size) - 1).all(), np.unique(y)
+    assert lengths == [n] * (size - 1), lengths
+    xor.Free()
+    big.Free()
+"""
+
+PROGRAMS = {"user_op_by_address": BY_ADDRESS, "user_op_on_derived_datatypes": DERIVED}
 
 #: The memory tests' start (indented as their bodies): a user op that sums float64, 64 MiB per
 #: rank in ``x``, and the peak memory.
@@ -107,6 +179,11 @@ SUM_OF_64_MIB = """
 @pytest.mark.parametrize("n", [2, 3])
 def test_a_user_op_gets_mpi_buffers_over_the_operands_memory(tmp_path, n):
     ok(tmp_path, BY_ADDRESS, n)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_user_op_on_a_derived_datatype_gets_whole_elements_where_its_type_map_puts_them(tmp_path, n):
+    ok(tmp_path, DERIVED, n)
 
 
 @pytest.mark.slow
@@ -132,6 +209,28 @@ def test_a_user_op_reduction_holds_no_copy_of_every_ranks_buffer(tmp_path):
             assert (recvbuf == 3.0).all()
             x[:] = rank + 1.0
         op.Free()
+    """, 2, timeout=60.0)
+
+
+def test_a_user_op_on_one_large_element_holds_one_more_buffer_at_two_ranks(tmp_path):
+    """An in-place Allreduce of 48 MiB per rank as one element of a struct
+    (a vector and a remainder, as a library sends more than 2**31 - 1
+    elements) with a user op: the element cannot be cut for the op, so the
+    ranks' elements come one at a time; each rank holds the other's, as
+    Open MPI's temporary (gathering both and a packed copy held three more,
+    and the struct's byte index eight bytes per byte)."""
+    ok(tmp_path, SUM_OF_64_MIB.replace("x = np.full(8 << 20", "x = np.full(6 << 20") + """
+        limit = (1 << 20) - 1
+        k, rest = divmod(x.size, limit)
+        vector, tail = MPI.DOUBLE.Create_vector(k, limit, limit), MPI.DOUBLE.Create_contiguous(rest)
+        big = MPI.Datatype.Create_struct([1, 1], [0, k * limit * 8], [vector, tail]).Commit()
+        before = peak_mib()
+        comm.Allreduce(MPI.IN_PLACE, [x, 1, big], op)
+        grown = peak_mib() - before
+        assert (x == 3.0).all()
+        assert grown < 72, f"rank {rank}: the peak grew by {grown:.0f} MiB in an Allreduce of 48 MiB"
+        for handle in (big, vector, tail, op):
+            handle.Free()
     """, 2, timeout=60.0)
 
 

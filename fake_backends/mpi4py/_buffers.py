@@ -419,6 +419,10 @@ def typed_spec(o_buf, o_count, o_displ, raw, datatype, writable: bool, blocks: i
     raw, layout = placed(o_buf, raw, layout, o_buf is None or o_buf is BOTTOM, writable, what, lambda: (
         f"message: {what} has {size} bytes but count={count}" + (f" x {blocks} blocks" if blocks >= 2 else "")
         + f" of a datatype spanning bytes {layout.lo} to {layout.hi}; MPI would read or write past its end"))
+    if isinstance(layout, Grid) and not layout.shape and layout.run:
+        # one run of memory in type-map order (a large count as a vector and a remainder):
+        # its packed bytes are the memory itself, as a predefined datatype's are
+        return BufSpec(raw[layout.start:layout.start + layout.run], datatype, count)
     spec = BufSpec(layout.gather(raw), datatype, count, raw, layout)
     register(spec, writable)
     return spec

@@ -24,7 +24,7 @@ from simdist._arguments import DTYPE_CODE
 
 from ._buffers import BufSpec, is_in_place, parse
 from ._nbschedule import Counted
-from ._ops import PREDEFINED, check, fold_into, simdist_op, validate
+from ._ops import PREDEFINED, Spread, check, fold_into, mpibuf, simdist_op, store_bytes, validate
 from ._pointtopoint import c_int
 from ._unpacking import check_signatures, unpacking_class
 
@@ -64,6 +64,36 @@ def _same(send: BufSpec, recv: BufSpec, call: str, blocks: int = 1, moves: bool 
         raise ValueError(f"{call}: mismatch in send and receive MPI datatypes")
     if send.count != recv.count:
         raise ValueError(f"{call}: mismatch in send count {send.count} and receive count {recv.count * blocks}")
+
+
+def _fold_in_turn(sc, chunk: np.ndarray, op, datatype, rank: int, dest: np.ndarray | None, ranks: int | None,
+                  cut: tuple[int, int]) -> None:
+    """Fold bytes ``cut`` of every rank's ``chunk`` (of ranks ``0..ranks-1``;
+    all: None) into ``dest`` (None: this rank keeps nothing) with a user
+    op, each rank's chunk broadcast in turn: beside its buffers a rank holds
+    the running result and the chunk that came last, or only one of them
+    where its own chunk is the running result's place (``dest`` itself, in
+    place). Each step's ``inoutbuf`` is the later rank's operand, as in
+    ``fold_into``; the rank's own operand is read from its buffer."""
+    upto = sc.size if ranks is None else ranks
+    acc = None
+    for j in range(sc.size):
+        part = sc.broadcast_from(chunk if j == rank else None, j)
+        if dest is None or j >= upto:
+            continue
+        part = chunk[cut[0]:cut[1]] if j == rank else part[cut[0]:cut[1]]
+        if acc is None:
+            acc = part
+            continue
+        if j == rank:  # the rank's own operand, sent already: dest becomes it, unless it is dest
+            target = dest
+            store_bytes(dest, part)
+        else:
+            target = part
+        op._function(mpibuf(acc), mpibuf(target), datatype)
+        acc = target
+    if acc is not None:
+        store_bytes(dest, acc)
 
 
 def _check_sizes(sizes: np.ndarray, rank: int, call: str) -> None:
@@ -214,20 +244,33 @@ class BufferCollectives:
         Beside the buffers a rank holds one gathered chunk of every rank,
         ``FOLD_CHUNK`` bytes in all, however large the buffers.
 
+        A user op on a derived datatype is called on whole elements of it.
+        Where one element is larger than a rank's share of a chunk (a
+        library's large count as one element of a vector-and-remainder
+        type), the ranks' chunks come one rank at a time instead
+        (``_fold_in_turn``), so a rank holds two chunks at most.
+
         Ranks whose sizes differ must not pair one's chunks with another's
         next call: in one gather the simulator compares the sizes; before
         several, the ranks compare them here."""
         raw, size = x.raw, sc.size
-        item = max(1, x.typed.dtype.itemsize)  # a chunk holds whole elements for the op
+        derived = op._function is not None and x.datatype._is_derived()
+        item = max(1, x.datatype.Get_size() if derived else x.typed.dtype.itemsize)
         per = max(item, FOLD_CHUNK // size // item * item)
+        in_turn = per > FOLD_CHUNK // size and Spread.of(x.datatype, item) is None
         lo, hi = span if span else (0, raw.size)
         bounds = [0, *range(min(per, raw.size), raw.size, per), raw.size]
-        if len(bounds) > 2:
+        if len(bounds) > 2 or in_turn:
             _check_sizes(sc.allgather(np.int64(raw.size)), rank, call)
         for a, b in zip(bounds, bounds[1:]):
-            parts = sc.allgather(raw[a:b]) if root is None else sc.gather(raw[a:b], root)
             c, d = max(a, lo), min(b, hi)
-            if parts is not None and ranks != 0 and (c < d or a == b):
+            folds = (root is None or rank == root) and ranks != 0 and (c < d or a == b)
+            if in_turn:
+                _fold_in_turn(sc, raw[a:b], op, x.datatype, rank, dest[c - lo:d - lo] if folds else None,
+                              ranks, (c - a, d - a))
+                continue
+            parts = sc.allgather(raw[a:b]) if root is None else sc.gather(raw[a:b], root)
+            if folds:
                 fold_into(op, [p[c - a:d - a] for p in parts[:ranks]], dest[c - lo:d - lo], x.datatype, call, rank)
 
     def Reduce(self, sendbuf, recvbuf, op=SUM, root: int = 0) -> None:

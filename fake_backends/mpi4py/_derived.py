@@ -253,7 +253,42 @@ def _blocks(olds, starts, lengths, contents) -> TypeMap:
         starts = starts.tolist() if isinstance(starts, np.ndarray) else list(starts)
         lengths = lengths.tolist() if isinstance(lengths, np.ndarray) else list(lengths)
         bounds, build = _listed_bounds([olds] * len(starts) if one else list(olds), starts, lengths)
-    return _map(bounds, align, contents, build)
+    tm = _map(bounds, align, contents, build)
+    if len(starts) <= _JOINED_BLOCKS:
+        kinds_of = [olds] * len(starts) if one else list(olds)
+        tm._grid_of = lambda: _joined_layout(kinds_of, list(starts), list(lengths))
+    return tm
+
+
+#: Blocks of an indexed or struct type whose grids ``_joined_layout`` tries to join (more: the byte index)
+_JOINED_BLOCKS = 1024
+
+
+def _joined_layout(olds: list, starts: list, lengths: list) -> Grid | None:
+    """The layout of ``_blocks``'s blocks where they join into one grid
+    without a byte index: runs that continue each other (a large count
+    split into a vector and a remainder, as libraries beyond 2**31
+    elements build them), or equal grids at evenly stepped starts.
+    Else None: found from the byte index."""
+    grids = []
+    for old, start, length in zip(olds, starts, lengths):
+        if length <= 0 or not old.size:
+            continue
+        inner = old.layout(1)
+        if not isinstance(inner, Grid):
+            return None
+        grids.append(regular(int(start) + inner.start, (int(length), *inner.shape), (old.extent, *inner.strides),
+                             inner.run))
+    if not grids:
+        return None
+    if all(not g.shape for g in grids) and all(a.start + a.run == b.start for a, b in zip(grids, grids[1:])):
+        return Grid(grids[0].start, (), (), sum(g.run for g in grids))
+    first = grids[0]
+    step = grids[1].start - first.start if len(grids) > 1 else 0
+    if all((g.shape, g.strides, g.run) == (first.shape, first.strides, first.run) and g.start == first.start + j * step
+           for j, g in enumerate(grids)):
+        return regular(first.start, (len(grids), *first.shape), (step, *first.strides), first.run)
+    return None
 
 
 def _map(bounds, align: int, contents, build) -> TypeMap:

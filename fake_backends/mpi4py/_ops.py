@@ -36,6 +36,7 @@ from simdist._reduction import fold
 from . import _handleleaks
 from ._errors import ERR_OP, Exception as MPIException
 from ._handles import Handle, IntegerHandles, check_handle, is_constant, new_handle
+from ._layouts import Grid
 
 
 def _op_max(x, y):
@@ -172,7 +173,7 @@ class Op(Handle, IntegerHandles):
         if src.raw.size != dst.raw.size:
             raise ValueError(f"mismatch in inbuf count {src.count} and inoutbuf count {dst.count}")
         if self._function is not None:  # as MPI_Reduce_local: the function on the two buffers themselves
-            self._function(mpibuf(src.raw), mpibuf(dst.raw), dst.datatype)
+            self._function(_in_memory(src), _in_memory(dst), dst.datatype)
             return
         dst.typed[...] = fold_arrays(self, [src.typed, dst.typed], dst.datatype, "Reduce_local", 0)
 
@@ -263,6 +264,59 @@ def mpibuf(raw: np.ndarray):
     return buffer.fromaddress(raw.ctypes.data, raw.nbytes)
 
 
+def _in_memory(spec):
+    """What mpi4py passes a user op for a parsed buffer: its memory from the
+    buffer's start, ``count`` times the datatype's extent (a derived
+    datatype's bytes where its type map puts them, gaps included)."""
+    if spec.target is None:
+        return mpibuf(spec.raw)
+    from ._mpibuffer import buffer
+
+    tm = spec.datatype._typemap("op")
+    start = spec.layout.lo - tm.layout(spec.count).lo  # where element 0's displacement 0 lies
+    return buffer.fromaddress(spec.target.ctypes.data + start, spec.count * tm.extent)
+
+
+class Spread:
+    """A user op's operands of a derived datatype as mpi4py passes them:
+    ``count * extent`` bytes with the type map's bytes at their places,
+    made from the packed bytes the collectives move (``of`` gives None where
+    those are the same: one run from displacement 0 with no gap)."""
+
+    __slots__ = ("layout", "low", "nbytes", "span")
+
+    @staticmethod
+    def of(datatype, packed: int) -> "Spread | None":
+        if not datatype._is_derived():
+            return None
+        tm = datatype._typemap("op")
+        count = packed // tm.size if tm.size else 0
+        if not count:
+            return None
+        layout = tm.layout(count)
+        if isinstance(layout, Grid) and not layout.shape and layout.start == 0 and layout.run == count * tm.extent:
+            return None
+        return Spread(layout, count * tm.extent)
+
+    def __init__(self, layout, nbytes: int):
+        self.low = min(0, layout.lo)  # a temporary covers the bytes reached and the bytes passed
+        self.layout, self.nbytes = layout.at(-self.low), nbytes
+        self.span = max(nbytes, layout.hi + 1) - self.low
+
+    def spread(self, packed: np.ndarray) -> np.ndarray:
+        memory = np.zeros(self.span, np.uint8)
+        self.layout.scatter(memory, packed, packed.size)
+        return memory
+
+    def operand(self, memory: np.ndarray):
+        from ._mpibuffer import buffer
+
+        return buffer.fromaddress(memory.ctypes.data - self.low, self.nbytes)
+
+    def pack(self, memory: np.ndarray, dest: np.ndarray) -> None:
+        self.layout.gather(memory, out=dest)
+
+
 def fold_into(op: Op, parts: list[np.ndarray], dest: np.ndarray, datatype, call: str, rank: int,
               spare=()) -> None:
     """Store the rank-order fold of ``parts`` (each rank's bytes, uint8, in
@@ -279,6 +333,15 @@ def fold_into(op: Op, parts: list[np.ndarray], dest: np.ndarray, datatype, call:
         dest.view(dtype)[...] = fold_arrays(op, [p.view(dtype) for p in parts], datatype, call, rank)
         return
     validate(op, datatype, call, rank)
+    spread = Spread.of(datatype, dest.size)
+    if spread is not None:  # each operand spread out as the type map places it, then packed again
+        acc = spread.spread(parts[0])
+        for part in parts[1:]:
+            target = spread.spread(part)
+            op._function(spread.operand(acc), spread.operand(target), datatype)
+            acc = target
+        spread.pack(acc, dest)
+        return
     acc, last = parts[0], len(parts) - 1
     for j in range(1, last + 1):
         if j < last or (j in spare and np.may_share_memory(acc, dest)):
@@ -287,13 +350,13 @@ def fold_into(op: Op, parts: list[np.ndarray], dest: np.ndarray, datatype, call:
             if np.may_share_memory(acc, dest):
                 acc = acc.copy()  # dest is written before the function reads inbuf
             target = dest
-            _store(dest, parts[j])
+            store_bytes(dest, parts[j])
         op._function(mpibuf(acc), mpibuf(target), datatype)
         acc = target
-    _store(dest, acc)
+    store_bytes(dest, acc)
 
 
-def _store(dest: np.ndarray, src: np.ndarray) -> None:
+def store_bytes(dest: np.ndarray, src: np.ndarray) -> None:
     """``dest[...] = src``, nothing when they are the same bytes (numpy
     would copy ``src`` to a temporary first: it overlaps ``dest``)."""
     if src.ctypes.data != dest.ctypes.data or src.nbytes != dest.nbytes:

@@ -220,9 +220,10 @@ class ChunkedCalls:
             self._end()
 
     # -- data movement ----------------------------------------------------------
-    def _broadcast_phases(self, x, root):
+    def _broadcast_phases(self, x, root, root_copy=True):
         """A broadcast where a non-root passed None, or larger than half a
-        slot. Only the root writes its slot."""
+        slot. Only the root writes its slot; it gets a copy of ``x`` back
+        unless ``root_copy`` is false (None then)."""
         is_root = self._rank == root
         nbytes = self._begin("broadcast", _BROADCAST, x, 0, root, slot=is_root)
         try:
@@ -254,7 +255,7 @@ class ChunkedCalls:
                         out_flat = out.reshape(-1)
                         n, cap = out_flat.size, self._chunk(dtype)
                     else:
-                        out = np.array(x, order="C", copy=True)
+                        out = np.array(x, order="C", copy=True) if root_copy else None
                 hi = min(n, lo + cap)
                 if not is_root:
                     out_flat[lo:hi] = self._flat_views(dtype, hi - lo)[root]

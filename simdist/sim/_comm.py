@@ -165,6 +165,18 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
             return self._small_broadcast(x, self._plan((_BROADCAST, x.dtype, x.shape, root), 0, root))
         return self._broadcast_phases(x, root)
 
+    def broadcast_from(self, x, root=0):
+        """``broadcast``, but a root whose array is larger than half a slot
+        gets None back instead of a copy of it: each rank's large array sent
+        in turn (a fold of one element per rank too large to gather) costs
+        the root no memory."""
+        root = check_rank_arg(root, self._size, self._rank, "broadcast", "root")
+        if self._rank == root and x is not None and not self._closed:
+            x = as_input(x, self._rank, "broadcast")
+            if x.nbytes > self._half_bytes:
+                return self._broadcast_phases(x, root, root_copy=False)
+        return self.broadcast(x, root)
+
     def allgather(self, x):
         if type(x) is np.ndarray:
             plan = self._plans.get((_ALLGATHER, x.dtype, x.shape, -1))
