@@ -4,7 +4,9 @@ Each rank of a 2-rank run allocates a float64 buffer of the given size,
 fills it, and calls ``Allreduce`` once with a user op (``MPI.Op.Create``
 of a numpy sum over the operands' ``MPI.buffer`` objects), in place
 (``MPI.IN_PLACE``) or into a second buffer (and an in-place
-``Iallreduce``, waited for at once); it reports its peak resident
+``Iallreduce``, waited for at once, and an in-place ``Allreduce`` of the
+buffer as one element of a struct of a vector and a remainder, as a
+library sends a count beyond 2**31 - 1); it reports its peak resident
 memory (``VmHWM``) before and after the call, the call's time, and checks
 the result. The
 program runs under Open MPI (``mpiexec --oversubscribe -n 2 python -m
@@ -24,7 +26,11 @@ import time
 
 from simdist.bench.launchers import LAUNCHERS, run_under
 
-MODES = ("in_place", "out_of_place", "Iallreduce_in_place")
+MODES = ("in_place", "out_of_place", "Iallreduce_in_place", "one_element_in_place")
+#: ``one_element_in_place``'s block: the buffer is one element of a struct of a vector of blocks
+#: of this many float64 and the remainder, as a library sends more than 2**31 - 1 elements
+#: (with a smaller limit, so that the sizes here need the same type).
+BLOCK = (1 << 24) - 1
 
 
 def _vm_hwm_mib() -> float:
@@ -53,6 +59,13 @@ def _rank(mib: int, mode: str) -> None:
     start = time.perf_counter()
     if mode == "Iallreduce_in_place":
         comm.Iallreduce(MPI.IN_PLACE, out, op).Wait()
+    elif mode == "one_element_in_place":
+        blocks, rest = divmod(x.size, BLOCK)
+        vector, tail = MPI.DOUBLE.Create_vector(blocks, BLOCK, BLOCK), MPI.DOUBLE.Create_contiguous(rest)
+        element = MPI.Datatype.Create_struct([1, 1], [0, blocks * BLOCK * 8], [vector, tail]).Commit()
+        comm.Allreduce(MPI.IN_PLACE, [x, 1, element], op)
+        for datatype in (element, vector, tail):
+            datatype.Free()
     else:
         comm.Allreduce(MPI.IN_PLACE if mode == "in_place" else x, out, op)
     seconds = time.perf_counter() - start
