@@ -59,6 +59,36 @@ def test_comm_world_and_comm_self_give_rank_and_size(tmp_path, capfd):
     assert lines(capfd) == [f"rank {r} of 3" for r in range(3)]
 
 
+def test_split_and_the_intercommunicator_calls_convert_their_ints_as_mpi4py_does(tmp_path):
+    """mpi4py converts a C int argument as Cython does: a bool is 0 or 1, a
+    float is truncated, a numpy integer is its value, and anything else is
+    a TypeError (a distributed-array library splits by ``rank < half``)."""
+    ok(tmp_path, """
+        half = comm.Split(color=rank < 1, key=False)
+        assert half.size == (1 if rank < 1 else size - 1), half.size
+        same = comm.Split(1.0, np.float64(-rank - 0.5))  # truncated: 0, -1, -2
+        assert same.size == size and same.rank == size - 1 - rank, same.rank
+        for bad in ("1", None):
+            try:
+                comm.Split(bad)
+            except TypeError as exc:
+                assert "an integer is required" in str(exc), exc
+            else:
+                raise AssertionError(f"Split({bad!r}) did not raise")
+        if size > 1:
+            inter = half.Create_intercomm(False, comm, 1 if rank < 1 else 0, tag=3.0)
+            assert inter.remote_size == size - half.size, inter.remote_size
+            parts = inter.Split(True, 0.0)
+            assert parts.remote_size == inter.remote_size
+            parts.Free()
+            inter.Free()
+        group = comm.Create_group(comm.group, tag=True)
+        assert group.size == size
+        for made in (group, same, half):
+            made.Free()
+    """, 3)
+
+
 def test_split_orders_by_key_and_undefined_gives_comm_null(tmp_path):
     ok(tmp_path, """
         sub = comm.Split(color=rank % 2, key=-rank)

@@ -34,8 +34,7 @@ from ._nbcoll import NonblockingCollectives
 from ._objects import ObjectCollectives
 from ._p2p import ANY_SOURCE, PROC_NULL
 from ._partitioned import PartitionedCalls
-from ._pointtopoint import TAG_UB, PointToPoint
-from ._pointtopoint import is_int as _is_int
+from ._pointtopoint import TAG_UB, PointToPoint, c_int
 from ._pointtopoint import sent
 from ._requests import Request
 from ._ulfm import FaultTolerance
@@ -339,10 +338,9 @@ class Comm(Handle, FreeableHandles, IntegerHandles, GroupCalls, PointToPoint, Pa
         form a communicator ordered by ``key``, then rank; ``MPI.UNDEFINED``
         gives ``MPI.COMM_NULL``."""
         st = self._st()
-        if not _is_int(color) or (color < 0 and color != UNDEFINED):
+        color, key = c_int(color, "color"), c_int(key, "key")  # as mpi4py converts: True is 1, 2.0 is 2
+        if color < 0 and color != UNDEFINED:
             raise MPIException(ERR_ARG, f"Split: color={color!r} must be an int >= 0 or MPI.UNDEFINED")
-        if not _is_int(key):
-            raise MPIException(ERR_ARG, f"Split: key={key!r} must be an int")
         st.engine.progress()
         sc = st.sc.split(None if color == UNDEFINED else int(color), int(key))
         if sc is None:

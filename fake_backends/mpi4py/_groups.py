@@ -25,6 +25,7 @@ from . import _handleleaks, _runtime
 from ._errors import ERR_ARG, ERR_GROUP, ERR_RANK, ERR_TAG, Exception as MPIException
 from ._groupcomm import create_group
 from ._handles import Handle, IntegerHandles, check_handle, new_handle, predefined
+from ._pointtopoint import c_int
 
 UNDEFINED = -32766
 PROC_NULL = -2
@@ -266,7 +267,8 @@ class GroupCalls:
         ordered as the group."""
         st = self._st()
         ranks = self._subgroup(st, group, "Create_group")
-        if not _is_int(tag) or tag < 0:
+        tag = c_int(tag, "tag")
+        if tag < 0:
             raise MPIException(ERR_TAG, f"Create_group: tag={tag!r} must be an int >= 0")
         me = st.members[st.rank]
         if me not in ranks:

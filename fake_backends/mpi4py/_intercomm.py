@@ -34,7 +34,7 @@ from ._handles import new_handle
 from ._groups import Group, _Members
 from ._intercoll import InterCollectives
 from ._pickle import pickle
-from ._pointtopoint import is_int
+from ._pointtopoint import c_int, is_int
 
 _HANDSHAKE = HANDSHAKE_BIT | COLLECTIVE_BIT
 _FROM_GROUPS = COLLECTIVE_BIT | 1 << 61
@@ -76,7 +76,8 @@ def _leaders_exchange(engine, ctx: int, rank: int, remote: tuple, tag: int, loca
 def _peer_exchange(peer, remote_leader: int, tag: int, local: list):
     """``_leaders_exchange`` over the peer communicator of Create_intercomm."""
     pst = peer._st()
-    if not is_int(remote_leader) or not 0 <= remote_leader < pst.size:
+    remote_leader = c_int(remote_leader, "remote_leader")
+    if not 0 <= remote_leader < pst.size:
         raise MPIException(ERR_RANK, f"Create_intercomm: remote_leader={remote_leader!r} on {pst.name} of "
                            f"{pst.size} ranks")
     desc = f"Create_intercomm(remote_leader={remote_leader}, tag={tag}) on {pst.name}"
@@ -89,10 +90,11 @@ def create_intercomm(self, local_leader: int, peer_comm, remote_leader: int, tag
     intercommunicator to the group of ``remote_leader`` (a rank of
     ``peer_comm``, which only the local leader reads)."""
     st = self._st()
-    if not is_int(local_leader) or not 0 <= local_leader < st.size:
+    local_leader, tag = c_int(local_leader, "local_leader"), c_int(tag, "tag")
+    if not 0 <= local_leader < st.size:
         raise MPIException(ERR_RANK, f"Create_intercomm: local_leader={local_leader!r} on {st.name} of "
                            f"{st.size} ranks")
-    if not is_int(tag) or tag < 0:
+    if tag < 0:
         raise MPIException(ERR_ARG, f"Create_intercomm: tag={tag!r} must be an int >= 0")
     if st.rank == local_leader:
         if not isinstance(peer_comm, Comm):
@@ -248,7 +250,8 @@ class Intercomm(InterCollectives, Comm):
         from ._comm import COMM_NULL, UNDEFINED
 
         st = self._st()
-        if not is_int(color) or (color < 0 and color != UNDEFINED) or not is_int(key):
+        color, key = c_int(color, "color"), c_int(key, "key")
+        if color < 0 and color != UNDEFINED:
             raise MPIException(ERR_ARG, f"Split: color={color!r}, key={key!r} on {st.name}")
         st.engine.progress()
         sc = st.sc.split(None if color == UNDEFINED else int(color), (_side(st), int(key)))
