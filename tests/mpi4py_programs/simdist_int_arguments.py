@@ -1,7 +1,7 @@
 """Ranks, tags and roots as mpi4py's compiled calls convert a C int: an
 int, or a number with __int__, truncated (a float rank 1.0 or 0.9; the
 OSU multi-latency benchmark of mpi4py's demos passes nprocs / 2 as a
-rank); a str or None raises TypeError.
+rank; Split's color and key, a bool too); a str or None raises TypeError.
 
 Origin: written for this project, after mpi4py's demo/osu_multi_lat.py.
 """
@@ -38,6 +38,16 @@ for bad in ("0", None):
         print(c.rank, repr(bad), "accepted")
     except Exception as e:
         print(c.rank, repr(bad), type(e).__name__)
+for color, key in ((c.rank < 1, False), (1.0, -c.rank - 0.5), (np.int64(2), np.int32(0))):
+    part = c.Split(color, key)  # a distributed-array library splits by rank < half
+    print(c.rank, "Split", repr(color), repr(key), part.Get_size(), part.Get_rank())
+    part.Free()
+for bad in ("0", None):
+    try:
+        c.Split(bad)
+        print(c.rank, "Split", repr(bad), "accepted")
+    except Exception as e:
+        print(c.rank, "Split", repr(bad), type(e).__name__)
 try:
     c.Irecv(r, c.size + True, 1)
 except MPI.Exception as e:
