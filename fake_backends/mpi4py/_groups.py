@@ -264,14 +264,16 @@ class GroupCalls:
     def Create_group(self, group: Group, tag: int = 0):
         """MPI_Comm_create_group (collective over the group's processes
         only, which call it with the same group and ``tag``): a communicator
-        ordered as the group."""
+        ordered as the group. A process outside the group (any, for
+        ``MPI.GROUP_EMPTY``) gets ``MPI.COMM_NULL`` at once, as MPI has it."""
         st = self._st()
         ranks = self._subgroup(st, group, "Create_group")
         tag = c_int(tag, "tag")
         if tag < 0:
             raise MPIException(ERR_TAG, f"Create_group: tag={tag!r} must be an int >= 0")
-        me = st.members[st.rank]
-        if me not in ranks:
-            raise MPIException(ERR_GROUP, f"Create_group: world rank {me} is not in the group {list(ranks)}")
+        if st.members[st.rank] not in ranks:
+            from ._comm import COMM_NULL
+
+            return COMM_NULL
         st.engine.progress()
         return self._new(self._derived(st, create_group(st, ranks, int(tag)), "Create_group"))
