@@ -78,6 +78,10 @@ def test_split_and_the_intercommunicator_calls_convert_their_ints_as_mpi4py_does
         if size > 1:
             inter = half.Create_intercomm(False, comm, 1 if rank < 1 else 0, tag=3.0)
             assert inter.remote_size == size - half.size, inter.remote_size
+            if rank < 1:  # the remote group names the root by its rank there, here a bool
+                inter.bcast("from 0", root=MPI.ROOT)
+            else:
+                assert inter.bcast(None, root=False) == "from 0"
             parts = inter.Split(True, 0.0)
             assert parts.remote_size == inter.remote_size
             parts.Free()

@@ -30,7 +30,7 @@ from ._groupcomm import COLLECTIVE_BIT, HANDSHAKE_BIT, new_context
 from ._intercomm import from_leader
 from ._p2p import ANY_SOURCE
 from ._pickle import pickle
-from ._pointtopoint import is_int
+from ._pointtopoint import c_int
 
 _MEETING = COLLECTIVE_BIT | HANDSHAKE_BIT | 1 << 61  # flipped on the world's context
 _JOIN_TAG = 0
@@ -113,7 +113,8 @@ def connect(self, port_name: str, info=None, root: int = 0):
 def join(cls, fd: int):
     """MPI_Comm_join: an intercommunicator between this process and the one
     at the other end of the connected socket ``fd``, which calls Join too."""
-    if not is_int(fd) or fd < 0:
+    fd = c_int(fd, "fd")
+    if fd < 0:
         raise MPIException(ERR_ARG, f"Join: fd={fd!r} is not a file descriptor")
     st = COMM_SELF._st()
     me = st.rt.me

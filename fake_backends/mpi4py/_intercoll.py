@@ -26,7 +26,7 @@ from ._locks import locked
 from ._objects import _items
 from ._ops import PREDEFINED, check, fold_arrays, fold_objects
 from ._p2p import PROC_NULL
-from ._pointtopoint import is_int
+from ._pointtopoint import c_int
 from ._unpacking import unpacking_class
 
 ROOT = -4
@@ -51,15 +51,17 @@ class InterCollectives:
     def _remote(self):
         return range(len(self._st().members))
 
-    def _role(self, root, call: str) -> str:
-        """"root", "idle" (PROC_NULL) or "leaf" (the other group's processes)."""
+    def _role(self, root, call: str) -> tuple[str, int]:
+        """"root", "idle" (PROC_NULL) or "leaf" (the other group's
+        processes), and ``root`` as mpi4py converts a C int (True is 1)."""
         st = self._st()
+        root = c_int(root, "root")
         if root == ROOT:
-            return "root"
+            return "root", root
         if root == PROC_NULL:
-            return "idle"
-        if is_int(root) and 0 <= root < len(st.members):
-            return "leaf"
+            return "idle", root
+        if 0 <= root < len(st.members):
+            return "leaf", root
         raise MPIException(ERR_ROOT, f"{call}: root={root!r} on the intercommunicator {st.name} (MPI.ROOT, "
                            f"MPI.PROC_NULL or a rank of the remote group of {len(st.members)})")
 
@@ -74,7 +76,7 @@ class InterCollectives:
         self._exchange("Barrier", dict.fromkeys(self._remote()), self._remote())
 
     def Bcast(self, buf, root: int = 0) -> None:
-        role = self._role(root, "Bcast")
+        role, root = self._role(root, "Bcast")
         if role == "root":
             data = parse(buf, writable=False, what="buf").raw.copy()
             self._exchange("Bcast", dict.fromkeys(self._remote(), data), ())
@@ -89,7 +91,7 @@ class InterCollectives:
         self._gather("Gatherv", sendbuf, recvbuf, root, True)
 
     def _gather(self, call, sendbuf, recvbuf, root, vector: bool) -> None:
-        role = self._role(root, call)
+        role, root = self._role(root, call)
         if role == "leaf":
             self._exchange(call, {root: parse(sendbuf, writable=False, what="sendbuf").raw.copy()}, ())
         elif role == "root":
@@ -117,7 +119,7 @@ class InterCollectives:
         self._scatter("Scatterv", sendbuf, recvbuf, root, True)
 
     def _scatter(self, call, sendbuf, recvbuf, root, vector: bool) -> None:
-        role = self._role(root, call)
+        role, root = self._role(root, call)
         if role == "root":
             send = self._send_blocks(sendbuf, vector)
             self._exchange(call, {r: send.block(r).copy() for r in self._remote()}, ())
@@ -175,7 +177,7 @@ class InterCollectives:
 
     def Reduce(self, sendbuf, recvbuf, op=SUM, root: int = 0) -> None:
         op = check(op, "Reduce")
-        role = self._role(root, "Reduce")
+        role, root = self._role(root, "Reduce")
         if role == "leaf":
             self._exchange("Reduce", {root: parse(sendbuf, writable=False, what="sendbuf").raw.copy()}, ())
         elif role == "root":
@@ -233,7 +235,7 @@ class InterCollectives:
     @locked
     def bcast(self, obj, root: int = 0):
         """The remote root's object on the leaves; None on the root and the idle."""
-        role = self._role(root, "bcast")
+        role, root = self._role(root, "bcast")
         if role == "root":
             self._exchange("bcast", dict.fromkeys(self._remote(), obj), ())
         elif role == "leaf":
@@ -245,7 +247,7 @@ class InterCollectives:
         return self._gather_objects("gather", sendobj, root)
 
     def _gather_objects(self, call: str, sendobj, root):
-        role = self._role(root, call)
+        role, root = self._role(root, call)
         if role == "leaf":
             self._exchange(call, {root: sendobj}, ())
         elif role == "root":
@@ -255,7 +257,7 @@ class InterCollectives:
 
     @locked
     def scatter(self, sendobj, root: int = 0):
-        role = self._role(root, "scatter")
+        role, root = self._role(root, "scatter")
         if role == "root":
             items = _items(sendobj, len(self._remote()), "scatter")
             self._exchange("scatter", dict(zip(self._remote(), items)), ())

@@ -34,7 +34,7 @@ from ._handles import new_handle
 from ._groups import Group, _Members
 from ._intercoll import InterCollectives
 from ._pickle import pickle
-from ._pointtopoint import c_int, is_int
+from ._pointtopoint import c_int
 
 _HANDSHAKE = HANDSHAKE_BIT | COLLECTIVE_BIT
 _FROM_GROUPS = COLLECTIVE_BIT | 1 << 61
@@ -129,8 +129,9 @@ def create_from_groups(cls, local_group, local_leader: int, remote_group, remote
     from ._sessions import create_from_group, stringtag_tag
 
     local, remote = list(local_group._ranks("Create_from_groups")), list(remote_group._ranks("Create_from_groups"))
+    local_leader, remote_leader = c_int(local_leader, "local_leader"), c_int(remote_leader, "remote_leader")
     for leader, group, which in ((local_leader, local, "local"), (remote_leader, remote, "remote")):
-        if not is_int(leader) or not 0 <= leader < len(group):
+        if not 0 <= leader < len(group):
             raise MPIException(ERR_RANK, f"Create_from_groups: {which}_leader={leader!r} in a group of {len(group)}")
     local_comm = create_from_group(Intracomm, local_group, stringtag, info, errhandler)
     lst = local_comm._st()
