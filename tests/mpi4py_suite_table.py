@@ -88,13 +88,21 @@ def run_one(suite: Path, launcher: str, size: int, name: str, timeout: float, py
             os.killpg(proc.pid, 9)
             out, _ = proc.communicate()
             ended = "hang"
-        ranks = {}
-        for rank in range(size):
-            path = Path(scratch, f"rank{rank}.json")
-            if path.exists():
-                ranks[rank] = json.loads(path.read_text())
+        ranks = read_ranks(Path(scratch), size)
     return {"ended": ended, "status": proc.returncode, "seconds": round(time.monotonic() - started, 1),
             "ranks": ranks, "tail": out.decode(errors="replace")[-1500:]}
+
+
+def read_ranks(scratch: Path, size: int) -> dict[str, dict]:
+    """The outcomes the plugin wrote for each rank, keyed by the rank as a
+    string, as a ``--json`` file gives them back, so that runs measured now
+    and runs resumed compare rank by rank."""
+    ranks = {}
+    for rank in range(size):
+        path = scratch / f"rank{rank}.json"
+        if path.exists():
+            ranks[str(rank)] = json.loads(path.read_text())
+    return ranks
 
 
 def cell(run: dict | None, size: int) -> str:
@@ -102,7 +110,7 @@ def cell(run: dict | None, size: int) -> str:
         return "·"
     if run["ended"] == "hang":
         return "hang"
-    counts = [sum(v == "passed" for v in run["ranks"].get(str(r), run["ranks"].get(r, {})).values())
+    counts = [sum(v == "passed" for v in run["ranks"].get(str(r), {}).values())
               for r in range(size)]
     if not any(run["ranks"].values()):
         return "error"
