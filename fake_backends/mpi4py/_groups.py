@@ -272,8 +272,6 @@ class GroupCalls:
         if tag < 0:
             raise MPIException(ERR_TAG, f"Create_group: tag={tag!r} must be an int >= 0")
         if st.members[st.rank] not in ranks:
-            from ._comm import COMM_NULL
-
-            return COMM_NULL
+            return predefined("COMM_NULL")
         st.engine.progress()
         return self._new(self._derived(st, create_group(st, ranks, int(tag)), "Create_group"))
