@@ -20,6 +20,7 @@ point-to-point messages (``_groupcomm``).
 from __future__ import annotations
 
 import copyreg
+import operator
 
 from . import _handleleaks, _runtime
 from ._errors import ERR_ARG, ERR_GROUP, ERR_RANK, ERR_TAG, Exception as MPIException
@@ -43,9 +44,6 @@ class _Members:
 
 _EMPTY = _Members(())
 
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) or type(value).__name__.startswith(("int", "uint"))
 
 
 class Group(Handle, IntegerHandles):
@@ -105,9 +103,10 @@ class Group(Handle, IntegerHandles):
         size = len(self._ranks(call))
         out = []
         for r in ranks:
-            if not _is_int(r) or not (0 <= r < size or (proc_null_ok and r == PROC_NULL)):
+            r = operator.index(r)  # as mpi4py reads a list of ranks: a bool is 0 or 1, a float a TypeError
+            if not (0 <= r < size or (proc_null_ok and r == PROC_NULL)):
                 raise MPIException(ERR_RANK, f"Group.{call}: rank {r!r} of a group of {size}")
-            out.append(int(r))
+            out.append(r)
         return out
 
     def Translate_ranks(self, ranks=None, group: "Group | None" = None) -> list[int]:

@@ -62,3 +62,13 @@ withinfo = comm.Dup_with_info(info)
 print(f"rank {rank}: Idup {comm.Compare(dup)} {dup.allreduce(1)} {request == MPI.REQUEST_NULL}; "
       f"Dup_with_info {comm.Compare(withinfo)} {withinfo.bcast(rank, root=size - 1)}")
 info.Free()
+# a list of ranks is read as mpi4py reads one: a bool is 0 or 1; a float or a str is a TypeError
+bools = g.Incl([True, 0] if size > 1 else [False])
+print(f"rank {rank}: Incl of bools {bools.size} {bools.Translate_ranks([0], g)}")
+bools.Free()
+for bad in ([0.0], ["0"]):
+    try:
+        g.Excl(bad)
+        print(f"rank {rank}: Excl({bad!r}) accepted")
+    except Exception as e:
+        print(f"rank {rank}: Excl({bad!r}) {type(e).__name__}")
