@@ -81,6 +81,24 @@ def test_spawn_needs_no_option_as_under_mpiexec_oversubscribe(tmp_path):
     assert outcome.status == 0, outcome.error
 
 
+def test_spawn_converts_maxprocs_as_mpi4py_converts_a_c_int(tmp_path):
+    """Under mpi4py over Open MPI ``maxprocs=True`` spawns 1 process,
+    ``2.0`` spawns 2 and ``"1"`` is a TypeError."""
+    outcome = run(tmp_path, """
+        for maxprocs, n in ((True, 1), (2.0, 2)):
+            children = MPI.COMM_SELF.Spawn(sys.executable, ["child.py"], maxprocs)
+            assert sorted(children.recv(source=r) for r in range(n)) == list(range(n))
+            children.Disconnect()
+        try:
+            MPI.COMM_SELF.Spawn(sys.executable, ["child.py"], "1")
+        except TypeError as exc:
+            assert "an integer is required" in str(exc), exc
+        else:
+            raise AssertionError("maxprocs='1' spawned")
+        """, child=CHILD)
+    assert outcome.status == 0, outcome.error
+
+
 def test_a_spare_slot_holds_memory_only_once_a_spawn_starts_a_process_there(tmp_path):
     # the arena (the memfd the rank maps): its reserved bytes, before and after a Spawn of 2
     outcome = run(tmp_path, """

@@ -28,7 +28,7 @@ from simdist._errors import SimdistError
 from . import _runtime
 from ._dynproc import Close_port, Open_port
 from ._errors import ERR_ARG, ERR_SPAWN, Exception as MPIException
-from ._pointtopoint import is_int
+from ._pointtopoint import c_int, is_int
 from ._thread_failures import failed_in_a_thread
 
 #: The interpreter options that take a value (``-X dev``, ``-W error``).
@@ -38,7 +38,9 @@ _PYTHON = re.compile(r"python[0-9.]*$")
 
 def spawn(self, command, args=None, maxprocs: int = 1, info=None, root: int = 0, errcodes=None):
     """MPI_Comm_spawn (collective): ``maxprocs`` processes running
-    ``command`` with ``args`` (significant at ``root`` only)."""
+    ``command`` with ``args`` (significant at ``root`` only); ``maxprocs``
+    is converted as mpi4py converts a C int, on every rank (True is 1)."""
+    maxprocs = c_int(maxprocs, "maxprocs")
     return _spawn(self, "Spawn", lambda: [(command, args, maxprocs)], root, errcodes)
 
 
