@@ -83,18 +83,26 @@ def test_spawn_needs_no_option_as_under_mpiexec_oversubscribe(tmp_path):
 
 def test_spawn_converts_maxprocs_as_mpi4py_converts_a_c_int(tmp_path):
     """Under mpi4py over Open MPI ``maxprocs=True`` spawns 1 process,
-    ``2.0`` spawns 2 and ``"1"`` is a TypeError."""
+    ``2.0`` spawns 2 and ``"1"`` is a TypeError; ``Spawn_multiple``
+    reads its list of counts as integers: ``[True, 1]`` spawns 2, a float
+    in it is a TypeError."""
     outcome = run(tmp_path, """
-        for maxprocs, n in ((True, 1), (2.0, 2)):
-            children = MPI.COMM_SELF.Spawn(sys.executable, ["child.py"], maxprocs)
+        def spawned(children, n):
             assert sorted(children.recv(source=r) for r in range(n)) == list(range(n))
             children.Disconnect()
-        try:
-            MPI.COMM_SELF.Spawn(sys.executable, ["child.py"], "1")
-        except TypeError as exc:
-            assert "an integer is required" in str(exc), exc
-        else:
-            raise AssertionError("maxprocs='1' spawned")
+
+        for maxprocs, n in ((True, 1), (2.0, 2)):
+            spawned(MPI.COMM_SELF.Spawn(sys.executable, ["child.py"], maxprocs), n)
+        spawned(MPI.COMM_SELF.Spawn_multiple([sys.executable] * 2, [["child.py"]] * 2, [True, 1]), 2)
+        for call, bad in ((lambda: MPI.COMM_SELF.Spawn(sys.executable, ["child.py"], "1"), "an integer is required"),
+                          (lambda: MPI.COMM_SELF.Spawn_multiple([sys.executable] * 2, [["child.py"]] * 2, [1, 2.0]),
+                           "'float' object cannot be interpreted as an integer")):
+            try:
+                call()
+            except TypeError as exc:
+                assert bad in str(exc), exc
+            else:
+                raise AssertionError(f"spawned where mpi4py raises TypeError: {bad}")
         """, child=CHILD)
     assert outcome.status == 0, outcome.error
 

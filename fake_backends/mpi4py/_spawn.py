@@ -19,6 +19,7 @@ in the run: one that raises, or exits with a status other than 0, fails it.
 
 from __future__ import annotations
 
+import operator
 import os
 import re
 import sys
@@ -28,6 +29,7 @@ from simdist._errors import SimdistError
 from . import _runtime
 from ._dynproc import Close_port, Open_port
 from ._errors import ERR_ARG, ERR_SPAWN, Exception as MPIException
+from ._buffers import is_integral
 from ._pointtopoint import c_int, is_int
 from ._thread_failures import failed_in_a_thread
 
@@ -54,7 +56,8 @@ def spawn_multiple(self, command, args=None, maxprocs=None, info=None, root: int
             raise ValueError(f"Spawn_multiple: expecting a sequence of commands, got {command!r}")
         n = len(command)
         argvs = _per_command(args, n, "args", lambda a: a is None or isinstance(a, str))
-        counts = _per_command(maxprocs if maxprocs is not None else 1, n, "maxprocs", is_int)
+        counts = [operator.index(count)  # as mpi4py reads them: a bool is 0 or 1, a float a TypeError
+                  for count in _per_command(maxprocs if maxprocs is not None else 1, n, "maxprocs", is_integral)]
         _per_command(info, n, "info", lambda i: not isinstance(i, (list, tuple)))
         return list(zip(command, argvs, counts))
 
