@@ -342,7 +342,7 @@ class Comm(Handle, FreeableHandles, IntegerHandles, GroupCalls, PointToPoint, Pa
         if color < 0 and color != UNDEFINED:
             raise MPIException(ERR_ARG, f"Split: color={color!r} must be an int >= 0 or MPI.UNDEFINED")
         st.engine.progress()
-        sc = st.sc.split(None if color == UNDEFINED else int(color), int(key))
+        sc = st.sc.split(None if color == UNDEFINED else color, key)
         if sc is None:
             return COMM_NULL
         return self._new(self._derived(st, sc, f"Split(color={color})"))

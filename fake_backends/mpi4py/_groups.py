@@ -45,7 +45,6 @@ class _Members:
 _EMPTY = _Members(())
 
 
-
 class Group(Handle, IntegerHandles):
     """A group of processes (see the module docstring); the calls are mpi4py's."""
 
@@ -273,4 +272,4 @@ class GroupCalls:
         if st.members[st.rank] not in ranks:
             return predefined("COMM_NULL")
         st.engine.progress()
-        return self._new(self._derived(st, create_group(st, ranks, int(tag)), "Create_group"))
+        return self._new(self._derived(st, create_group(st, ranks, tag), "Create_group"))

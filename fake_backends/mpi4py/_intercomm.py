@@ -99,7 +99,7 @@ def create_intercomm(self, local_leader: int, peer_comm, remote_leader: int, tag
     if st.rank == local_leader:
         if not isinstance(peer_comm, Comm):
             raise TypeError(f"Create_intercomm: peer_comm must be an MPI.Comm, got {type(peer_comm).__name__}")
-        found = _peer_exchange(peer_comm, remote_leader, int(tag), list(st.members))
+        found = _peer_exchange(peer_comm, remote_leader, tag, list(st.members))
     else:
         found = None
     return from_leader(self, found, local_leader, "Create_intercomm")
@@ -255,7 +255,7 @@ class Intercomm(InterCollectives, Comm):
         if color < 0 and color != UNDEFINED:
             raise MPIException(ERR_ARG, f"Split: color={color!r}, key={key!r} on {st.name}")
         st.engine.progress()
-        sc = st.sc.split(None if color == UNDEFINED else int(color), (_side(st), int(key)))
+        sc = st.sc.split(None if color == UNDEFINED else color, (_side(st), key))
         if sc is None:
             return COMM_NULL
         members = sc.transport.members

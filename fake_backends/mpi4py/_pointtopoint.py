@@ -39,10 +39,6 @@ from ._status import Status
 TAG_UB = 2**31 - 1
 
 
-def is_int(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
 def c_int(value, what: str) -> int:
     """``value`` converted as mpi4py's compiled calls convert a C ``int``
     argument: an int (a bool too), or a number with ``__int__``, truncated

@@ -30,7 +30,7 @@ from . import _runtime
 from ._dynproc import Close_port, Open_port
 from ._errors import ERR_ARG, ERR_SPAWN, Exception as MPIException
 from ._buffers import is_integral
-from ._pointtopoint import c_int, is_int
+from ._pointtopoint import c_int
 from ._thread_failures import failed_in_a_thread
 
 #: The interpreter options that take a value (``-X dev``, ``-W error``).
@@ -140,10 +140,10 @@ def _start(st, call: str, apps) -> tuple:
         programs, counts = [], []
         for appnum, (command, argv, count) in enumerate(apps):
             program = _program(command, argv, call)
-            if not is_int(count) or count < 1:
+            if count < 1:  # an int: Spawn and Spawn_multiple convert their counts as mpi4py does
                 raise MPIException(ERR_ARG, f"{call}: maxprocs={count!r} for {command!r}: give a count >= 1")
-            programs += [(appnum, program)] * int(count)
-            counts.append(int(count))
+            programs += [(appnum, program)] * count
+            counts.append(count)
     except MPIException as exc:
         return False, exc.detail or str(exc)
     port = Open_port()
