@@ -57,7 +57,7 @@ def test_datatypes_runs_as_a_module_against_open_mpi():
 
 @pytest.mark.slow
 def test_transposes_run_under_both_launchers_and_check_their_results():
-    cells = transposes.measure([8], [2], rounds=1, reps=1)
+    cells = transposes.measure([8], [2], rounds=1, reps=1, loop=3)
     assert [c["call"] for c in cells] == list(transposes.CALLS)
     assert all(c["ok"] and c["open_mpi_ms"] > 0 and c["simdist_ms"] > 0 for c in cells), cells
 
