@@ -251,8 +251,7 @@ class SimDriver(Driver):
         timeout: a Deadlock if the waiting ranks wait in a cycle, otherwise
         the report of a CollectiveTimeout."""
         returned = [finished(outcomes, r) for r in range(self.arena.size)]
-        pids = {r: self._workers[r].pid for r in self.ranks()}
-        return hang_verdict(self.arena, self.watch, self.ranks(), returned, self._released, pids)
+        return hang_verdict(self.arena, self.watch, self.ranks(), returned, self._released)
 
     def abort(self, outcomes, dead) -> None:
         """Wake and unwind every rank still running; kill those that do not."""
@@ -271,26 +270,23 @@ class SimDriver(Driver):
             self._start(restart)
 
 
-def hang_verdict(arena: Arena, watch, ranks: list[int], returned: list[bool], released: dict, pids: dict):
+def hang_verdict(arena: Arena, watch, ranks: list[int], returned: list[bool], released: dict):
     """What ``SimDriver.hang_report`` says, for the ranks ``ranks`` of
-    ``arena`` (``returned[r]``: rank r has returned and waits for the rest;
-    ``pids[r]``: its process): None, a Deadlock, or the per-rank report of a
-    CollectiveTimeout."""
+    ``arena`` (``returned[r]``: rank r has returned and waits for the rest):
+    None, a Deadlock, or the per-rank report of a CollectiveTimeout."""
     positions = _positions(arena)
     at_once = deadlocked(arena)
-    running = {r: pid for r, pid in pids.items() if positions[r][0] == USER and not returned[r]}
-    waited = watch.hung(positions, [p[0] == CALL or returned[r] for r, p in enumerate(positions)], running)
+    waited = watch.hung(positions, [p[0] == CALL or returned[r] for r, p in enumerate(positions)])
     if not at_once and waited is None:
         return None
     if at_once and release_buffered(arena, released):  # sends run synchronous for the buffering check
         return None
     if at_once:  # found within a poll of the last move: how long is not news
         waited = dict.fromkeys(ranks)
+    report = {r: whereabouts(arena, r, w) for r, w in waited.items() if r in ranks}
     chain, closed = wait_cycle(arena)
     if not at_once and not closed:
-        # a rank that computes in its own code may still call: not a hang, as under mpiexec
-        return None if watch.computing else {r: whereabouts(arena, r, w) for r, w in waited.items() if r in ranks}
-    report = {r: whereabouts(arena, r, w) for r, w in waited.items() if r in ranks}
+        return report
     cycle = [(r, short_call(arena, r)) for r in chain]
     locations = {r: where for r in chain if (where := call_location(arena, r))}
     return Deadlock(watch.timeout, report, cycle, closed, at_once, locations)
