@@ -247,16 +247,16 @@ def _blocks(olds, starts, lengths, contents) -> TypeMap:
     one = isinstance(olds, TypeMap)
     kinds = ({id(olds): olds} if len(starts) else {}) if one else {id(o): o for o in olds}
     align = max([1] + [old.align for old in kinds.values()])
+    per_block = [olds] * len(starts) if one else list(olds)
     if one and len(starts) >= _FEW:
         bounds, build = _repeated_bounds(olds, np.asarray(starts, np.int64), np.asarray(lengths, np.int64))
     else:
         starts = starts.tolist() if isinstance(starts, np.ndarray) else list(starts)
         lengths = lengths.tolist() if isinstance(lengths, np.ndarray) else list(lengths)
-        bounds, build = _listed_bounds([olds] * len(starts) if one else list(olds), starts, lengths)
+        bounds, build = _listed_bounds(per_block, starts, lengths)
     tm = _map(bounds, align, contents, build)
     if len(starts) <= _JOINED_BLOCKS:
-        kinds_of = [olds] * len(starts) if one else list(olds)
-        tm._grid_of = lambda: _joined_layout(kinds_of, list(starts), list(lengths))
+        tm._grid_of = lambda: _joined_layout(per_block, list(starts), list(lengths))
     return tm
 
 

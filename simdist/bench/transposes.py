@@ -86,6 +86,7 @@ def _rank(n: int, reps: int, loop: int) -> None:
     pencil = np.empty((n, m, n), np.complex128)
     send_types, recv_types = _subarrays(MPI, slab.shape, 1, size), _subarrays(MPI, pencil.shape, 0, size)
     ones, zeros = [1] * size, [0] * size
+
     def transpose():
         comm.Alltoallw([slab, ones, zeros, send_types], [pencil, ones, zeros, recv_types])
 
@@ -115,6 +116,7 @@ def _rank(n: int, reps: int, loop: int) -> None:
     column = MPI.DOUBLE.Create_vector(m, 1, n).Create_resized(0, 8).Commit()
     send = [rows, ([m] * size, [p * m for p in range(size)]), column]
     recv = [got, ([m * m] * size, [p * m * m for p in range(size)]), MPI.DOUBLE]
+
     def vector():
         comm.Alltoallv(send, recv)
 
