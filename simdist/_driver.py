@@ -14,7 +14,10 @@ the driver, even when a peer of the failed rank computes forever.
 
 A run is hung when a rank waits in a call and no rank has moved for
 ``timeout`` seconds: each run has a :class:`HangWatch`, to which the
-backend's ``hang_report`` shows the ranks' positions as it reads them.
+backend's ``hang_report`` shows the ranks' positions as it reads them. A
+rank running its own code moves while it computes (``CpuUse``): a peer
+that waits for it is not hung, as under ``mpiexec``, while one that
+sleeps, blocks or waits outside any call is still found.
 
 A rank is dead when its process has ended (:class:`ProcessEnd`), not when
 its pipes close: processes that the rank's code started hold copies of
@@ -38,6 +41,13 @@ from ._interrupts import keep_interrupts
 
 GRACE = 2.0  # seconds the other ranks get after a failure
 POLL = 0.05  # seconds between looks for a hang
+#: A rank running its own code computes (moves) while it uses at least this
+#: share of a CPU between two looks at its CPU time...
+COMPUTING = 0.1
+#: ...which are this many seconds apart at least: the kernel counts CPU time
+#: in ticks (10 ms), and an event loop that polls and sleeps uses far less.
+CPU_LOOK = 1.0
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def finished(outcomes: dict, rank: int) -> bool:
@@ -47,13 +57,56 @@ def finished(outcomes: dict, rank: int) -> bool:
     return rank in outcomes and outcomes[rank][0] == "ok"
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """The CPU time ``pid`` has used, all its threads (None where /proc cannot tell)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class CpuUse:
+    """Tells a rank that computes in its own code from one that sleeps,
+    blocks, waits outside any call or polls: all look the same to the hang
+    watch otherwise. ``computed(pid, polls)`` counts the looks, ``every``
+    seconds apart or more, between which the process used at least
+    ``COMPUTING`` of a CPU and made no poll (``polls``, the backend's count
+    of the rank's looks for mail without waiting, did not change): a number
+    that changes while it computes. A rank that polls in a loop waits in
+    disguise, for a message that may never come."""
+
+    def __init__(self, every: float = CPU_LOOK):
+        self.every = every
+        self._seen: dict[int, tuple[float, float, int, int]] = {}  # pid: (when, CPU seconds, polls, count)
+
+    def computed(self, pid: int, polls: int = 0) -> int:
+        now = time.monotonic()
+        seen = self._seen.get(pid)
+        if seen is not None and now - seen[0] < self.every:
+            return seen[3]
+        cpu = cpu_seconds(pid)
+        if cpu is None:
+            return 0
+        count = 0
+        if seen is not None:
+            count = seen[3] + (cpu - seen[1] >= COMPUTING * (now - seen[0]) and polls == seen[2])
+        self._seen[pid] = (now, cpu, polls, count)
+        return count
+
+
 class HangWatch:
     """Decides when a run is hung: a rank waits in a call (or has returned,
     see ``finished``) and no rank has moved for ``timeout`` seconds.
 
     A rank's position is any value that changes whenever the rank moves (its
     state, its calls completed, the progress of its current call); the
-    backend reads them and passes them to :meth:`hung` at every look.
+    backend reads them and passes them to :meth:`hung` at every look, with
+    the processes of the ranks running their own code. After a verdict,
+    ``computing`` says whether one of those computed (``CpuUse``) in the
+    last ``timeout`` seconds: the backend then waits on, unless the waiting
+    ranks wait for each other in a cycle, which no computation can end.
     """
 
     def __init__(self, timeout: float):
@@ -61,15 +114,25 @@ class HangWatch:
         self.last: list | None = None
         self.since = time.monotonic()  # when any rank last moved
         self.rank_since: dict[int, float] = {}  # when each rank last moved
+        self.cpu = CpuUse(min(CPU_LOOK, timeout / 2))  # a computing rank is seen within a timeout
+        self.computed: dict[int, int] = {}
+        self.computed_at = self.since  # when a rank running its own code was last seen computing
+        self.computing = False
 
-    def hung(self, positions: Sequence, waiting: Sequence[bool]) -> dict[int, float | None] | None:
+    def hung(self, positions: Sequence, waiting: Sequence[bool],
+             running: dict[int, tuple[int, int]] | None = None) -> dict[int, float | None] | None:
         """None while the run is not hung; else, for every rank, the seconds
         it has waited in its call (None for a rank that does not wait).
 
-        ``positions`` holds each rank's position now and ``waiting`` whether
-        each rank waits in a call.
+        ``positions`` holds each rank's position now, ``waiting`` whether
+        each rank waits in a call, and ``running`` the pid and the polls
+        (``CpuUse``) of each rank that runs its own code, where the backend
+        knows them.
         """
         now = time.monotonic()
+        computed = {rank: self.cpu.computed(pid, polls) for rank, (pid, polls) in (running or {}).items()}
+        if computed != self.computed:
+            self.computed, self.computed_at = computed, now
         positions = list(positions)
         if positions != self.last:
             previous = self.last or [None] * len(positions)
@@ -80,6 +143,7 @@ class HangWatch:
             return None
         if now - self.since < self.timeout or not any(waiting):
             return None
+        self.computing = now - self.computed_at < self.timeout
         return {rank: now - self.rank_since.get(rank, self.since) if wait else None
                 for rank, wait in enumerate(waiting)}
 

@@ -370,6 +370,69 @@ def test_ranks_computing_without_waiting_are_never_timed_out():
         assert world.run(program) == [3.0, 3.0]
 
 
+def _compute(seconds: float) -> None:
+    """Use a CPU for ``seconds``, as a rank's own computation does."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        sum(range(1000))
+
+
+def test_ranks_waiting_for_a_peer_that_computes_longer_than_the_timeout_wait_on():
+    with simdist.World(2, timeout=0.2) as world:
+
+        def program(comm):
+            if comm.rank == 0:
+                _compute(1.0)  # five timeouts; rank 1 waits in the allreduce, as under mpiexec
+            return comm.allreduce(np.float64(comm.rank + 1))
+
+        assert world.run(program) == [3.0, 3.0]
+
+
+def test_a_rank_that_computes_and_then_blocks_outside_any_call_is_reported():
+    with simdist.World(2, timeout=0.5) as world:
+
+        def program(comm):
+            if comm.rank == 0:
+                _compute(1.0)
+                time.sleep(600)  # blocked, using no CPU: the hang the timeout is for
+            comm.barrier()
+
+        started = time.monotonic()
+        with pytest.raises(simdist.CollectiveTimeout) as info:
+            world.run(program)
+        assert 1.0 < time.monotonic() - started < 30
+        assert "running user code" in info.value.report[0]
+        assert "waiting in barrier #1" in info.value.report[1]
+        assert_usable(world)
+
+
+
+def _poll_for_what_never_comes(comm, poll: str):
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    if world.rank == 1:
+        return world.recv(source=0, tag=8)  # rank 0 never sends it
+    if poll == "Iprobe":
+        while not world.Iprobe(source=1, tag=5):
+            pass
+    else:
+        request = world.irecv(source=1, tag=5)
+        while not request.Test():
+            pass
+
+
+@pytest.mark.parametrize("poll", ["Iprobe", "Test"])
+def test_a_rank_that_polls_in_a_loop_while_its_peer_waits_for_it_is_reported(poll):
+    """A loop of non-blocking polls uses a CPU, yet it waits, here for a
+    message from a peer that waits for it in turn: not computing."""
+    with simdist.World(2, timeout=0.5) as world:
+        with pytest.raises(simdist.CollectiveTimeout) as info:
+            world.run(_poll_for_what_never_comes, poll)
+        assert "running user code" in info.value.report[0]
+        assert "waiting in recv(source=0, tag=8)" in info.value.report[1]
+        assert_usable(world)
+
 # -- a worker dies ------------------------------------------------------------------------
 
 

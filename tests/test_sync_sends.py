@@ -191,18 +191,22 @@ def test_ranks_waiting_for_a_rank_that_computes_are_no_deadlock(sync3):
     assert sync3.run(_one_computes, 1.0) == [0, 1, 1]
 
 
-def _pair_deadlocks_while_one_computes(comm):
+def _pair_deadlocks_while_one_computes(comm, busy):
     if comm.rank == 2:
+        end = time.monotonic() + 600
+        while busy and time.monotonic() < end:  # uses a CPU: the rank computes
+            sum(range(1000))
         time.sleep(600)
     return comm.recv(1 - comm.rank)
 
 
 @pytest.mark.slow
-def test_a_cycle_next_to_a_computing_rank_is_reported_at_the_timeout():
+@pytest.mark.parametrize("busy", [False, True], ids=["sleeping", "using a CPU"])
+def test_a_cycle_next_to_a_computing_rank_is_reported_at_the_timeout(busy):
     with simdist.World(3, timeout=1.0) as world:
         started = time.monotonic()
         with pytest.raises(simdist.Deadlock) as info:
-            world.run(_pair_deadlocks_while_one_computes)
+            world.run(_pair_deadlocks_while_one_computes, busy)
         assert 1.0 <= time.monotonic() - started < 30
         assert world.run(lambda comm: comm.rank) == [0, 1, 2]
     err = info.value

@@ -37,7 +37,8 @@ from .._janitor import end_group, janitor
 from .._stdin import driver_stdin
 from ._arena import Arena
 from ._layout import (
-    ABORT_DRIVER, CALL, H_ABORT, H_SYNC_SENDS, H_UNIVERSE_SIZE, S_CTX, S_P2P_KIND, S_P2P_PEER, S_PROGRESS, S_STATE, USER, Layout,
+    ABORT_DRIVER, CALL, H_ABORT, H_SYNC_SENDS, H_UNIVERSE_SIZE, S_CTX, S_P2P_KIND, S_P2P_PEER, S_POLLS, S_PROGRESS,
+    S_STATE, USER, Layout,
 )
 from . import _spares as spares, _worker
 from ._deadlock import deadlocked, release_buffered, wait_cycle
@@ -251,7 +252,8 @@ class SimDriver(Driver):
         timeout: a Deadlock if the waiting ranks wait in a cycle, otherwise
         the report of a CollectiveTimeout."""
         returned = [finished(outcomes, r) for r in range(self.arena.size)]
-        return hang_verdict(self.arena, self.watch, self.ranks(), returned, self._released)
+        pids = {r: self._workers[r].pid for r in self.ranks()}
+        return hang_verdict(self.arena, self.watch, self.ranks(), returned, self._released, pids)
 
     def abort(self, outcomes, dead) -> None:
         """Wake and unwind every rank still running; kill those that do not."""
@@ -270,23 +272,28 @@ class SimDriver(Driver):
             self._start(restart)
 
 
-def hang_verdict(arena: Arena, watch, ranks: list[int], returned: list[bool], released: dict):
+def hang_verdict(arena: Arena, watch, ranks: list[int], returned: list[bool], released: dict, pids: dict):
     """What ``SimDriver.hang_report`` says, for the ranks ``ranks`` of
-    ``arena`` (``returned[r]``: rank r has returned and waits for the rest):
-    None, a Deadlock, or the per-rank report of a CollectiveTimeout."""
+    ``arena`` (``returned[r]``: rank r has returned and waits for the rest;
+    ``pids[r]``: its process): None, a Deadlock, or the per-rank report of a
+    CollectiveTimeout."""
     positions = _positions(arena)
     at_once = deadlocked(arena)
-    waited = watch.hung(positions, [p[0] == CALL or returned[r] for r, p in enumerate(positions)])
+    lay, q = arena.layout, arena.q
+    running = {r: (pid, q[lay.status_word(r, S_POLLS)]) for r, pid in pids.items()
+               if positions[r][0] == USER and not returned[r]}
+    waited = watch.hung(positions, [p[0] == CALL or returned[r] for r, p in enumerate(positions)], running)
     if not at_once and waited is None:
         return None
     if at_once and release_buffered(arena, released):  # sends run synchronous for the buffering check
         return None
     if at_once:  # found within a poll of the last move: how long is not news
         waited = dict.fromkeys(ranks)
-    report = {r: whereabouts(arena, r, w) for r, w in waited.items() if r in ranks}
     chain, closed = wait_cycle(arena)
     if not at_once and not closed:
-        return report
+        # a rank that computes in its own code may still call: not a hang, as under mpiexec
+        return None if watch.computing else {r: whereabouts(arena, r, w) for r, w in waited.items() if r in ranks}
+    report = {r: whereabouts(arena, r, w) for r, w in waited.items() if r in ranks}
     cycle = [(r, short_call(arena, r)) for r in chain]
     locations = {r: where for r in chain if (where := call_location(arena, r))}
     return Deadlock(watch.timeout, report, cycle, closed, at_once, locations)

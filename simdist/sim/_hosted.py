@@ -207,7 +207,7 @@ def _watch(arena: Arena, verdict_fd: int, timeout: float) -> None:
             judged = time.monotonic()
         if judged is None:
             returned = [q[lay.status_word(r, S_STATE)] == RETURNED for r in range(size)]
-            report = hang_verdict(arena, watch, list(range(size)), returned, {})
+            report = hang_verdict(arena, watch, list(range(size)), returned, {}, {r: end.pid for r, end in ends.items()})
             if report is not None:
                 if isinstance(report, dict):
                     for rank in range(size):

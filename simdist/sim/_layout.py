@@ -38,6 +38,11 @@ S_STATE, S_PROGRESS, S_CTX, S_WAITING_FOR = 0, 1, 2, 4  # WAITING_FOR: rank + 1,
 S_MPI_PEER, S_MPI_RELEASABLE, S_RELEASE = 3, 11, 80
 # PID: in a hosted world (``_hosted``), the process id of the rank, written when it joins.
 S_PID = 81
+# POLLS: how many times the rank has looked for mail without waiting (a
+# non-blocking probe, an engine's progress over the transport): a rank that
+# polls waits in disguise, so the hang watch does not take the CPU it uses
+# then for computing.
+S_POLLS = 82
 MPI_ANY_PEER = -1
 MPI_CALL_BYTES = 128
 S_P2P_KIND, S_P2P_PEER, S_P2P_TAG, S_P2P_NBYTES, S_P2P_SEQ = 5, 6, 7, 9, 10

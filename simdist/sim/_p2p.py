@@ -61,7 +61,7 @@ import numpy as np
 from .._arguments import DTYPE_CODE, DTYPES
 from ._layout import (
     CALL, FAILED, H_SYNC_SENDS, R_HEAD, R_MATCHED, R_TAIL, S_CTX, S_P2P_KIND, S_P2P_NBYTES, S_P2P_PEER, S_P2P_SEQ, S_P2P_TAG,
-    MPI_ANY_PEER, MPI_CALL_BYTES, S_MPI_PEER, S_MPI_RELEASABLE, S_PROGRESS, S_RELEASE, S_STATE, USER,
+    MPI_ANY_PEER, MPI_CALL_BYTES, S_MPI_PEER, S_MPI_RELEASABLE, S_POLLS, S_PROGRESS, S_RELEASE, S_STATE, USER,
 )
 from ._report import P2P_ANY_SOURCE, P2P_CTX, SSEND
 
@@ -230,8 +230,10 @@ class Mailboxes:
         or when the driver releases the wait (``S_RELEASE``).
         See the module docstring."""
         me = self._me
-        if not block and len(sources) > FEW_SOURCES:
-            sources = self._with_mail(sources, ctx)
+        if not block:
+            self._arena.q[self._status + S_POLLS] += 1
+            if len(sources) > FEW_SOURCES:
+                sources = self._with_mail(sources, ctx)
         rings = [self._ring(src, me) for src in sources]
         release = self._status + S_RELEASE
         released = self._arena.q[release] + 1
@@ -290,7 +292,8 @@ class Mailboxes:
 
     def may_have_mail(self, sources: tuple) -> bool:
         """False only if the rings from ``sources`` (world ranks) to this
-        rank are empty and no message is set aside."""
+        rank are empty and no message is set aside. A poll (``S_POLLS``)."""
+        self._arena.q[self._status + S_POLLS] += 1
         if self._stash:
             return True
         words = self._ring_words(sources)
