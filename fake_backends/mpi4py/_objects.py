@@ -7,13 +7,19 @@ through the rank's SimComm, so mismatched calls raise
 ``simdist.CollectiveMismatch`` on every rank. Every rank gets new objects
 (unpickled copies), also the root of ``bcast``, as in mpi4py. Reductions
 are mpi4py's naive ones, in rank order (``_ops.fold_objects``).
+
+As mpi4py, a call holds its communicator's lock of the call's name
+(``_locks``) around its messages only, never while it pickles or
+unpickles: a finalizer (``__del__``) that the garbage collector runs then
+may make the same call again, as libraries that free remote objects from
+finalizers do.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._locks import locked
+from ._locks import _comm_lock
 from ._ops import PREDEFINED, fold_objects
 from ._pickle import pickle
 
@@ -55,55 +61,58 @@ class ObjectCollectives:
         """Return once every rank of the communicator has called it."""
         self.Barrier()
 
-    @locked
     def bcast(self, obj, root: int = 0):
         """Root's ``obj`` on every rank (a copy, on the root too)."""
         st, sc = self._coll()
         root = self._root(st, root, "bcast")
-        return _load(sc.broadcast(_dump(obj) if st.rank == root else None, root))
+        data = _dump(obj) if st.rank == root else None
+        with _comm_lock(self, "bcast"):
+            data = sc.broadcast(data, root)
+        return _load(data)
 
-    @locked
     def gather(self, sendobj, root: int = 0):
         """The list of every rank's object, in rank order, on root; None elsewhere."""
         st, sc = self._coll()
         root = self._root(st, root, "gather")
         data = _dump(sendobj)
-        lengths = sc.allgather(np.int64(data.size))
-        out = sc.gather(_padded([data], int(lengths.max()))[0], root)
+        with _comm_lock(self, "gather"):
+            lengths = sc.allgather(np.int64(data.size))
+            out = sc.gather(_padded([data], int(lengths.max()))[0], root)
         if out is None:
             return None
         return [_load(out[j, :lengths[j]]) for j in range(st.size)]
 
-    @locked
     def scatter(self, sendobj, root: int = 0):
         """Item ``r`` of root's sequence on rank ``r``."""
         st, sc = self._coll()
         root = self._root(st, root, "scatter")
         if st.rank == root:
             pickles = [_dump(item) for item in _items(sendobj, st.size, "scatter")]
-            lengths = sc.broadcast(np.array([p.size for p in pickles], np.int64), root)
-            out = sc.scatter(_padded(pickles, int(lengths.max())), root)
+            with _comm_lock(self, "scatter"):
+                lengths = sc.broadcast(np.array([p.size for p in pickles], np.int64), root)
+                out = sc.scatter(_padded(pickles, int(lengths.max())), root)
         else:
-            lengths = sc.broadcast(None, root)
-            out = sc.scatter(None, root)
+            with _comm_lock(self, "scatter"):
+                lengths = sc.broadcast(None, root)
+                out = sc.scatter(None, root)
         return _load(out[:lengths[st.rank]])
 
-    @locked
     def allgather(self, sendobj) -> list:
         """The list of every rank's object, in rank order, on every rank."""
         st, sc = self._coll()
         data = _dump(sendobj)
-        lengths = sc.allgather(np.int64(data.size))
-        out = sc.allgather(_padded([data], int(lengths.max()))[0])
+        with _comm_lock(self, "allgather"):
+            lengths = sc.allgather(np.int64(data.size))
+            out = sc.allgather(_padded([data], int(lengths.max()))[0])
         return [_load(out[j, :lengths[j]]) for j in range(st.size)]
 
-    @locked
     def alltoall(self, sendobj) -> list:
         """Item ``j`` of rank ``i``'s sequence becomes item ``i`` of rank ``j``'s result."""
         st, sc = self._coll()
         pickles = [_dump(item) for item in _items(sendobj, st.size, "alltoall")]
-        lengths = sc.allgather(np.array([p.size for p in pickles], np.int64))  # [from, to]
-        out = sc.alltoall(_padded(pickles, int(lengths.max())))
+        with _comm_lock(self, "alltoall"):
+            lengths = sc.allgather(np.array([p.size for p in pickles], np.int64))  # [from, to]
+            out = sc.alltoall(_padded(pickles, int(lengths.max())))
         return [_load(out[j, :lengths[j, st.rank]]) for j in range(st.size)]
 
     def reduce(self, sendobj, op=SUM, root: int = 0):
