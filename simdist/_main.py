@@ -10,7 +10,10 @@ the program registers. While the program runs, ``atexit.register`` and
 runs them at exit: before the rank leaves MPI, so that a handler may still
 communicate (rank 0 of a cluster launcher tells the others to stop from
 one). A handler that raises is printed as Python prints it and does not
-change the exit status. None is carried to the rank's next program.
+change the exit status. None is carried to the rank's next program, and
+none runs after ``forget_exit_handlers`` (MPI_Abort: the process is gone)
+nor when the run unwinds the rank for another's failure (``Aborted``), as
+``mpiexec`` kills the other ranks of a job whose rank failed.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import os
 import runpy
 import sys
 import traceback
+
+from ._errors import Aborted
 
 
 def run_main(target: str, argv: list[str], module: bool, code: bool = False) -> int:
@@ -62,11 +67,22 @@ def run_main(target: str, argv: list[str], module: bool, code: bool = False) -> 
         sys.stderr.flush()
 
 
+_kept_aside: list[list[tuple]] = []  # the handlers of each program running (run_main inside run_main)
+
+
+def forget_exit_handlers() -> None:
+    """Drop the handlers of every program running in this process: none
+    runs when they end (the process is gone, for all they can tell)."""
+    for handlers in _kept_aside:
+        handlers.clear()
+
+
 @contextlib.contextmanager
 def _exit_handlers():
     """Keep the handlers registered with ``atexit`` in the block aside, and
     run them when it ends, however it ends (see the module docstring)."""
     handlers: list[tuple] = []
+    _kept_aside.append(handlers)
     real = atexit.register, atexit.unregister
 
     def register(func, *args, **kwargs):
@@ -79,8 +95,12 @@ def _exit_handlers():
     atexit.register, atexit.unregister = register, unregister
     try:
         yield
+    except Aborted:  # the run ends for another rank's failure: mpiexec kills such a rank, which runs none
+        handlers.clear()
+        raise
     finally:
         atexit.register, atexit.unregister = real
+        _kept_aside.remove(handlers)
         while handlers:
             func, args, kwargs = handlers.pop()
             try:

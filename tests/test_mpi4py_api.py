@@ -762,6 +762,27 @@ def test_abort_ends_the_run_with_its_error_code(tmp_path, capfd):
     assert lines(capfd) == ["rank 0 before", "rank 1 before", "rank 2 before"]
 
 
+@pytest.mark.parametrize("caught", ["finally: sys.exit(0)", "except BaseException: pass"])
+def test_an_abort_the_program_catches_still_ends_the_job_and_runs_no_exit_handler(tmp_path, capfd, caught):
+    """MPI_Abort never returns: a ``finally`` that calls ``sys.exit(0)``
+    (schwimmbad's pool worker leaves so) or an ``except BaseException``
+    does not undo it, and no rank of the killed job runs an ``atexit``
+    handler."""
+    outcome = run(tmp_path, f"""
+        import atexit, sys
+        atexit.register(print, f"rank {{rank}}: exit handler", flush=True)
+        if rank == 1:
+            try:
+                MPI.COMM_WORLD.Abort(4)
+            {caught}
+            print("rank 1: on, for all it knows", flush=True)
+        else:
+            comm.Barrier()                              # rank 1 never comes
+    """, 3)
+    assert (outcome.status, outcome.error) == (4, "simdist run: MPI_Abort(4) on rank 1")
+    assert "exit handler" not in capfd.readouterr().out
+
+
 def test_abort_through_the_command_line(tmp_path):
     import subprocess
 

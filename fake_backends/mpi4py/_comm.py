@@ -392,8 +392,20 @@ class Comm(Handle, FreeableHandles, IntegerHandles, GroupCalls, PointToPoint, Pa
     def Abort(self, errorcode: int = 0):
         """End the job: ``simdist run`` exits with ``errorcode``. From another
         thread than the main one, the main thread is ended too, as MPI_Abort
-        ends the whole process (mpi4py's pool aborts from its thread)."""
-        abort = MPIAbort(errorcode, _runtime.get().me)
+        ends the whole process (mpi4py's pool aborts from its thread).
+
+        MPI_Abort never returns, so the rank ends with this abort even if
+        the program catches what it raises (a ``finally`` that calls
+        ``sys.exit(0)``, as schwimmbad's pool has): the installation raises
+        it again when the program ends (``_install``), and the program's
+        ``atexit`` handlers do not run, as a killed process runs none."""
+        from simdist._main import forget_exit_handlers
+
+        rt = _runtime.get()
+        abort = MPIAbort(errorcode, rt.me)
+        if rt.aborted is None:
+            rt.aborted = abort
+        forget_exit_handlers()
         failed_in_a_thread(abort)
         raise abort
 

@@ -85,12 +85,21 @@ def installed(comm):
     """Run the block with ``mpi4py`` (and ``mpi4py.MPI``) importable as the
     stand-in on ``comm``; yields the MPI module. See the module docstring."""
     installation = _Installation(comm)
-    ok = False
     try:
         yield MPI
-        ok = True
-    finally:
-        installation.remove(ok)
+    except BaseException as exc:
+        installation.remove(False)
+        _raise_abort(installation.rt, exc)
+        raise
+    installation.remove(installation.rt.aborted is None)
+    _raise_abort(installation.rt, None)
+
+
+def _raise_abort(rt, ended_with) -> None:
+    """Raise the rank's MPIAbort if it called ``Comm.Abort`` and the
+    program caught what that raised and ended otherwise (``ended_with``)."""
+    if rt.aborted is not None and ended_with is not rt.aborted:
+        raise rt.aborted from None
 
 
 def installed_for_run(comm):
@@ -108,7 +117,13 @@ def installed_for_run(comm):
     from simdist._worker import at_return
 
     installation = _Installation(comm)
-    at_return(installation.remove)
+
+    def ended(returned: bool) -> None:
+        installation.remove(returned and installation.rt.aborted is None)
+        if returned:
+            _raise_abort(installation.rt, None)
+
+    at_return(ended)
     return MPI.COMM_WORLD
 
 

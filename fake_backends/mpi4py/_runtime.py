@@ -50,6 +50,7 @@ class Runtime:
         self.parent = None  # a spawned process's state of Comm.Get_parent() (``_spawn``)
         self.appnum = 0  # which command of its Spawn_multiple a spawned process runs (MPI.APPNUM)
         self.finalized = False
+        self.aborted = None  # the MPIAbort of this rank's first Comm.Abort: the rank ends with it, whatever follows
         self._self_ctx = -1
         self.states: dict = {}  # every communicator state of the run not freed, as keys (see close)
         self.at_close: list = []  # what to release when the run ends (open files, windows not freed)
