@@ -1,19 +1,22 @@
 """Running a program as ``__main__`` in a rank, as ``python`` would run it:
-a script's path, a module (``-m``) or source code (``-c``), and its
-``atexit`` handlers when it ends.
+a script's path, a module (``-m``) or source code (``-c``), and what the
+interpreter does when it ends.
 
 A rank's process outlives its program (it runs the next one, and leaves
-with ``os._exit``), so the interpreter's own exit never runs the handlers
-the program registers. While the program runs, ``atexit.register`` and
-``unregister`` keep its handlers aside; when it ends (it returns, calls
-``sys.exit`` or raises) they run, last registered first, as ``python``
-runs them at exit: before the rank leaves MPI, so that a handler may still
-communicate (rank 0 of a cluster launcher tells the others to stop from
-one). A handler that raises is printed as Python prints it and does not
-change the exit status. None is carried to the rank's next program, and
-none runs after ``forget_exit_handlers`` (MPI_Abort: the process is gone)
-nor when the run unwinds the rank for another's failure (``Aborted``), as
-``mpiexec`` kills the other ranks of a job whose rank failed.
+with ``os._exit``), so the interpreter's own exit never comes for the
+program. While the program runs, ``atexit.register`` and ``unregister``
+keep its handlers aside; when it ends (it returns, calls ``sys.exit`` or
+raises) this does what ``python`` does at exit (``_Ending``): waits for
+the non-daemon threads the program started (a client thread that runs on
+after the main one has finished, as dask-mpi's), then runs the handlers,
+last registered first. All before the rank leaves MPI, so that a thread or
+a handler may still communicate (rank 0 of a cluster launcher tells the
+others to stop from one). A handler that raises is printed as Python
+prints it and does not change the exit status. None is carried to the
+rank's next program, and none runs after ``end_as_killed`` (MPI_Abort:
+the process is gone) nor when the run unwinds the rank for another's
+failure (``Aborted``), as ``mpiexec`` kills the other ranks of a job whose
+rank failed.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import contextlib
 import os
 import runpy
 import sys
+import threading
 import traceback
 
 from ._errors import Aborted
@@ -67,22 +71,68 @@ def run_main(target: str, argv: list[str], module: bool, code: bool = False) -> 
         sys.stderr.flush()
 
 
-_kept_aside: list[list[tuple]] = []  # the handlers of each program running (run_main inside run_main)
+class _Ending:
+    """What the end of one program running in this process does, as the
+    interpreter's exit does: the ``threading`` atexit calls the program
+    registered (mpi4py.futures stops its pools' threads so), a wait for
+    the non-daemon threads it started, then its ``atexit`` handlers, last
+    registered first. ``gone``: it ends as a killed process, doing none."""
+
+    def __init__(self):
+        self.handlers: list[tuple] = []
+        self.threads_before = set(threading.enumerate())
+        self.thread_exits = len(_THREAD_EXITS)
+        self.gone = False
+
+    def wait_for_threads(self) -> None:
+        calls = _THREAD_EXITS[self.thread_exits:]
+        del _THREAD_EXITS[self.thread_exits:]
+        for call in reversed(calls):
+            if getattr(call, "func", None) is not _pool_module("_python_exit"):
+                call()
+        me = threading.current_thread()
+        while left := [t for t in threading.enumerate()
+                       if not t.daemon and t is not me and t not in self.threads_before and not _pool_worker(t)]:
+            for thread in left:
+                thread.join()
 
 
-def forget_exit_handlers() -> None:
-    """Drop the handlers of every program running in this process: none
-    runs when they end (the process is gone, for all they can tell)."""
-    for handlers in _kept_aside:
-        handlers.clear()
+def _pool_worker(thread: threading.Thread) -> bool:
+    """Whether ``thread`` is a worker of a ``concurrent.futures`` thread
+    pool (asyncio's executor's too). The interpreter's exit stops those by
+    its exit call (``_python_exit``), which sets a flag of that module for
+    the whole process: the rank's next program would inherit it. So that
+    call is not made, and such workers are not waited for."""
+    worker = _pool_module("_worker")
+    return worker is not None and getattr(thread, "_target", None) is worker
+
+
+def _pool_module(name: str):
+    """``concurrent.futures.thread``'s ``name``, if that module is loaded."""
+    return getattr(sys.modules.get("concurrent.futures.thread"), name, None)
+
+
+#: CPython's calls before its exit joins the threads (``threading._register_atexit``).
+_THREAD_EXITS: list = getattr(threading, "_threading_atexits", [])
+_running: list[_Ending] = []  # each program running in this process (run_main inside run_main)
+
+
+def end_as_killed() -> None:
+    """Every program running in this process ends as a killed process:
+    no thread is waited for, no handler runs (MPI_Abort)."""
+    for ending in _running:
+        ending.gone = True
+        ending.handlers.clear()
 
 
 @contextlib.contextmanager
 def _exit_handlers():
     """Keep the handlers registered with ``atexit`` in the block aside, and
-    run them when it ends, however it ends (see the module docstring)."""
-    handlers: list[tuple] = []
-    _kept_aside.append(handlers)
+    when it ends, however it ends, wait for the threads and run them (see
+    ``_Ending`` and the module docstring)."""
+    ending = _Ending()
+    handlers = ending.handlers
+    _running.append(ending)
     real = atexit.register, atexit.unregister
 
     def register(func, *args, **kwargs):
@@ -96,11 +146,14 @@ def _exit_handlers():
     try:
         yield
     except Aborted:  # the run ends for another rank's failure: mpiexec kills such a rank, which runs none
+        ending.gone = True
         handlers.clear()
         raise
     finally:
         atexit.register, atexit.unregister = real
-        _kept_aside.remove(handlers)
+        _running.remove(ending)
+        if not ending.gone:
+            ending.wait_for_threads()
         while handlers:
             func, args, kwargs = handlers.pop()
             try:

@@ -1,7 +1,8 @@
-"""The end of a rank's program as under ``mpiexec``: its ``atexit``
-handlers run before the rank leaves MPI (so they may still communicate),
-and ranks that wait outside MPI after another rank has finished are a
-hang reported at the timeout, never an endless wait."""
+"""The end of a rank's program as under ``mpiexec``: the rank waits for the
+non-daemon threads the program started, then runs its ``atexit`` handlers,
+before it leaves MPI (so they may still communicate), and ranks that wait
+outside MPI after another rank has finished are a hang reported at the
+timeout, never an endless wait."""
 
 from __future__ import annotations
 
@@ -60,6 +61,39 @@ EVENT_LOOP = """
             time.sleep(0.01)
 """
 
+THREAD_AFTER_MAIN = """
+    import atexit, threading, time
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    atexit.register(print, f"rank {comm.rank}: handler", flush=True)
+
+    def late():                                 # as dask-mpi's client thread, on after the main one
+        time.sleep(0.2)
+        print(f"rank {comm.rank}: thread got {comm.allreduce(comm.rank)}", flush=True)
+
+    threading.Thread(target=late).start()
+    print(f"rank {comm.rank}: main done", flush=True)
+"""
+
+THREADS_STOPPED_AT_EXIT = """
+    import queue, threading
+    from concurrent.futures import ThreadPoolExecutor
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    jobs = queue.Queue()
+
+    def serve():
+        while (job := jobs.get()) is not None:
+            print(f"rank {comm.rank}: served {job}", flush=True)
+
+    threading.Thread(target=serve).start()
+    threading._register_atexit(jobs.put, None)  # as mpi4py.futures stops its pools' threads at exit
+    jobs.put("a")
+    pool = ThreadPoolExecutor(2)                # never shut down
+    print(pool.submit(str, f"rank {comm.rank}: pooled").result(), flush=True)
+"""
 
 def _write(tmp_path, name, source):
     path = tmp_path / name
@@ -73,6 +107,25 @@ def test_a_handler_that_tells_the_others_to_stop_runs_before_the_rank_leaves_mpi
     assert done.returncode == 0, done.stderr
     assert sorted(done.stdout.splitlines()) == ["rank 0: main done", "rank 1 got stop", "rank 2 got stop"]
 
+
+def test_the_rank_waits_for_the_threads_its_program_started_before_its_handlers_and_mpi_end(tmp_path):
+    path = _write(tmp_path, "late.py", THREAD_AFTER_MAIN)
+    done = simdist_run("-n", 2, "--timeout", 20, path.name, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    for rank in (0, 1):
+        mine = [line for line in done.stdout.splitlines() if line.startswith(f"rank {rank}:")]
+        assert mine == [f"rank {rank}: main done", f"rank {rank}: thread got 1", f"rank {rank}: handler"]
+
+
+def test_threads_that_the_interpreter_stops_at_exit_do_not_hold_the_rank(tmp_path):
+    """A pool's threads that wait for work: mpi4py.futures' stop at its
+    ``threading`` exit call, those of a ``concurrent.futures`` pool never
+    shut down are not waited for (the interpreter's exit stops them)."""
+    path = _write(tmp_path, "pools.py", THREADS_STOPPED_AT_EXIT)
+    done = simdist_run("-n", 2, "--timeout", 20, path.name, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.splitlines()) == ["rank 0: pooled", "rank 0: served a", "rank 1: pooled",
+                                                "rank 1: served a"]
 
 def test_handlers_run_last_first_and_a_raising_one_is_printed_without_changing_the_status(tmp_path):
     path = _write(tmp_path, "handlers.py", HANDLERS)

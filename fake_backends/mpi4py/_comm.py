@@ -398,14 +398,15 @@ class Comm(Handle, FreeableHandles, IntegerHandles, GroupCalls, PointToPoint, Pa
         the program catches what it raises (a ``finally`` that calls
         ``sys.exit(0)``, as schwimmbad's pool has): the installation raises
         it again when the program ends (``_install``), and the program's
-        ``atexit`` handlers do not run, as a killed process runs none."""
-        from simdist._main import forget_exit_handlers
+        threads are not waited for nor its ``atexit`` handlers run, as in a
+        killed process."""
+        from simdist._main import end_as_killed
 
         rt = _runtime.get()
         abort = MPIAbort(errorcode, rt.me)
         if rt.aborted is None:
             rt.aborted = abort
-        forget_exit_handlers()
+        end_as_killed()
         failed_in_a_thread(abort)
         raise abort
 
