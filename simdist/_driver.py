@@ -12,12 +12,13 @@ Once a rank has failed, the others get a grace period (``GRACE``) to finish
 on their own; ranks still running then are stopped. So a failure never hangs
 the driver, even when a peer of the failed rank computes forever.
 
-A run is hung when a rank waits in a call and no rank has moved for
-``timeout`` seconds: each run has a :class:`HangWatch`, to which the
-backend's ``hang_report`` shows the ranks' positions as it reads them. A
-rank running its own code moves while it computes (``CpuUse``): a peer
-that waits for it is not hung, as under ``mpiexec``, while one that
-sleeps, blocks or waits outside any call is still found.
+A run is hung when a rank waits in a call, or every rank waits outside
+MPI, and no rank has moved for ``timeout`` seconds: each run has a
+:class:`HangWatch`, to which the backend's ``hang_report`` shows the
+ranks' positions as it reads them. A rank running its own code moves
+while it computes (``CpuUse``): a peer that waits for it is not hung, as
+under ``mpiexec``, while one that sleeps, blocks, polls or waits outside
+any call is still found.
 
 A rank is dead when its process has ended (:class:`ProcessEnd`), not when
 its pipes close: processes that the rank's code started hold copies of
@@ -81,14 +82,15 @@ class CpuUse:
         self.every = every
         self._seen: dict[int, tuple[float, float, int, int]] = {}  # pid: (when, CPU seconds, polls, count)
 
-    def computed(self, pid: int, polls: int = 0) -> int:
+    def computed(self, pid: int, polls: int = 0) -> int | None:
+        """The count for ``pid``; None where its CPU time cannot be read."""
         now = time.monotonic()
         seen = self._seen.get(pid)
         if seen is not None and now - seen[0] < self.every:
             return seen[3]
         cpu = cpu_seconds(pid)
         if cpu is None:
-            return 0
+            return None
         count = 0
         if seen is not None:
             count = seen[3] + (cpu - seen[1] >= COMPUTING * (now - seen[0]) and polls == seen[2])
@@ -97,8 +99,11 @@ class CpuUse:
 
 
 class HangWatch:
-    """Decides when a run is hung: a rank waits in a call (or has returned,
-    see ``finished``) and no rank has moved for ``timeout`` seconds.
+    """Decides when a run is hung: no rank has moved for ``timeout`` seconds
+    while a rank waits in a call (or has returned, see ``finished``) or,
+    where the backend shows the ranks' processes, while every rank runs its
+    own code and none computes (they all sleep, block or poll: they wait
+    outside MPI).
 
     A rank's position is any value that changes whenever the rank moves (its
     state, its calls completed, the progress of its current call); the
@@ -141,9 +146,11 @@ class HangWatch:
                     self.rank_since[rank] = now
             self.last, self.since = positions, now
             return None
-        if now - self.since < self.timeout or not any(waiting):
+        if now - self.since < self.timeout:
             return None
         self.computing = now - self.computed_at < self.timeout
+        if not any(waiting) and (self.computing or not computed or None in computed.values()):
+            return None  # every rank runs its own code: hung only once none computes, as far as can be seen
         return {rank: now - self.rank_since.get(rank, self.since) if wait else None
                 for rank, wait in enumerate(waiting)}
 

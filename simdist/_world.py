@@ -36,12 +36,13 @@ class World:
     shared memory.
 
     ``timeout`` bounds, in seconds, how long the ranks may go without any
-    progress while one of them waits in a communication call; the run then
-    raises :class:`CollectiveTimeout`. Ranks that all compute in user code
-    are never timed out; on the simulator neither are ranks that wait for a
-    peer that computes (uses a CPU), while on the MPI backend a rank that
-    computes for longer than ``timeout`` while a peer waits for it is
-    reported. Once a rank has failed, the
+    progress while one of them waits in a communication call (on the
+    simulator, also while all of them wait outside MPI: they sleep, block
+    or poll); the run then raises :class:`CollectiveTimeout`. Ranks that
+    all compute in user code are never timed out; on the simulator neither
+    are ranks that wait for a peer that computes (uses a CPU), while on the
+    MPI backend a rank that computes for longer than ``timeout`` while a
+    peer waits for it is reported. Once a rank has failed, the
     others get a grace period of a few seconds to finish before they are
     stopped. ``start_method`` is one of ``fork`` (the default: fastest,
     and scripts need no ``if __name__ == "__main__"`` guard), ``forkserver``

@@ -364,10 +364,33 @@ def test_ranks_computing_without_waiting_are_never_timed_out():
     with simdist.World(2, timeout=0.5) as world:
 
         def program(comm):
-            time.sleep(1.2)  # longer than the timeout, but no rank waits
+            _compute(1.2)  # longer than the timeout, but no rank waits
             return comm.allreduce(np.float64(comm.rank + 1))
 
         assert world.run(program) == [3.0, 3.0]
+
+
+def _all_wait_outside_mpi(comm, how: str):
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    if how == "sleep":
+        time.sleep(600)
+    while not world.Iprobe(source=MPI.ANY_SOURCE, tag=3):  # an event loop: none will send
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("how", ["sleep", "poll"])
+def test_ranks_that_all_wait_outside_mpi_are_a_hang(how):
+    """No rank in a call, none returned, none computing: they wait for
+    each other outside MPI, and the run ends at the timeout."""
+    with simdist.World(2, timeout=0.5) as world:
+        started = time.monotonic()
+        with pytest.raises(simdist.CollectiveTimeout) as info:
+            world.run(_all_wait_outside_mpi, how)
+        assert time.monotonic() - started < 30
+        assert all("running user code" in info.value.report[r] for r in (0, 1))
+        assert_usable(world)
 
 
 def _compute(seconds: float) -> None:
