@@ -22,8 +22,8 @@ import numpy as np
 
 from ._buffers import is_in_place, parse, parse_vector, parse_w
 from ._errors import ERR_ROOT, ERR_TRUNCATE, Exception as MPIException
-from ._locks import locked
-from ._objects import _items
+from ._locks import _comm_lock
+from ._objects import _dump, _items, _load
 from ._ops import PREDEFINED, check, fold_arrays, fold_objects
 from ._p2p import PROC_NULL
 from ._pointtopoint import c_int
@@ -229,63 +229,71 @@ class InterCollectives:
         self._put(recv.raw[:counts[st.rank] * size], out.view(np.uint8).reshape(-1), call)
 
     # -- objects -----------------------------------------------------------------------
+    # As in ``_objects``: objects are pickled before the lock of the call's
+    # name is taken and unpickled after it is let go, as mpi4py does.
     def barrier(self) -> None:
         self.Barrier()
 
-    @locked
     def bcast(self, obj, root: int = 0):
         """The remote root's object on the leaves; None on the root and the idle."""
         role, root = self._role(root, "bcast")
         if role == "root":
-            self._exchange("bcast", dict.fromkeys(self._remote(), obj), ())
+            data = _dump(obj)
+            with _comm_lock(self, "bcast"):
+                self._exchange("bcast", dict.fromkeys(self._remote(), data), ())
         elif role == "leaf":
-            return self._exchange("bcast", {}, (root,))[root]
+            with _comm_lock(self, "bcast"):
+                data = self._exchange("bcast", {}, (root,))[root]
+            return _load(data)
         return None
 
-    @locked
     def gather(self, sendobj, root: int = 0):
         return self._gather_objects("gather", sendobj, root)
 
     def _gather_objects(self, call: str, sendobj, root):
         role, root = self._role(root, call)
         if role == "leaf":
-            self._exchange(call, {root: sendobj}, ())
+            data = _dump(sendobj)
+            with _comm_lock(self, "gather"):
+                self._exchange(call, {root: data}, ())
         elif role == "root":
-            got = self._exchange(call, {}, self._remote())
-            return [got[r] for r in self._remote()]
+            with _comm_lock(self, "gather"):
+                got = self._exchange(call, {}, self._remote())
+            return [_load(got[r]) for r in self._remote()]
         return None
 
-    @locked
     def scatter(self, sendobj, root: int = 0):
         role, root = self._role(root, "scatter")
         if role == "root":
-            items = _items(sendobj, len(self._remote()), "scatter")
-            self._exchange("scatter", dict(zip(self._remote(), items)), ())
+            pickles = [_dump(item) for item in _items(sendobj, len(self._remote()), "scatter")]
+            with _comm_lock(self, "scatter"):
+                self._exchange("scatter", dict(zip(self._remote(), pickles)), ())
         elif role == "leaf":
-            return self._exchange("scatter", {}, (root,))[root]
+            with _comm_lock(self, "scatter"):
+                data = self._exchange("scatter", {}, (root,))[root]
+            return _load(data)
         return None
 
-    @locked
     def allgather(self, sendobj) -> list:
         return self._allgather_objects("allgather", sendobj)
 
     def _allgather_objects(self, call: str, sendobj) -> list:
-        got = self._exchange(call, dict.fromkeys(self._remote(), sendobj), self._remote())
-        return [got[r] for r in self._remote()]
+        data = _dump(sendobj)
+        with _comm_lock(self, "allgather"):
+            got = self._exchange(call, dict.fromkeys(self._remote(), data), self._remote())
+        return [_load(got[r]) for r in self._remote()]
 
-    @locked
     def alltoall(self, sendobj) -> list:
-        items = _items(sendobj, len(self._remote()), "alltoall")
-        got = self._exchange("alltoall", dict(zip(self._remote(), items)), self._remote())
-        return [got[r] for r in self._remote()]
+        pickles = [_dump(item) for item in _items(sendobj, len(self._remote()), "alltoall")]
+        with _comm_lock(self, "alltoall"):
+            got = self._exchange("alltoall", dict(zip(self._remote(), pickles)), self._remote())
+        return [_load(got[r]) for r in self._remote()]
 
-    @locked
     def reduce(self, sendobj, op=SUM, root: int = 0):
         """``op`` folded over the remote group's objects in rank order, on the root."""
         items = self._gather_objects("reduce", sendobj, root)
         return None if items is None else fold_objects(op, items)
 
-    @locked
     def allreduce(self, sendobj, op=SUM):
         """``op`` folded over the remote group's objects in rank order."""
         return fold_objects(op, self._allgather_objects("allreduce", sendobj))

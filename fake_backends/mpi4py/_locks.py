@@ -4,14 +4,15 @@ mpi4py keeps, per communicator, a table of ``threading.Lock`` by key and
 holds the lock of a call's name ("bcast", "gather", "scatter",
 "allgather", "alltoall") around the messages of one lowercase (pickled)
 collective, so that threads do not interleave the two messages of such a
-call; ``mpi4py.util.pkl5`` takes the same locks.
+call; ``mpi4py.util.pkl5`` takes the same locks. The lock is not held
+while objects are pickled or unpickled.
 The stand-in keeps the same table, in the communicator's state, and its
-object collectives take the same keys.
+object collectives take the same keys the same way (``_objects``,
+``_intercoll``).
 """
 
 from __future__ import annotations
 
-import functools
 import threading
 
 _TABLES = threading.Lock()  # guards the creation of a lock in any table
@@ -27,13 +28,3 @@ def _comm_lock(comm, key=None) -> threading.Lock:
     table = _comm_lock_table(comm)
     with _TABLES:
         return table.setdefault(key, threading.Lock())
-
-
-def locked(method):
-    """Hold the communicator's lock of the call's name around the call, as mpi4py does."""
-    @functools.wraps(method)
-    def call(self, *args, **kwargs):
-        with _comm_lock(self, method.__name__):
-            return method(self, *args, **kwargs)
-
-    return call

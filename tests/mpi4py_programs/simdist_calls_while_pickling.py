@@ -6,8 +6,10 @@ broadcast of its own. mpi4py pickles before it takes the communicator's
 lock of the call and unpickles after it lets go, so the inner call goes
 through, and its message comes first. Here the finalizer runs at fixed
 points: when rank 0 pickles what it broadcasts (or scatters), and when
-it unpickles its own copy. As pyMOR's MPI pool does (its objects' ``__del__``
-broadcasts a remove command to the event loops of the other ranks).
+it unpickles its own copy; then the same across an intercommunicator
+(rank 0 the root, with ``MPI.ROOT``, of the group of the others). As
+pyMOR's MPI pool does (its objects' ``__del__`` broadcasts a remove
+command to the event loops of the other ranks).
 
 Origin: written for this project.
 """
@@ -50,5 +52,30 @@ else:
         print(f"rank {rank} call {calls}: {command} {what}")
         if command == "stop":
             break
+if size > 1:
+    local = world.Split(rank == 0, rank)
+    inter = local.Create_intercomm(0, world, 1 if rank == 0 else 0)
+
+    class RemoteAcross:
+        """As Remote, across the intercommunicator: rank 0 is the root."""
+
+        def __init__(self, name):
+            self.name = name
+
+        def __reduce__(self):
+            inter.bcast(("free", f"{self.name}, pickled"), root=MPI.ROOT)
+            return (str, (self.name,))
+
+    if rank == 0:
+        print("rank 0 inter bcast:", inter.bcast(("run", RemoteAcross("c")), root=MPI.ROOT))
+        inter.bcast(("stop", None), root=MPI.ROOT)
+    else:
+        while True:
+            command, what = inter.bcast(None, root=0)
+            print(f"rank {rank} inter: {command} {what}")
+            if command == "stop":
+                break
+    inter.Free()
+    local.Free()
 world.Barrier()
 print(f"rank {rank}: done")
