@@ -84,6 +84,12 @@ class _Ending:
         self.thread_exits = len(_THREAD_EXITS)
         self.gone = False
 
+    def killed(self) -> None:
+        """End as a killed process: nothing of the above happens."""
+        self.gone = True
+        self.handlers.clear()
+        del _THREAD_EXITS[self.thread_exits:]
+
     def wait_for_threads(self) -> None:
         calls = _THREAD_EXITS[self.thread_exits:]
         del _THREAD_EXITS[self.thread_exits:]
@@ -121,8 +127,7 @@ def end_as_killed() -> None:
     """Every program running in this process ends as a killed process:
     no thread is waited for, no handler runs (MPI_Abort)."""
     for ending in _running:
-        ending.gone = True
-        ending.handlers.clear()
+        ending.killed()
 
 
 @contextlib.contextmanager
@@ -145,9 +150,8 @@ def _exit_handlers():
     atexit.register, atexit.unregister = register, unregister
     try:
         yield
-    except Aborted:  # the run ends for another rank's failure: mpiexec kills such a rank, which runs none
-        ending.gone = True
-        handlers.clear()
+    except Aborted:  # the run ends for another rank's failure: mpiexec kills such a rank
+        ending.killed()
         raise
     finally:
         atexit.register, atexit.unregister = real
