@@ -120,7 +120,7 @@ class HangWatch:
         self.since = time.monotonic()  # when any rank last moved
         self.rank_since: dict[int, float] = {}  # when each rank last moved
         self.cpu = CpuUse(min(CPU_LOOK, timeout / 2))  # a computing rank is seen within a timeout
-        self.computed: dict[int, int] = {}
+        self.computed: dict[int, int | None] = {}
         self.computed_at = self.since  # when a rank running its own code was last seen computing
         self.computing = False
 
