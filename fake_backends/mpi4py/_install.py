@@ -59,6 +59,17 @@ class _Installation:
         sys.modules["mpi4py.MPI"] = MPI
         sys.modules["mpi4py.rc"] = rc
 
+    def end(self, returned: bool, raised: BaseException | None = None) -> None:
+        """The program ended: it ``returned``, or raised ``raised``. Remove
+        the installation (flushing only after a normal end without
+        ``Comm.Abort``); then, if the rank called ``Comm.Abort`` and the
+        program caught what it raised, raise it again: MPI_Abort never
+        returns."""
+        aborted = self.rt.aborted
+        self.remove(returned and aborted is None)
+        if aborted is not None and raised is not aborted:
+            raise aborted from None
+
     def remove(self, ended_normally: bool) -> None:
         """Flush the engine if the program ended normally (as MPI_Finalize
         would), then put back what ``sys.modules`` held."""
@@ -88,18 +99,9 @@ def installed(comm):
     try:
         yield MPI
     except BaseException as exc:
-        installation.remove(False)
-        _raise_abort(installation.rt, exc)
+        installation.end(False, exc)
         raise
-    installation.remove(installation.rt.aborted is None)
-    _raise_abort(installation.rt, None)
-
-
-def _raise_abort(rt, ended_with) -> None:
-    """Raise the rank's MPIAbort if it called ``Comm.Abort`` and the
-    program caught what that raised and ended otherwise (``ended_with``)."""
-    if rt.aborted is not None and ended_with is not rt.aborted:
-        raise rt.aborted from None
+    installation.end(True)
 
 
 def installed_for_run(comm):
@@ -116,14 +118,7 @@ def installed_for_run(comm):
         return MPI.COMM_WORLD
     from simdist._worker import at_return
 
-    installation = _Installation(comm)
-
-    def ended(returned: bool) -> None:
-        installation.remove(returned and installation.rt.aborted is None)
-        if returned:
-            _raise_abort(installation.rt, None)
-
-    at_return(ended)
+    at_return(_Installation(comm).end)
     return MPI.COMM_WORLD
 
 
