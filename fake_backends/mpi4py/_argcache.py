@@ -228,3 +228,46 @@ def w_parts(spec, n: int, *, writable: bool, what: str) -> tuple[list[BufSpec], 
     datatypes = [types] * n if isinstance(types, Datatype) else list(map(lookup, types))  # as parse_w reads them
     parts, rows = plan.parts(buf, datatypes)
     return parts, plan.nbytes, rows
+
+
+# -- the template of a repeated call's arguments (``simdist.sim._repeated``) --------------------
+
+#: A template's leaves: a list or tuple (its type and length), the buffer,
+#: an int (its value), a handle (the object, and its ``_id`` for a datatype).
+_SEQ, _BUFFER, _INT, _OBJECT = 1, 2, 3, 4
+
+
+def template(spec) -> tuple[list, np.ndarray] | None:
+    """The leaves that ``simdist.sim._compiled`` compares a later call's
+    argument with, walking it as this does (lists and tuples in order, at
+    most three deep), and the argument's buffer; None where an argument has
+    something else than one ``ndarray``, ints, datatypes and None (a numpy
+    integer, an array of counts, a type code), which the compiled path leaves
+    to the parse."""
+    leaves, buffers = [], []
+
+    def walk(obj, depth: int) -> None:
+        kind = type(obj)
+        if kind is list or kind is tuple:
+            if depth >= 3:
+                raise _Refused
+            leaves.append((_SEQ, kind, None, len(obj)))
+            for item in obj:
+                walk(item, depth + 1)
+        elif kind is np.ndarray and not buffers:
+            buffers.append(obj)
+            leaves.append((_BUFFER, None, None, 0))
+        elif kind is int:
+            leaves.append((_INT, None, None, obj))
+        elif isinstance(obj, Datatype):
+            leaves.append((_OBJECT, obj, obj._id, 0))
+        elif obj is None:
+            leaves.append((_OBJECT, None, None, 0))
+        else:
+            raise _Refused
+
+    try:
+        walk(spec, 0)
+    except _Refused:
+        return None
+    return (leaves, buffers[0]) if buffers else None

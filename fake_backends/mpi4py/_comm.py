@@ -104,7 +104,7 @@ class _State:
 
     inter = False  # True on an intercommunicator's (``_intercomm``)
     __slots__ = ("sc", "ctx", "members", "rank", "size", "name", "rt", "engine", "predefined", "freed", "_errhandler",
-                 "locks", "topo", "group", "attrs", "commctx", "coll_seq")
+                 "locks", "topo", "group", "attrs", "commctx", "coll_seq", "repeats")
 
     def __init__(self, rt, sc, ctx: int, members: list[int], name: str, predefined: bool = False, parent=None):
         self.rt, self.engine = rt, rt.engine
@@ -119,6 +119,7 @@ class _State:
         self.attrs: dict = {}  # the user attributes (``_attributes``)
         self.commctx = None  # MPI._commctx_intra's private duplicate (``_commctx``)
         self.coll_seq = 0  # collectives called so far (``_nbschedule``)
+        self.repeats: dict = {}  # the compiled transposes, by call (``_vector``)
         rt.states[self] = None
         if not predefined:
             _handleleaks.handle_made(self, "communicator")

@@ -427,6 +427,9 @@ class Engine:
         return bool(self._busy or self._acks_due or self._local or self._posted or self._awaiting_cts
                     or self._incoming)
 
+    #: What ``in_flight`` reads, by name (for ``simdist.sim._repeated``, which reads it in C).
+    FLIGHT = ("_busy", "_acks_due", "_local", "_posted", "_awaiting_cts", "_incoming")
+
     def _settle(self) -> None:
         """Handle the records to this rank itself and send what has credit
         (which may make more records to itself), taking nothing new."""

@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._argcache import vector_parts, w_parts
+from simdist import checks
+from simdist.sim import _repeated as _compiled_path
+
+from ._argcache import template, vector_parts, w_parts
 from ._buffers import BufSpec, is_in_place, parse, parse_vector
 from ._errors import ERR_TRUNCATE, Exception as MPIException
 from ._unpacking import unpacking_class
@@ -54,7 +57,7 @@ def _copies(blocks: list[BufSpec]) -> list[BufSpec]:
 
 
 def _alltoall_blocks(st, sc, call: str, send: list[BufSpec], recv: list[BufSpec], sizes: list[int],
-                     expected: list[int], send_rows=None, recv_rows=None) -> None:
+                     expected: list[int], send_rows=None, recv_rows=None) -> bool:
     """Block ``j`` of ``send`` (``sizes[j]`` bytes) to rank ``j``, rank
     ``j``'s block for us into block ``j`` of ``recv`` (``expected[j]``
     bytes): each packed straight into the simulator's slot and unpacked
@@ -62,9 +65,16 @@ def _alltoall_blocks(st, sc, call: str, send: list[BufSpec], recv: list[BufSpec]
     in one numpy copy each way where both sides' small blocks are the rows
     of one array (``send_rows``, ``recv_rows``). A length that differs
     from its receive block's is ERR_TRUNCATE on the receiver, which then
-    writes no block."""
-    me = st.rank
+    writes no block. Returns whether the rows moved every block."""
+    pack, unpack = _movers(st.rank, send, recv)
+    rows = None if send_rows is None or recv_rows is None else (send_rows, recv_rows)
+    got, whole = sc.alltoall_sized(sizes, pack, unpack, expected, rows)
+    _finish(call, st.rank, send, recv, got, expected, whole)
+    return whole
 
+
+def _movers(me: int, send: list[BufSpec], recv: list[BufSpec]):
+    """``alltoall_sized``'s pack and unpack of the blocks (a rank's own block moves apart)."""
     def pack(j, lo, out):
         if j != me:
             send[j].pack_range(out, lo)
@@ -73,14 +83,77 @@ def _alltoall_blocks(st, sc, call: str, send: list[BufSpec], recv: list[BufSpec]
         if j != me:
             recv[j].unpack_range(data, lo)
 
-    rows = None if send_rows is None or recv_rows is None else (send_rows, recv_rows)
-    got, whole = sc.alltoall_sized(sizes, pack, unpack, expected, rows)
+    return pack, unpack
+
+
+def _finish(call: str, me: int, send, recv, got: list[int], expected: list[int], whole: bool) -> None:
     if got != expected:
         short = next(j for j in range(len(got)) if got[j] != expected[j])
         raise MPIException(ERR_TRUNCATE, f"{call}: rank {short} sent {got[short]} bytes for a block of "
                                          f"{expected[short]} bytes")
     if not whole:
         _copy_block(send[me], recv[me])
+
+
+#: Compiled transposes a communicator keeps per call (``simdist.sim._repeated``).
+REPEATS_KEPT = 4
+
+
+def _repeated(st, call: str, sendbuf, recvbuf) -> bool | None:
+    """True if one of the compiled transposes that ``_compile`` made for
+    ``call`` on this communicator did this call (see
+    ``simdist.sim._repeated``); where its meeting found a block that needs
+    the Python path (a length that differs, a block longer than a row),
+    that rest is done here, on a parse of the arguments. False if none has
+    these arguments; None if one has, but the rank's state asks for the
+    Python path (a message in flight, say)."""
+    for repeated in st.repeats.get(call, {}).values():
+        out = repeated(sendbuf, recvbuf)
+        if out is True or out is None:
+            return out
+        if out is not False:
+            got, longest, room = out
+            send, sizes, recv, expected = _parts(st, call, sendbuf, recvbuf)
+            pack, unpack = _movers(st.rank, send, recv)
+            if longest > room:
+                st.sc.sized_phases(sizes, pack, unpack, expected, got, longest)
+            _finish(call, st.rank, send, recv, got, expected, False)
+            return True
+    return False
+
+
+def _parts(st, call: str, sendbuf, recvbuf):
+    """The blocks and their lengths of both buffers of Alltoallv or Alltoallw."""
+    if call == "Alltoallv":
+        recv, expected, _ = vector_parts(recvbuf, writable=True, blocks=st.size, what="recvbuf")
+        send, sizes, _ = vector_parts(sendbuf, writable=False, blocks=st.size, what="sendbuf")
+    else:
+        recv, expected, _ = w_parts(recvbuf, st.size, writable=True, what="recvbuf")
+        send, sizes, _ = w_parts(sendbuf, st.size, writable=False, what="sendbuf")
+    return send, sizes, recv, expected
+
+
+def _compile(st, call: str, sendbuf, recvbuf, sizes, expected, send_rows, recv_rows) -> None:
+    """After a call that moved every block through its rows: keep a compiled
+    transpose of it for the calls that repeat it (none under ``--check``,
+    whose hooks see every call in Python)."""
+    if checks.any_enabled() or not _compiled_path.available():
+        return
+    sides = [template(sendbuf), template(recvbuf)]
+    if None in sides:
+        return
+    key = tuple((kind, id(a), id(b), n) for leaves, _ in sides for kind, a, b, n in leaves) + tuple(
+        (buf.shape, buf.strides, buf.dtype.str) for _, buf in sides)
+    kept = st.repeats.setdefault(call, {})
+    if key in kept:
+        return
+    made = _compiled_path.repeated(
+        st.sc, st.engine._transport, {"st": st, "engine": st.engine, "flight_names": st.engine.FLIGHT}, sizes,
+        expected, ((*sides[0], send_rows), (*sides[1], recv_rows)))
+    if made is not None:
+        if len(kept) >= REPEATS_KEPT:
+            del kept[next(iter(kept))]
+        kept[key] = made
 
 
 def _copy_block(source: BufSpec, dest: BufSpec) -> None:
@@ -147,20 +220,30 @@ class VectorCollectives:
     def Alltoallv(self, sendbuf, recvbuf) -> None:
         """Block ``j`` of rank ``i``'s ``sendbuf`` becomes block ``i`` of rank
         ``j``'s ``recvbuf``."""
+        compiled = self._st().repeats and _repeated(self._st(), "Alltoallv", sendbuf, recvbuf)
+        if compiled:
+            return
         st, sc = self._coll()
         recv, expected, recv_rows = vector_parts(recvbuf, writable=True, blocks=st.size, what="recvbuf")
         if is_in_place(sendbuf):
             send, sizes, send_rows = _copies(recv), expected, None
         else:
             send, sizes, send_rows = vector_parts(sendbuf, writable=False, blocks=st.size, what="sendbuf")
-        _alltoall_blocks(st, sc, "Alltoallv", send, recv, sizes, expected, send_rows, recv_rows)
+        if _alltoall_blocks(st, sc, "Alltoallv", send, recv, sizes, expected, send_rows, recv_rows) and (
+                send_rows is not None and recv_rows is not None and compiled is not None):
+            _compile(st, "Alltoallv", sendbuf, recvbuf, sizes, expected, send_rows, recv_rows)
 
     def Alltoallw(self, sendbuf, recvbuf) -> None:
         """As Alltoallv, with a datatype per block and displacements in bytes."""
+        compiled = self._st().repeats and _repeated(self._st(), "Alltoallw", sendbuf, recvbuf)
+        if compiled:
+            return
         st, sc = self._coll()
         recv, expected, recv_rows = w_parts(recvbuf, st.size, writable=True, what="recvbuf")
         if is_in_place(sendbuf):
             send, sizes, send_rows = _copies(recv), expected, None
         else:
             send, sizes, send_rows = w_parts(sendbuf, st.size, writable=False, what="sendbuf")
-        _alltoall_blocks(st, sc, "Alltoallw", send, recv, sizes, expected, send_rows, recv_rows)
+        if _alltoall_blocks(st, sc, "Alltoallw", send, recv, sizes, expected, send_rows, recv_rows) and (
+                send_rows is not None and recv_rows is not None and compiled is not None):
+            _compile(st, "Alltoallw", sendbuf, recvbuf, sizes, expected, send_rows, recv_rows)

@@ -11,7 +11,7 @@ from ._collect import FOUND, FindingsDir, render, to_json, unique
 from ._findings import Call, Finding, allowed
 from ._from_errors import deadlock_finding, findings_of, mismatch_finding, mismatch_on_rank
 from ._kinds import GROUPS, KINDS, parse
-from ._sink import active, enabled, here, record
+from ._sink import active, any_enabled, enabled, here, record
 
-__all__ = ["FOUND", "GROUPS", "KINDS", "Call", "Finding", "FindingsDir", "active", "allowed", "deadlock_finding", "enabled", "findings_of", "here", "mismatch_finding", "mismatch_on_rank",
+__all__ = ["FOUND", "GROUPS", "KINDS", "Call", "Finding", "FindingsDir", "active", "allowed", "any_enabled", "deadlock_finding", "enabled", "findings_of", "here", "mismatch_finding", "mismatch_on_rank",
            "parse", "record", "render", "to_json", "unique"]

@@ -39,6 +39,11 @@ def active(kinds, directory: str | None, rank: int):
         _seen.clear()
 
 
+def any_enabled() -> bool:
+    """Whether this process looks for any kind of finding."""
+    return bool(_kinds)
+
+
 def enabled(kind: str) -> bool:
     """Whether this process looks for ``kind`` (see ``KINDS``)."""
     return kind in _kinds

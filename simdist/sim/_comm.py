@@ -246,18 +246,26 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
         else:
             got, longest, room, whole = self._exchange_sized(sizes, pack, unpack, expected, rows)
         if longest > room:
-            accept = got == expected
-
-            def part(j, lo, out):
-                if lo < sizes[j]:
-                    pack(j, lo, out[:sizes[j] - lo])
-
-            def take(j, lo, data):
-                if accept and lo < got[j]:
-                    unpack(j, lo, data[:got[j] - lo])
-
-            self._alltoall_block_phases(longest, part, take)
+            self.sized_phases(sizes, pack, unpack, expected, got, longest)
         return got, whole
+
+    def sized_phases(self, sizes, pack, unpack, expected, got: list[int], longest: int) -> None:
+        """The rest of ``alltoall_sized`` once its meeting found a block
+        longer than a row (``longest``, of any member): the blocks in phases
+        of that width, each as long as its sender's length says; unpacks
+        nothing unless ``got``, what the members send this rank, is
+        ``expected``."""
+        accept = got == expected
+
+        def part(j, lo, out):
+            if lo < sizes[j]:
+                pack(j, lo, out[:sizes[j] - lo])
+
+        def take(j, lo, data):
+            if accept and lo < got[j]:
+                unpack(j, lo, data[:got[j] - lo])
+
+        self._alltoall_block_phases(longest, part, take)
 
     def barrier(self):
         if self._closed:

@@ -309,14 +309,29 @@ class Mailboxes:
         return words
 
     def _find_ring_words(self, sources: tuple) -> tuple:
+        span = self.ring_span(sources)
+        if span is None:
+            return ()
+        head, tail, stride, n = span
+        q = self._arena.q
+        return q[head:head + n * stride:stride], q[tail:tail + n * stride:stride]
+
+    def ring_span(self, sources: tuple) -> tuple | None:
+        """The head and the tail word of the ring from ``sources[0]`` to
+        this rank, the step to the next source's, and how many: None unless
+        ``sources`` are consecutive world ranks."""
         first, n = sources[0], len(sources)
         if sources != tuple(range(first, first + n)):
-            return ()
-        lay, me, q = self._arena.layout, self._me, self._arena.q
+            return None
+        lay, me = self._arena.layout, self._me
         line = lay.pair_word(first, me)
         stride = lay.pair_word(first + 1, me) - line
-        end = line + n * stride
-        return q[line + R_HEAD:end + R_HEAD:stride], q[line + R_TAIL:end + R_TAIL:stride]
+        return line + R_HEAD, line + R_TAIL, stride, n
+
+    @property
+    def polls_word(self) -> int:
+        """The word of this rank's status that counts its polls (``S_POLLS``)."""
+        return self._status + S_POLLS
 
     def _enter_probe(self, sources: list[int], tag: int | None, any_source: bool) -> None:
         self._enter(PROBE, self._me if any_source else sources[0], -1 if tag is None else tag,

@@ -136,6 +136,7 @@ class PhaseProtocol:
         # The members' sleeping flags lie between those of the first and last
         # member, all zero while nobody sleeps: one comparison per publish.
         self._sleepers = arena.q[sleepers[0]:sleepers[1]]
+        self._sleeper_words = sleepers
         self._nobody = memoryview(bytes((sleepers[1] - sleepers[0]) * 8)).cast("q")
 
     # The hot path of every call: small calls spend most of their time here,

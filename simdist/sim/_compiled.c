@@ -1,0 +1,775 @@
+/* A repeated sized alltoall, compiled: see _repeated.py.
+
+   One object, ``Repeated``, holds what a call of Alltoallv or Alltoallw
+   found the third time its arguments came (their template, the rows of
+   both buffers, the communicator's words); calling it with the arguments
+   of a later call does that call's whole work, as the Python path does
+   it, step for step and word for word: the progress step's poll, the
+   communicator's count of collectives, ``SimComm._exchange_sized`` with
+   every block in its row (release, heads, rows, ``_meet``, rows back,
+   ``_done``, ``_end``). It returns False where the arguments differ from
+   what it holds, None where they do not but the state asks for the Python
+   path (having changed nothing either way), True when the call is done, and (lengths received, longest
+   block) when a block's length or size needs the rest of the Python path.
+   Every wait longer than the arena's spin, every sleeping peer to wake
+   and every signature that differs goes back to the Python methods. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_DIMS 32
+#define MAX_LEAVES 96
+#define MAX_MEMBERS 64
+#define MAX_DEPTH 3
+
+enum { LEAF_SEQ = 1, LEAF_BUFFER, LEAF_INT, LEAF_OBJECT };
+
+typedef struct {
+    int kind;
+    PyObject *a;     /* SEQ: its type; OBJECT: the object */
+    PyObject *b;     /* OBJECT: its _id, or NULL */
+    Py_ssize_t n;    /* SEQ: its length; INT: its value */
+} Leaf;
+
+typedef struct {
+    Leaf leaves[MAX_LEAVES];
+    int nleaves;
+    /* the buffer: an ndarray of this layout */
+    PyTypeObject *array_type;
+    int ndim;
+    Py_ssize_t shape[MAX_DIMS], strides[MAX_DIMS], itemsize;
+    char format[32];
+    int writable;
+    /* the rows: a copy of ``cdim`` loops, innermost runs of ``run`` bytes */
+    Py_ssize_t offset;            /* of the rows' first byte from the buffer's data pointer */
+    int cdim;
+    Py_ssize_t cshape[MAX_DIMS], user_step[MAX_DIMS], arena_step[MAX_DIMS], run;
+    Py_ssize_t arena_offset[2];   /* of the rows in the arena, per bank, in bytes */
+} Side;
+
+typedef struct {
+    PyObject_HEAD
+    Side side[2];
+    int n;                        /* members */
+    int64_t sizes[MAX_MEMBERS], expected[MAX_MEMBERS], longest_mine, room;
+    int inline_call;
+    long spin;
+    Py_ssize_t calls;             /* the calls done here */
+    /* words of arena.q */
+    Py_ssize_t polls, ring_head, ring_tail, ring_step, ring_n;
+    Py_ssize_t seq_word[2], call_epoch[2], ctx_word, state_word, arrive, done, progress;
+    Py_ssize_t sleepers_lo, sleepers_hi;
+    Py_ssize_t my_sig[2], sig_words;
+    int npeers;
+    Py_ssize_t peer_call_epoch[2][MAX_MEMBERS], peer_sig[2][MAX_MEMBERS];
+    PyObject *peer_rank[MAX_MEMBERS];
+    Py_ssize_t my_heads[2], head_step, their_heads[2][MAX_MEMBERS];
+    int64_t ctx, call_state, user_state;
+    /* objects */
+    PyObject *sc, *st, *engine, *mail, *arena, *q, *pending, *last_static, *static_sig;
+    PyObject *peer_done, *peers, *peer_arrive, *flight_names;
+} Repeated;
+
+static PyObject *s_epoch, *s_seq, *s_bank, *s_closed, *s_stash, *s_coll_seq, *s_id, *s_wait_word, *s_wait_words,
+    *s_wake, *s_check;
+
+static inline int64_t load(const int64_t *q, Py_ssize_t w) { return __atomic_load_n(q + w, __ATOMIC_ACQUIRE); }
+static inline void store(int64_t *q, Py_ssize_t w, int64_t v) { __atomic_store_n(q + w, v, __ATOMIC_RELEASE); }
+static inline void fence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+
+static inline void relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* -- reading the arguments back ------------------------------------------------ */
+
+static int ints_of(PyObject *seq, Py_ssize_t *out, int most, const char *what)
+{
+    PyObject *fast = PySequence_Fast(seq, what);
+    if (fast == NULL)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    if (n > most) {
+        Py_DECREF(fast);
+        PyErr_Format(PyExc_ValueError, "%s: %zd values, at most %d", what, n, most);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        out[i] = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fast, i));
+        if (out[i] == -1 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return -1;
+        }
+    }
+    Py_DECREF(fast);
+    return (int)n;
+}
+
+/* Whether ``obj`` walks as ``leaves`` from ``*at`` on; the buffer's object in *buffer. */
+static int matches(const Side *side, PyObject *obj, int *at, int depth, PyObject **buffer)
+{
+    if (*at >= side->nleaves)
+        return 0;
+    const Leaf *leaf = &side->leaves[(*at)++];
+    switch (leaf->kind) {
+    case LEAF_SEQ: {
+        if ((PyObject *)Py_TYPE(obj) != leaf->a || depth >= MAX_DEPTH)
+            return 0;
+        Py_ssize_t n = PyList_Check(obj) ? PyList_GET_SIZE(obj) : PyTuple_GET_SIZE(obj);
+        if (n != leaf->n)
+            return 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *item = PyList_Check(obj) ? PyList_GET_ITEM(obj, i) : PyTuple_GET_ITEM(obj, i);
+            if (!matches(side, item, at, depth + 1, buffer))
+                return 0;
+        }
+        return 1;
+    }
+    case LEAF_BUFFER:
+        if (Py_TYPE(obj) != side->array_type)
+            return 0;
+        *buffer = obj;
+        return 1;
+    case LEAF_INT: {
+        if (!PyLong_CheckExact(obj))
+            return 0;
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+        return !overflow && v == leaf->n;
+    }
+    case LEAF_OBJECT: {
+        if (obj != leaf->a)
+            return 0;
+        if (leaf->b == NULL)
+            return 1;
+        PyObject *id = PyObject_GetAttr(obj, s_id);
+        if (id == NULL) {
+            PyErr_Clear();
+            return 0;
+        }
+        Py_DECREF(id);
+        return id == leaf->b;
+    }
+    }
+    return 0;
+}
+
+/* The side's buffer of this call, exported into *view, if ``spec`` is the side's template. */
+static int take_buffer(const Side *side, PyObject *spec, Py_buffer *view)
+{
+    int at = 0;
+    PyObject *buffer = NULL;
+    if (!matches(side, spec, &at, 0, &buffer) || at != side->nleaves || buffer == NULL)
+        return 0;
+    int flags = PyBUF_RECORDS_RO | (side->writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(buffer, view, flags) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    int same = view->ndim == side->ndim && view->itemsize == side->itemsize && view->format != NULL
+               && strcmp(view->format, side->format) == 0;
+    for (int d = 0; same && d < side->ndim; d++)
+        same = view->shape[d] == side->shape[d] && view->strides[d] == side->strides[d];
+    if (!same) {
+        PyBuffer_Release(view);
+        return 0;
+    }
+    return 1;
+}
+
+/* Copy the rows between user memory and the arena, ``to_arena`` or back. */
+static void copy_rows(const Side *side, char *user, char *arena, int to_arena)
+{
+    Py_ssize_t index[MAX_DIMS] = {0};
+    int cdim = side->cdim;
+    for (;;) {
+        Py_ssize_t u = 0, a = 0;
+        for (int d = 0; d < cdim; d++) {
+            u += index[d] * side->user_step[d];
+            a += index[d] * side->arena_step[d];
+        }
+        if (to_arena)
+            memcpy(arena + a, user + u, side->run);
+        else
+            memcpy(user + u, arena + a, side->run);
+        int d = cdim - 1;
+        while (d >= 0 && ++index[d] == side->cshape[d])
+            index[d--] = 0;
+        if (d < 0)
+            return;
+    }
+}
+
+/* -- the call ------------------------------------------------------------------ */
+
+static int truthy_attr(PyObject *obj, PyObject *name)
+{
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL)
+        return -1;
+    int t = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return t;
+}
+
+static int get_ssize(PyObject *obj, PyObject *name, Py_ssize_t *out)
+{
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL)
+        return -1;
+    *out = PyLong_AsSsize_t(v);
+    Py_DECREF(v);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int set_ssize(PyObject *obj, PyObject *name, Py_ssize_t value)
+{
+    PyObject *v = PyLong_FromSsize_t(value);
+    if (v == NULL)
+        return -1;
+    int r = PyObject_SetAttr(obj, name, v);
+    Py_DECREF(v);
+    return r;
+}
+
+/* Whether the state lets the compiled path run: the communicator open, no
+   message in flight or waiting, the bank's signature this exchange's. */
+static int state_allows(Repeated *self, const int64_t *q, Py_ssize_t *epoch)
+{
+    PyObject *closed = PyObject_GetAttr(self->sc, s_closed);
+    if (closed == NULL)
+        return -1;
+    Py_DECREF(closed);
+    if (closed != Py_None)
+        return 0;
+    Py_ssize_t n = PyTuple_GET_SIZE(self->flight_names);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int t = truthy_attr(self->engine, PyTuple_GET_ITEM(self->flight_names, i));
+        if (t != 0)
+            return t < 0 ? -1 : 0;
+    }
+    int t = truthy_attr(self->mail, s_stash);
+    if (t != 0)
+        return t < 0 ? -1 : 0;
+    for (Py_ssize_t k = 0; k < self->ring_n; k++)
+        if (load(q, self->ring_head + k * self->ring_step) != load(q, self->ring_tail + k * self->ring_step))
+            return 0;
+    if (get_ssize(self->sc, s_epoch, epoch) < 0)
+        return -1;
+    PyObject *last = PyList_GetItem(self->last_static, (*epoch + 1) & 1);
+    if (last == NULL)
+        return -1;
+    return last == self->static_sig;
+}
+
+static int wake_sleepers(Repeated *self, const int64_t *q)
+{
+    for (Py_ssize_t w = self->sleepers_lo; w < self->sleepers_hi; w++) {
+        if (load(q, w)) {
+            PyObject *r = PyObject_CallMethodNoArgs(self->sc, s_wake);
+            if (r == NULL)
+                return -1;
+            Py_DECREF(r);
+            return 0;
+        }
+    }
+    return 0;
+}
+
+/* ``_release(bank)``: wait until the readers of this rank's half slot are done. */
+static int release(Repeated *self, const int64_t *q, int bank)
+{
+    PyObject *readers = PyList_GetItem(self->pending, bank);
+    if (readers == NULL)
+        return -1;
+    if (readers == Py_None)
+        return 0;
+    Py_INCREF(readers);
+    Py_INCREF(Py_None);
+    if (PyList_SetItem(self->pending, bank, Py_None) < 0) {
+        Py_DECREF(readers);
+        return -1;
+    }
+    PyObject *words = PyTuple_GetItem(readers, 0), *target = PyTuple_GetItem(readers, 1);
+    int r = 0;
+    if (words == NULL || target == NULL) {
+        r = -1;
+    } else {
+        int64_t want = PyLong_AsLongLong(target);
+        PyObject *fast = PySequence_Fast(words, "readers");
+        if (fast == NULL || (want == -1 && PyErr_Occurred())) {
+            r = -1;
+        } else {
+            for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast); i++) {
+                Py_ssize_t w = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fast, i));
+                if (load(q, w) < want) {
+                    PyObject *args = PySequence_Tuple(readers), *fn = PyObject_GetAttr(self->arena, s_wait_words);
+                    PyObject *out = NULL;
+                    if (args != NULL && fn != NULL) {
+                        PyObject *full = PyTuple_Pack(4, PyTuple_GET_ITEM(args, 0), PyTuple_GET_ITEM(args, 1),
+                                                      PyTuple_GET_ITEM(args, 2), Py_True);
+                        if (full != NULL)
+                            out = PyObject_Call(fn, full, NULL);
+                        Py_XDECREF(full);
+                    }
+                    Py_XDECREF(args);
+                    Py_XDECREF(fn);
+                    r = out == NULL ? -1 : 0;
+                    Py_XDECREF(out);
+                    break;
+                }
+            }
+        }
+        Py_XDECREF(fast);
+    }
+    Py_DECREF(readers);
+    return r;
+}
+
+/* arena.<method>(first, epoch, who, True), taking the reference to ``first``. */
+static int call_wait(Repeated *self, PyObject *method, PyObject *first, int64_t epoch, PyObject *who)
+{
+    PyObject *target = PyLong_FromLongLong(epoch), *r = NULL;
+    if (first != NULL && target != NULL)
+        r = PyObject_CallMethodObjArgs(self->arena, method, first, target, who, Py_True, NULL);
+    Py_XDECREF(first);
+    Py_XDECREF(target);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* ``_meet``'s arrival and look at the peers, after this rank's part is written. */
+static int meet(Repeated *self, int64_t *q, int bank, int64_t epoch)
+{
+    Py_ssize_t seq;
+    if (set_ssize(self->sc, s_bank, bank) < 0 || get_ssize(self->sc, s_seq, &seq) < 0
+        || set_ssize(self->sc, s_seq, seq + 1) < 0)
+        return -1;
+    store(q, self->seq_word[bank], seq + 1);  /* only the sequence number changes */
+    store(q, self->call_epoch[bank], epoch);
+    store(q, self->ctx_word, self->ctx);
+    store(q, self->state_word, self->call_state);
+    if (set_ssize(self->sc, s_epoch, epoch) < 0)
+        return -1;
+    store(q, self->arrive, epoch);
+    fence();
+    if (wake_sleepers(self, q) < 0)
+        return -1;
+    const int64_t *mine = q + self->my_sig[bank];
+    for (int i = 0; i < self->npeers; i++) {
+        Py_ssize_t w = self->peer_call_epoch[bank][i];
+        for (long k = 0; k < self->spin && load(q, w) < epoch; k++)
+            relax();
+        if (load(q, w) < epoch && call_wait(self, s_wait_word, PyLong_FromSsize_t(w), epoch, self->peer_rank[i]) < 0)
+            return -1;
+        if (memcmp(mine, q + self->peer_sig[bank][i], self->sig_words * 8) != 0) {
+            Py_INCREF(self->peer_arrive);
+            if (call_wait(self, s_wait_words, self->peer_arrive, epoch, self->peers) < 0)
+                return -1;
+            PyObject *r;
+            PyObject *nbytes = PyLong_FromSsize_t(self->sig_words * 8);
+            r = nbytes == NULL ? NULL : PyObject_CallMethodOneArg(self->sc, s_check, nbytes);
+            Py_XDECREF(nbytes);
+            if (r == NULL)
+                return -1;
+            Py_DECREF(r);
+            return 0;
+        }
+    }
+    return 0;
+}
+
+/* ``_end``: this rank reads nothing more of the call. */
+static void end(Repeated *self, int64_t *q, int64_t epoch)
+{
+    store(q, self->done, epoch);
+    store(q, self->progress, load(q, self->progress) + 1);
+    store(q, self->state_word, self->user_state);
+}
+
+/* ``_done(bank)``: the members may write their half slots again once this rank's readers are done. */
+static int done(Repeated *self, int64_t *q, int bank, int64_t epoch)
+{
+    store(q, self->done, epoch);
+    fence();
+    if (wake_sleepers(self, q) < 0)
+        return -1;
+    PyObject *target = PyLong_FromLongLong(epoch);
+    PyObject *readers = target == NULL ? NULL : PyTuple_Pack(3, self->peer_done, target, self->peers);
+    Py_XDECREF(target);
+    if (readers == NULL)
+        return -1;
+    return PyList_SetItem(self->pending, bank, readers);  /* steals readers */
+}
+
+static int bump(PyObject *obj, PyObject *name)
+{
+    Py_ssize_t v;
+    return get_ssize(obj, name, &v) < 0 ? -1 : set_ssize(obj, name, v + 1);
+}
+
+/* The exchange itself, once both buffers are exported and the state allows it. */
+static PyObject *exchange(Repeated *self, int64_t *q, char *base, char *send, char *recv, Py_ssize_t epoch0)
+{
+    int bank = (int)((epoch0 + 1) & 1);
+    int64_t epoch = epoch0 + 1;
+    store(q, self->polls, load(q, self->polls) + 1);   /* the progress step's poll */
+    if (bump(self->st, s_coll_seq) < 0)               /* Counted: the call's number */
+        return NULL;
+    if (!self->inline_call && release(self, q, bank) < 0)
+        return NULL;
+    Py_ssize_t word = self->my_heads[bank];
+    for (int j = 0; j < self->n; j++, word += self->head_step) {
+        store(q, word, self->sizes[j]);
+        store(q, word + 1, self->longest_mine);
+    }
+    copy_rows(&self->side[0], send, base + self->side[0].arena_offset[bank], 1);
+    if (meet(self, q, bank, epoch) < 0) {
+        Py_ssize_t now = epoch0;
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        get_ssize(self->sc, s_epoch, &now);
+        PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+        end(self, q, now);
+        return NULL;
+    }
+    int64_t got[MAX_MEMBERS], longest = 0;
+    int same = 1;
+    for (int j = 0; j < self->n; j++) {
+        Py_ssize_t head = self->their_heads[bank][j];
+        got[j] = load(q, head);
+        int64_t l = load(q, head + 1);
+        longest = l > longest ? l : longest;
+        same = same && got[j] == self->expected[j];
+    }
+    if (longest <= self->room && same)
+        copy_rows(&self->side[1], recv, base + self->side[1].arena_offset[bank], 0);
+    if (!self->inline_call && done(self, q, bank, epoch) < 0) {
+        end(self, q, epoch);
+        return NULL;
+    }
+    end(self, q, epoch);
+    self->calls++;
+    if (longest <= self->room && same)
+        Py_RETURN_TRUE;
+    PyObject *lengths = PyList_New(self->n);
+    if (lengths == NULL)
+        return NULL;
+    for (int j = 0; j < self->n; j++) {
+        PyObject *v = PyLong_FromLongLong(got[j]);
+        if (v == NULL) {
+            Py_DECREF(lengths);
+            return NULL;
+        }
+        PyList_SET_ITEM(lengths, j, v);
+    }
+    return Py_BuildValue("(NLL)", lengths, (long long)longest, (long long)self->room);
+}
+
+static PyObject *Repeated_call(Repeated *self, PyObject *args, PyObject *kwargs)
+{
+    PyObject *sendspec, *recvspec;
+    if (!PyArg_ParseTuple(args, "OO", &sendspec, &recvspec))
+        return NULL;
+    Py_buffer send, recv, arena;
+    if (self->sc == NULL)
+        Py_RETURN_FALSE;
+    if (!take_buffer(&self->side[0], sendspec, &send))
+        Py_RETURN_FALSE;
+    if (!take_buffer(&self->side[1], recvspec, &recv)) {
+        PyBuffer_Release(&send);
+        Py_RETURN_FALSE;
+    }
+    PyObject *out = Py_False;
+    Py_INCREF(out);
+    if (PyObject_GetBuffer(self->q, &arena, PyBUF_CONTIG) < 0) {
+        PyErr_Clear();  /* the arena is gone: the Python path says why */
+    } else {
+        int64_t *q = (int64_t *)arena.buf;
+        Py_ssize_t epoch;
+        int allowed = state_allows(self, q, &epoch);
+        if (allowed < 0) {
+            Py_CLEAR(out);
+        } else if (!allowed) {
+            Py_DECREF(out);
+            out = Py_None;  /* the arguments are this call's, the state is not: the Python path */
+            Py_INCREF(out);
+        } else {
+            Py_DECREF(out);
+            out = exchange(self, q, (char *)arena.buf, (char *)send.buf + self->side[0].offset,
+                           (char *)recv.buf + self->side[1].offset, epoch);
+        }
+        PyBuffer_Release(&arena);
+    }
+    PyBuffer_Release(&send);
+    PyBuffer_Release(&recv);
+    return out;
+}
+
+/* -- making one ------------------------------------------------------------------ */
+
+static PyObject *item(PyObject *dict, const char *key)
+{
+    PyObject *v = PyDict_GetItemString(dict, key);  /* borrowed */
+    if (v == NULL && !PyErr_Occurred())
+        PyErr_Format(PyExc_KeyError, "Repeated: no %s", key);
+    return v;
+}
+
+static int ssize_item(PyObject *dict, const char *key, Py_ssize_t *out)
+{
+    PyObject *v = item(dict, key);
+    if (v == NULL)
+        return -1;
+    *out = PyLong_AsSsize_t(v);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int ints_item(PyObject *dict, const char *key, Py_ssize_t *out, int most)
+{
+    PyObject *v = item(dict, key);
+    return v == NULL ? -1 : ints_of(v, out, most, key);
+}
+
+static int int64s_item(PyObject *dict, const char *key, int64_t *out, int most)
+{
+    Py_ssize_t tmp[MAX_MEMBERS];
+    int n = ints_item(dict, key, tmp, most);
+    for (int i = 0; i < n; i++)
+        out[i] = tmp[i];
+    return n;
+}
+
+static int obj_item(PyObject *dict, const char *key, PyObject **out)
+{
+    PyObject *v = item(dict, key);
+    if (v == NULL)
+        return -1;
+    Py_INCREF(v);
+    *out = v;
+    return 0;
+}
+
+static int init_side(Side *side, PyObject *dict)
+{
+    PyObject *leaves = item(dict, "leaves"), *format = item(dict, "format"), *type = item(dict, "array_type");
+    if (leaves == NULL || format == NULL || type == NULL)
+        return -1;
+    if (!PyList_Check(leaves) || PyList_GET_SIZE(leaves) > MAX_LEAVES) {
+        PyErr_SetString(PyExc_ValueError, "Repeated: leaves must be a list of at most 96");
+        return -1;
+    }
+    side->nleaves = (int)PyList_GET_SIZE(leaves);
+    for (int i = 0; i < side->nleaves; i++) {
+        Leaf *leaf = &side->leaves[i];
+        PyObject *a, *b;
+        long long n;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(leaves, i), "iOOL", &leaf->kind, &a, &b, &n))
+            return -1;
+        leaf->n = (Py_ssize_t)n;
+        leaf->a = a == Py_None && leaf->kind != LEAF_OBJECT ? NULL : a;
+        leaf->b = b == Py_None ? NULL : b;
+        Py_XINCREF(leaf->a);
+        Py_XINCREF(leaf->b);
+    }
+    if (!PyType_Check(type)) {
+        PyErr_SetString(PyExc_TypeError, "Repeated: array_type must be a type");
+        return -1;
+    }
+    Py_INCREF(type);
+    side->array_type = (PyTypeObject *)type;
+    const char *f = PyUnicode_AsUTF8(format);
+    if (f == NULL || strlen(f) >= sizeof side->format) {
+        PyErr_SetString(PyExc_ValueError, "Repeated: format too long");
+        return -1;
+    }
+    strcpy(side->format, f);
+    Py_ssize_t writable, offsets[2];
+    int ndim = ints_item(dict, "shape", side->shape, MAX_DIMS);
+    if (ndim < 0 || ints_item(dict, "strides", side->strides, MAX_DIMS) != ndim
+        || ssize_item(dict, "itemsize", &side->itemsize) < 0 || ssize_item(dict, "writable", &writable) < 0
+        || ssize_item(dict, "offset", &side->offset) < 0 || ssize_item(dict, "run", &side->run) < 0
+        || ints_item(dict, "arena_offset", offsets, 2) != 2)
+        return PyErr_Occurred() ? -1 : (PyErr_SetString(PyExc_ValueError, "Repeated: strides"), -1);
+    side->ndim = ndim;
+    side->writable = (int)writable;
+    side->arena_offset[0] = offsets[0];
+    side->arena_offset[1] = offsets[1];
+    int cdim = ints_item(dict, "loops", side->cshape, MAX_DIMS);
+    if (cdim < 0 || ints_item(dict, "user_steps", side->user_step, MAX_DIMS) != cdim
+        || ints_item(dict, "arena_steps", side->arena_step, MAX_DIMS) != cdim)
+        return PyErr_Occurred() ? -1 : (PyErr_SetString(PyExc_ValueError, "Repeated: loops"), -1);
+    side->cdim = cdim;
+    return 0;
+}
+
+static int Repeated_init(Repeated *self, PyObject *args, PyObject *kwargs)
+{
+    PyObject *d, *send, *recv;
+    if (!PyArg_ParseTuple(args, "O!O!O!", &PyDict_Type, &send, &PyDict_Type, &recv, &PyDict_Type, &d))
+        return -1;
+    if (init_side(&self->side[0], send) < 0 || init_side(&self->side[1], recv) < 0)
+        return -1;
+    Py_ssize_t flag, spin, two[2], ctx, call, user;
+    int n = int64s_item(d, "sizes", self->sizes, MAX_MEMBERS);
+    if (n < 1 || int64s_item(d, "expected", self->expected, MAX_MEMBERS) != n)
+        return PyErr_Occurred() ? -1 : (PyErr_SetString(PyExc_ValueError, "Repeated: sizes"), -1);
+    self->n = n;
+    Py_ssize_t longest, room;
+    if (ssize_item(d, "longest", &longest) < 0 || ssize_item(d, "room", &room) < 0
+        || ssize_item(d, "inline", &flag) < 0 || ssize_item(d, "spin", &spin) < 0
+        || ssize_item(d, "polls", &self->polls) < 0 || ssize_item(d, "ring_head", &self->ring_head) < 0
+        || ssize_item(d, "ring_tail", &self->ring_tail) < 0 || ssize_item(d, "ring_step", &self->ring_step) < 0
+        || ssize_item(d, "ring_n", &self->ring_n) < 0
+        || ints_item(d, "seq_word", self->seq_word, 2) != 2 || ints_item(d, "call_epoch", self->call_epoch, 2) != 2
+        || ssize_item(d, "ctx_word", &self->ctx_word) < 0 || ssize_item(d, "state_word", &self->state_word) < 0
+        || ssize_item(d, "arrive", &self->arrive) < 0 || ssize_item(d, "done", &self->done) < 0
+        || ssize_item(d, "progress", &self->progress) < 0 || ints_item(d, "sleepers", two, 2) != 2
+        || ints_item(d, "my_sig", self->my_sig, 2) != 2 || ssize_item(d, "sig_words", &self->sig_words) < 0
+        || ints_item(d, "my_heads", self->my_heads, 2) != 2 || ssize_item(d, "head_step", &self->head_step) < 0
+        || ssize_item(d, "ctx", &ctx) < 0 || ssize_item(d, "call_state", &call) < 0
+        || ssize_item(d, "user_state", &user) < 0)
+        return PyErr_Occurred() ? -1 : (PyErr_SetString(PyExc_ValueError, "Repeated: words"), -1);
+    self->longest_mine = longest;
+    self->room = room;
+    self->inline_call = (int)flag;
+    self->spin = (long)spin;
+    self->sleepers_lo = two[0];
+    self->sleepers_hi = two[1];
+    self->ctx = ctx;
+    self->call_state = call;
+    self->user_state = user;
+    int p = ints_item(d, "peer_call_epoch_0", self->peer_call_epoch[0], MAX_MEMBERS);
+    if (p < 0 || ints_item(d, "peer_call_epoch_1", self->peer_call_epoch[1], MAX_MEMBERS) != p
+        || ints_item(d, "peer_sig_0", self->peer_sig[0], MAX_MEMBERS) != p
+        || ints_item(d, "peer_sig_1", self->peer_sig[1], MAX_MEMBERS) != p
+        || ints_item(d, "their_heads_0", self->their_heads[0], MAX_MEMBERS) != n
+        || ints_item(d, "their_heads_1", self->their_heads[1], MAX_MEMBERS) != n)
+        return PyErr_Occurred() ? -1 : (PyErr_SetString(PyExc_ValueError, "Repeated: peers"), -1);
+    self->npeers = p;
+    PyObject *ranks = item(d, "peers");
+    if (ranks == NULL || !PyList_Check(ranks) || PyList_GET_SIZE(ranks) != p)
+        return PyErr_Occurred() ? -1 : (PyErr_SetString(PyExc_ValueError, "Repeated: peers"), -1);
+    for (int i = 0; i < p; i++) {
+        self->peer_rank[i] = PyList_GET_ITEM(ranks, i);
+        Py_INCREF(self->peer_rank[i]);
+    }
+    if (obj_item(d, "sc", &self->sc) < 0 || obj_item(d, "st", &self->st) < 0
+        || obj_item(d, "engine", &self->engine) < 0 || obj_item(d, "mail", &self->mail) < 0
+        || obj_item(d, "arena", &self->arena) < 0 || obj_item(d, "q", &self->q) < 0
+        || obj_item(d, "pending", &self->pending) < 0 || obj_item(d, "last_static", &self->last_static) < 0
+        || obj_item(d, "static", &self->static_sig) < 0 || obj_item(d, "peer_done", &self->peer_done) < 0
+        || obj_item(d, "peers", &self->peers) < 0 || obj_item(d, "peer_arrive", &self->peer_arrive) < 0
+        || obj_item(d, "flight_names", &self->flight_names) < 0)
+        return -1;
+    if (!PyList_Check(self->pending) || PyList_GET_SIZE(self->pending) != 2 || !PyList_Check(self->last_static)
+        || PyList_GET_SIZE(self->last_static) != 2 || !PyTuple_Check(self->flight_names)) {
+        PyErr_SetString(PyExc_TypeError, "Repeated: pending and last_static are lists of 2, flight_names a tuple");
+        return -1;
+    }
+    return 0;
+}
+
+#define OBJECTS(X) X(sc) X(st) X(engine) X(mail) X(arena) X(q) X(pending) X(last_static) X(static_sig) \
+    X(peer_done) X(peers) X(peer_arrive) X(flight_names)
+
+static int Repeated_traverse(Repeated *self, visitproc visit, void *arg)
+{
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < self->side[k].nleaves; i++) {
+            Py_VISIT(self->side[k].leaves[i].a);
+            Py_VISIT(self->side[k].leaves[i].b);
+        }
+        Py_VISIT(self->side[k].array_type);
+    }
+    for (int i = 0; i < self->npeers; i++)
+        Py_VISIT(self->peer_rank[i]);
+#define VISIT(name) Py_VISIT(self->name);
+    OBJECTS(VISIT)
+    return 0;
+}
+
+/* Drop every object: a cleared one answers False to every call. */
+static int Repeated_clear(Repeated *self)
+{
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < self->side[k].nleaves; i++) {
+            Py_CLEAR(self->side[k].leaves[i].a);
+            Py_CLEAR(self->side[k].leaves[i].b);
+        }
+        self->side[k].nleaves = 0;
+        Py_CLEAR(self->side[k].array_type);
+    }
+    for (int i = 0; i < self->npeers; i++)
+        Py_CLEAR(self->peer_rank[i]);
+    self->npeers = 0;
+#define CLEAR(name) Py_CLEAR(self->name);
+    OBJECTS(CLEAR)
+    return 0;
+}
+
+static void Repeated_dealloc(Repeated *self)
+{
+    PyObject_GC_UnTrack(self);
+    Repeated_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef Repeated_members[] = {
+    {"calls", T_PYSSIZET, offsetof(Repeated, calls), READONLY, "the calls done by the compiled path"},
+    {NULL},
+};
+
+static PyTypeObject RepeatedType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "simdist.sim._compiled.Repeated",
+    .tp_doc = "A repeated sized alltoall: call with (sendbuf, recvbuf); False if not this call.",
+    .tp_basicsize = sizeof(Repeated),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)Repeated_traverse,
+    .tp_clear = (inquiry)Repeated_clear,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Repeated_init,
+    .tp_dealloc = (destructor)Repeated_dealloc,
+    .tp_call = (ternaryfunc)Repeated_call,
+    .tp_members = Repeated_members,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "simdist.sim._compiled", "A repeated sized alltoall, compiled (see _repeated.py).", -1,
+};
+
+PyMODINIT_FUNC PyInit__compiled(void)
+{
+    if (PyType_Ready(&RepeatedType) < 0)
+        return NULL;
+    struct { PyObject **slot; const char *name; } names[] = {
+        {&s_epoch, "_epoch"}, {&s_seq, "_seq"}, {&s_bank, "_bank"}, {&s_closed, "_closed"},
+        {&s_stash, "_stash"}, {&s_coll_seq, "coll_seq"}, {&s_id, "_id"}, {&s_wait_word, "wait_word"},
+        {&s_wait_words, "wait_words"}, {&s_wake, "_wake_sleeping_peers"}, {&s_check, "_check"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if ((*names[i].slot = PyUnicode_InternFromString(names[i].name)) == NULL)
+            return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&RepeatedType);
+    if (PyModule_AddObject(m, "Repeated", (PyObject *)&RepeatedType) < 0) {
+        Py_DECREF(&RepeatedType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,137 @@
+"""A repeated sized alltoall, compiled.
+
+A parallel FFT calls the same small transposes thousands of times; in
+Python each call passes some ten layers (the error handler's guard, the
+progress step, the count, the parse of both buffers, the exchange), each
+a microsecond or two, where Open MPI's whole call takes three. So once a
+call of ``alltoall_sized`` has moved every block in its row (the small
+case: ``_one_phase._exchange_sized`` with ``rows``), the caller may ask
+for a ``Repeated`` (``_compiled.c``) of it: an object that, called with
+later calls' arguments, checks that they are the same in every respect
+the call read (the template of the arguments, the buffers' layouts, the
+datatypes' handles), and that nothing in the rank's state asks for the
+Python path (a message in flight or waiting, the communicator closed, a
+signature other than this exchange's in the bank), and then does the
+whole call in C, word for word as the Python path does it. It answers
+False, having changed nothing, otherwise.
+
+Every wait longer than the arena's spin, a sleeping peer to wake and a
+signature that differs call back the same Python methods, so reports,
+hang watch and mismatches see no difference. The compiled module is
+optional: without a C compiler at install time, or with
+``SIMDIST_COMPILED=0``, every call takes the Python path.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ._layout import CALL, USER
+
+try:
+    from . import _compiled
+except ImportError:  # pragma: no cover - installed without a C compiler
+    _compiled = None
+
+#: At most this many dimensions in a buffer or its rows, leaves in an argument.
+MAX_DIMS, MAX_LEAVES, MAX_MEMBERS = 32, 96, 64
+
+
+def available() -> bool:
+    """Whether the compiled path is built and not turned off (``SIMDIST_COMPILED=0``)."""
+    return _compiled is not None and os.environ.get("SIMDIST_COMPILED", "1") != "0"
+
+
+def _address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def _bounds(a: np.ndarray) -> tuple[int, int]:
+    """The first and one past the last byte of ``a`` (not empty)."""
+    lo = hi = _address(a)
+    for n, step in zip(a.shape, a.strides):
+        lo, hi = lo + min(0, (n - 1) * step), hi + max(0, (n - 1) * step)
+    return lo, hi + a.itemsize
+
+
+def _loops(shape, user_strides, arena_strides, itemsize: int) -> tuple[list, list, list, int]:
+    """The loops of a copy between two strided views of one shape: the
+    innermost dimensions that are one run of bytes on both sides merge
+    into the run."""
+    shape, user, arena, run = list(shape), list(user_strides), list(arena_strides), itemsize
+    while shape and user[-1] == run and arena[-1] == run:
+        run *= shape.pop()
+        user.pop()
+        arena.pop()
+    return shape, user, arena, run
+
+
+def _side(leaves: list, buf: np.ndarray, rows: np.ndarray, arena_rows: list[np.ndarray], base: int,
+          writable: bool) -> dict | None:
+    """One buffer's part of a ``Repeated``: the argument's template, the
+    buffer's layout, where its rows lie from its data pointer and in the
+    arena (per bank), and the loops that copy them."""
+    if not rows.size or not buf.size:
+        return None
+    (lo, hi), (row_lo, row_hi) = _bounds(buf), _bounds(rows)
+    if not lo <= row_lo <= row_hi <= hi or buf.ndim > MAX_DIMS or rows.ndim > MAX_DIMS:
+        return None  # rows outside the buffer: over a copy of it
+    view = memoryview(buf)
+    shape, user, arena, run = _loops(rows.shape, rows.strides, arena_rows[0].strides, rows.itemsize)
+    if arena_rows[1].strides != arena_rows[0].strides:
+        return None
+    return {"leaves": leaves, "array_type": np.ndarray, "format": view.format, "shape": list(view.shape),
+            "strides": list(view.strides), "itemsize": view.itemsize, "writable": int(writable),
+            "offset": _address(rows) - _address(buf), "run": run, "loops": shape, "user_steps": user,
+            "arena_steps": arena, "arena_offset": [_address(a) - base for a in arena_rows]}
+
+
+def repeated(sc, transport, caller: dict, sizes: list[int], expected: list[int], sides: tuple):
+    """A ``Repeated`` of ``sc``'s sized alltoall of ``sizes`` (this rank's
+    blocks) and ``expected`` (the blocks it receives), each moved through
+    its row; or None where the compiled path cannot do that call.
+
+    ``sides`` is, for the send and the receive buffer, (the argument's
+    template leaves, the buffer, its rows); ``transport`` the one whose
+    mail the caller's progress step looks at; ``caller`` the rest of the
+    caller's state the call reads and counts: ``st`` (whose ``coll_seq``
+    it counts), ``engine`` and ``flight_names`` (the engine's attributes
+    that are all empty when no message is in flight)."""
+    if not available() or sc._sized is None or len(sizes) > MAX_MEMBERS:
+        return None
+    plan, room, width, my_heads, their_heads, their_rows = sc._sized
+    static, inline = plan[0], plan[4]
+    span = transport._mail.ring_span(tuple(transport.members))
+    if their_rows is None or max(sizes) > room or span is None:
+        return None
+    arena = sc._arena
+    base = _address(np.frombuffer(arena.q, np.int64, count=1))
+    made = []
+    for (leaves, buf, rows), mine in zip(sides, (True, False)):
+        views = [sc._row_view(rows, bank, mine) for bank in (0, 1)]
+        made.append(_side(leaves, buf, rows, views, base, not mine))
+    if None in made or any(len(s["leaves"]) > MAX_LEAVES for s in made):
+        return None
+    bank = sc._bank
+    if sc._last_static[bank] is not static:
+        return None
+    head, tail, step, n = span
+    words = {
+        "sizes": list(sizes), "expected": list(expected), "longest": max(sizes), "room": room,
+        "inline": int(bool(inline)), "spin": arena.spin_iters,
+        "polls": transport._mail.polls_word, "ring_head": head, "ring_tail": tail, "ring_step": step, "ring_n": n,
+        "seq_word": sc._seq_word, "call_epoch": sc._my_call_epoch, "ctx_word": sc._ctx_word,
+        "state_word": sc._state, "arrive": sc._my_arrive, "done": sc._my_done, "progress": sc._progress,
+        "sleepers": list(sc._sleeper_words), "my_sig": [off // 8 for off in sc._my_sig],
+        "sig_words": sc._sig_bytes[bank] // 8, "my_heads": my_heads, "head_step": width // 8,
+        "ctx": sc._ctx, "call_state": CALL, "user_state": USER,
+        "peer_call_epoch_0": sc._peer_call_epoch[0], "peer_call_epoch_1": sc._peer_call_epoch[1],
+        "peer_sig_0": [off // 8 for off in sc._peer_sig[0]], "peer_sig_1": [off // 8 for off in sc._peer_sig[1]],
+        "their_heads_0": their_heads[0], "their_heads_1": their_heads[1], "peers": sc._peers,
+        "sc": sc, "arena": arena, "q": arena.q, "pending": arena.pending_release, "last_static": sc._last_static,
+        "static": static, "peer_done": sc._peer_done, "peer_arrive": sc._peer_arrive, "mail": transport._mail,
+        **caller,
+    }
+    return _compiled.Repeated(made[0], made[1], words)

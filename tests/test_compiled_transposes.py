@@ -1,0 +1,264 @@
+"""Alltoallv and Alltoallw repeated often enough to take the compiled path
+(``simdist.sim._repeated``): every program runs once with it and once with
+``SIMDIST_COMPILED=0``, and must land the same bytes, raise the same errors
+and end the same way. A program asserts that the path ran (or, where its
+state asks for the Python path, that the call still lands right)."""
+
+from __future__ import annotations
+
+import pytest
+
+from simdist.sim import _repeated
+from test_mpi4py_api import PRELUDE, ok, run
+
+pytestmark = pytest.mark.skipif(not _repeated.available(), reason="simdist.sim._compiled is not built")
+
+MODES = pytest.mark.parametrize("compiled", ["1", "0"], ids=["compiled", "python"])
+
+SETUP = """
+import os, hashlib
+os.environ["SIMDIST_COMPILED"] = {compiled!r}
+COMPILED = os.environ["SIMDIST_COMPILED"] == "1"
+
+def took_compiled_path(comm, call):
+    '''Whether the compiled path did calls of ``call`` on ``comm`` (if on), and none if off.'''
+    done = sum(r.calls for r in comm._st().repeats.get(call, {{}}).values())
+    return done > 0 if COMPILED else done == 0
+
+def column_transpose(comm, dtype=np.float64, m=2):
+    '''The (m, n) rows -> (n, m) columns transpose of a vector type, its arguments and the check.'''
+    size, rank = comm.size, comm.rank
+    n = m * size
+    rows, got = np.zeros((m, n), dtype), np.zeros((n, m), dtype)
+    base = MPI.DOUBLE if dtype == np.float64 else MPI.DOUBLE_COMPLEX
+    column = base.Create_vector(m, 1, n).Create_resized(0, np.dtype(dtype).itemsize).Commit()
+    send = [rows, ([m] * size, [p * m for p in range(size)]), column]
+    recv = [got, ([m * m] * size, [p * m * m for p in range(size)]), base]
+
+    def fill(step):
+        rows[...] = np.arange(m * n).reshape(m, n) + 1000 * rank + step
+        got[...] = -1
+
+    def check(step):
+        for p in range(size):
+            whole = np.arange(m * n).reshape(m, n) + 1000 * p + step
+            assert np.array_equal(got[p * m:(p + 1) * m].reshape(m, m), whole[:, rank * m:(rank + 1) * m].T), step
+    return column, send, recv, fill, check
+
+def called_often(comm, calls=5):
+    '''column_transpose's, after ``calls`` calls that check what lands.'''
+    column, send, recv, fill, check = column_transpose(comm)
+    for step in range(calls):
+        fill(step)
+        comm.Alltoallv(send, recv)
+        check(step)
+    return column, send, recv, fill, check
+"""
+
+
+def program(compiled: str, body: str) -> str:
+    return SETUP.format(compiled=compiled) + body
+
+
+@MODES
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_repeated_transposes_land_every_block(tmp_path, compiled, n):
+    ok(tmp_path, program(compiled, """
+m = 2
+size_n = m * size
+for order in ("C", "F"):
+    slab = np.zeros((m, size_n, size_n), np.complex128, order=order)
+    pencil = np.zeros((size_n, m, size_n), np.complex128, order=order)
+    def cuts(shape, axis):
+        types = []
+        for p in range(size):
+            sub, start = list(shape), [0] * 3
+            sub[axis], start[axis] = shape[axis] // size, p * (shape[axis] // size)
+            o = MPI.ORDER_C if order == "C" else MPI.ORDER_FORTRAN
+            types.append(MPI.DOUBLE_COMPLEX.Create_subarray(shape, sub, start, o).Commit())
+        return types
+    sends, recvs = cuts(slab.shape, 1), cuts(pencil.shape, 0)
+    for step in range(8):
+        slab[...] = np.arange(m * size_n * size_n).reshape(m, size_n, size_n) * (1 + 1j) + 1000 * rank + step
+        pencil[...] = -1
+        comm.Alltoallw([slab, [1] * size, [0] * size, sends], [pencil, [1] * size, [0] * size, recvs])
+        for p in range(size):
+            whole = np.arange(m * size_n * size_n).reshape(m, size_n, size_n) * (1 + 1j) + 1000 * p + step
+            assert np.array_equal(pencil[p * m:(p + 1) * m], whole[:, rank * m:(rank + 1) * m]), (order, step, p)
+    for t in sends + recvs:
+        t.Free()
+assert took_compiled_path(comm, "Alltoallw")
+for dtype in (np.float64, np.complex128):
+    column, send, recv, fill, check = column_transpose(comm, dtype)
+    for step in range(8):
+        fill(step)
+        comm.Alltoallv(send, recv)
+        check(step)
+    column.Free()
+assert took_compiled_path(comm, "Alltoallv")
+"""), n)
+
+
+@MODES
+def test_a_new_array_of_the_same_layout_takes_the_blocks(tmp_path, compiled):
+    ok(tmp_path, program(compiled, """
+column, send, recv, fill, check = called_often(comm, 6)
+for step in range(3):
+    send[0] = send[0].copy()           # new arrays where the template had others
+    recv[0] = np.full_like(recv[0], -1)
+    send[0][...] = np.arange(send[0].size).reshape(send[0].shape) + 1000 * rank + 50
+    comm.Alltoallv(send, recv)
+    got = recv[0]
+    for p in range(size):
+        whole = np.arange(send[0].size).reshape(send[0].shape) + 1000 * p + 50
+        assert np.array_equal(got[p * 2:(p + 1) * 2].reshape(2, 2), whole[:, rank * 2:(rank + 1) * 2].T)
+assert took_compiled_path(comm, "Alltoallv")
+"""), 3)
+
+
+@MODES
+def test_counts_changed_in_place_after_the_path_is_taken_move_what_they_say(tmp_path, compiled):
+    ok(tmp_path, program(compiled, """
+send = np.arange(4 * size, dtype="d") + 100 * rank
+recv = np.full(4 * size, -1.0)
+counts, displs = [1] * size, [4 * j for j in range(size)]
+sspec, rspec = [send, (counts, displs), MPI.DOUBLE], [recv, (list(counts), list(displs)), MPI.DOUBLE]
+for _ in range(5):
+    comm.Alltoallv(sspec, rspec)
+assert took_compiled_path(comm, "Alltoallv")
+counts[:] = [2] * size
+displs[:] = [4 * j + 1 for j in range(size)]
+rspec[1] = ([2] * size, [4 * j + 1 for j in range(size)])
+recv[:] = -1
+comm.Alltoallv(sspec, rspec)
+for j in range(size):
+    assert recv[4 * j:4 * j + 4].tolist() == [-1, 100 * j + 4 * rank + 1, 100 * j + 4 * rank + 2, -1], recv
+"""), 3)
+
+
+@MODES
+def test_a_datatype_freed_after_the_path_is_taken_is_refused(tmp_path, compiled):
+    ok(tmp_path, program(compiled, """
+column, send, recv, fill, check = called_often(comm)
+assert took_compiled_path(comm, "Alltoallv")
+column.Free()
+try:
+    comm.Alltoallv(send, recv)
+except MPI.Exception as e:
+    assert e.Get_error_class() == MPI.ERR_TYPE, e
+else:
+    raise AssertionError("a freed datatype was used")
+"""), 2)
+
+
+@MODES
+def test_a_read_only_receive_array_is_refused_after_the_path_is_taken(tmp_path, compiled):
+    ok(tmp_path, program(compiled, """
+column, send, recv, fill, check = called_often(comm)
+assert took_compiled_path(comm, "Alltoallv")
+recv[0].flags.writeable = False
+try:
+    comm.Alltoallv(send, recv)
+except BufferError:
+    pass
+else:
+    raise AssertionError("a read-only receive buffer was written")
+"""), 2)
+
+
+@MODES
+def test_a_message_in_flight_during_a_repeated_transpose_lands_after_it(tmp_path, compiled):
+    ok(tmp_path, program(compiled, """
+column, send, recv, fill, check = called_often(comm)
+box = np.zeros(3)
+peer = (rank + 1) % size
+req = comm.Irecv(box, source=(rank - 1) % size, tag=7)
+out = comm.Isend(np.full(3, float(rank)), dest=peer, tag=7)
+for step in range(5, 9):
+    fill(step)
+    comm.Alltoallv(send, recv)
+    check(step)
+MPI.Request.Waitall([req, out])
+assert box.tolist() == [float((rank - 1) % size)] * 3
+assert took_compiled_path(comm, "Alltoallv")
+"""), 3)
+
+
+@MODES
+def test_a_peer_that_sends_more_after_the_path_is_taken_truncates(tmp_path, compiled):
+    ok(tmp_path, program(compiled, """
+send = np.arange(2 * size, dtype="d")
+recv = np.zeros(2 * size)
+counts = [1] * size
+rspec = [recv, ([1] * size, [2 * j for j in range(size)]), MPI.DOUBLE]
+for _ in range(5):
+    comm.Alltoallv([send, (counts, [2 * j for j in range(size)]), MPI.DOUBLE], rspec)
+assert took_compiled_path(comm, "Alltoallv")
+if rank == 1:
+    counts[0] = 2  # rank 0, whose arguments are the same, gets two elements where it has room for one
+try:
+    comm.Alltoallv([send, (counts, [2 * j for j in range(size)]), MPI.DOUBLE], rspec)
+except MPI.Exception as e:
+    assert rank == 0 and e.Get_error_class() == MPI.ERR_TRUNCATE, (rank, e)
+else:
+    assert rank != 0
+"""), 2)
+
+
+@MODES
+def test_a_block_longer_than_a_row_between_two_peers_moves_in_phases(tmp_path, compiled):
+    """Rank 0's arguments repeat; rank 2 sends rank 1 a block longer than
+    a row, so every member, rank 0 too, moves the blocks in phases."""
+    ok(tmp_path, program(compiled, """
+big = 3 << 20  # bytes: longer than a row of 3 ranks
+send = np.zeros(big // 8 + 2 * size, "d")
+recv = np.zeros(big // 8 + 2 * size, "d")
+send[:] = np.arange(send.size) + 1e7 * rank
+def spec(lengths):
+    return [send, (lengths, [0] * size), MPI.DOUBLE]
+for _ in range(5):
+    comm.Alltoallv(spec([1] * size), [recv, ([1] * size, list(range(size))), MPI.DOUBLE])
+assert took_compiled_path(comm, "Alltoallv") or rank != 0
+mine = [1] * size
+theirs = [1] * size
+if rank == 2:
+    mine[1] = big // 8
+if rank == 1:
+    theirs = [1, 1, big // 8]
+recv[:] = -1
+rdispls = list(range(size)) if rank != 1 else [0, 1, 2]
+comm.Alltoallv(spec(mine), [recv, (theirs, rdispls), MPI.DOUBLE])
+for j in range(size):
+    n = theirs[j]
+    assert np.array_equal(recv[rdispls[j]:rdispls[j] + n], np.arange(n) + 1e7 * j), (j, recv[:8])
+"""), 3)
+
+
+@MODES
+def test_a_peer_that_calls_another_collective_is_a_mismatch_on_every_rank(tmp_path, compiled):
+    outcome = run(tmp_path, program(compiled, """
+column, send, recv, fill, check = called_often(comm)
+if rank == 1:
+    comm.Bcast(np.zeros(3), root=0)
+else:
+    comm.Alltoallv(send, recv)
+"""), 2)
+    assert outcome.status != 0
+    assert "CollectiveMismatch" in outcome.error and "bcast" in outcome.error.lower(), outcome.error
+
+
+@MODES
+def test_a_peer_that_never_calls_is_reported_with_the_waiting_line(tmp_path, compiled):
+    source = program(compiled, """
+import time
+column, send, recv, fill, check = called_often(comm)
+if rank == 0:
+    comm.Alltoallv(send, recv)  # the waiting line
+else:
+    time.sleep(60)
+""")
+    outcome = run(tmp_path, source, 2, timeout=3.0)
+    line = (PRELUDE + source).splitlines().index("    comm.Alltoallv(send, recv)  # the waiting line") + 1
+    assert outcome.status == 124
+    assert f"rank 0: waiting in alltoall #6 (blocks of any lengths) on the world at prog.py:{line}" in outcome.error
+    assert "rank 1: running user code (5 calls completed)" in outcome.error, outcome.error
