@@ -262,3 +262,33 @@ else:
     assert outcome.status == 124
     assert f"rank 0: waiting in alltoall #6 (blocks of any lengths) on the world at prog.py:{line}" in outcome.error
     assert "rank 1: running user code (5 calls completed)" in outcome.error, outcome.error
+
+
+@MODES
+def test_subarray_types_made_again_per_call_take_the_path_of_the_first(tmp_path, compiled):
+    """As an FFT library that makes its plan's types per transpose: new
+    handles on the same numbers match the compiled transpose, which holds
+    none of them (each is freed after its call)."""
+    ok(tmp_path, program(compiled, """
+m, n = 2, 2 * size
+slab, pencil = np.zeros((m, n, n)), np.zeros((n, m, n))
+def cuts(shape, axis):
+    types = []
+    for p in range(size):
+        sub, start = list(shape), [0] * 3
+        sub[axis], start[axis] = shape[axis] // size, p * (shape[axis] // size)
+        types.append(MPI.DOUBLE.Create_subarray(shape, sub, start).Commit())
+    return types
+for step in range(8):
+    sends, recvs = cuts(slab.shape, 1), cuts(pencil.shape, 0)
+    slab[...] = np.arange(m * n * n).reshape(m, n, n) + 1000 * rank + step
+    pencil[...] = -1
+    comm.Alltoallw([slab, [1] * size, [0] * size, sends], [pencil, [1] * size, [0] * size, recvs])
+    for p in range(size):
+        whole = np.arange(m * n * n).reshape(m, n, n) + 1000 * p + step
+        assert np.array_equal(pencil[p * m:(p + 1) * m], whole[:, rank * m:(rank + 1) * m]), (step, p)
+    for t in sends + recvs:
+        t.Free()
+assert took_compiled_path(comm, "Alltoallw")
+assert len(comm._st().repeats.get("Alltoallw", {})) == (1 if COMPILED else 0)
+"""), 3)

@@ -233,17 +233,18 @@ def w_parts(spec, n: int, *, writable: bool, what: str) -> tuple[list[BufSpec], 
 # -- the template of a repeated call's arguments (``simdist.sim._repeated``) --------------------
 
 #: A template's leaves: a list or tuple (its type and length), the buffer,
-#: an int (its value), a handle (the object, and its ``_id`` for a datatype).
-_SEQ, _BUFFER, _INT, _OBJECT = 1, 2, 3, 4
+#: an int (its value), None, a datatype (its key, as ``_type``'s, and the class).
+_SEQ, _BUFFER, _INT, _OBJECT, _TYPE = 1, 2, 3, 4, 5
 
 
 def template(spec) -> tuple[list, np.ndarray] | None:
     """The leaves that ``simdist.sim._compiled`` compares a later call's
     argument with, walking it as this does (lists and tuples in order, at
     most three deep), and the argument's buffer; None where an argument has
-    something else than one ``ndarray``, ints, datatypes and None (a numpy
-    integer, an array of counts, a type code), which the compiled path leaves
-    to the parse."""
+    something else than one ``ndarray``, ints, committed datatypes and None
+    (a numpy integer, an array of counts, a type code), which the compiled
+    path leaves to the parse. A datatype is known by the parse's key: a new
+    handle on a map made again matches, and no handle is held."""
     leaves, buffers = [], []
 
     def walk(obj, depth: int) -> None:
@@ -260,7 +261,7 @@ def template(spec) -> tuple[list, np.ndarray] | None:
         elif kind is int:
             leaves.append((_INT, None, None, obj))
         elif isinstance(obj, Datatype):
-            leaves.append((_OBJECT, obj, obj._id, 0))
+            leaves.append((_TYPE, _type(obj), Datatype, 0))
         elif obj is None:
             leaves.append((_OBJECT, None, None, 0))
         else:
@@ -268,6 +269,6 @@ def template(spec) -> tuple[list, np.ndarray] | None:
 
     try:
         walk(spec, 0)
-    except _Refused:
+    except (_Refused, TypeError):
         return None
     return (leaves, buffers[0]) if buffers else None

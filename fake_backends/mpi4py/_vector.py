@@ -26,6 +26,7 @@ from simdist import checks
 from simdist.sim import _repeated as _compiled_path
 
 from ._argcache import template, vector_parts, w_parts
+from ._typecalls import _MAPS
 from ._buffers import BufSpec, is_in_place, parse, parse_vector
 from ._errors import ERR_TRUNCATE, Exception as MPIException
 from ._unpacking import unpacking_class
@@ -149,7 +150,7 @@ def _compile(st, call: str, sendbuf, recvbuf, sizes, expected, send_rows, recv_r
         return
     made = _compiled_path.repeated(
         st.sc, st.engine._transport, {"st": st, "engine": st.engine, "flight_names": st.engine.FLIGHT}, sizes,
-        expected, ((*sides[0], send_rows), (*sides[1], recv_rows)))
+        expected, ((*sides[0], send_rows), (*sides[1], recv_rows)), _MAPS)
     if made is not None:
         if len(kept) >= REPEATS_KEPT:
             del kept[next(iter(kept))]

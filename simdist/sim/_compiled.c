@@ -25,18 +25,19 @@
 #define MAX_MEMBERS 64
 #define MAX_DEPTH 3
 
-enum { LEAF_SEQ = 1, LEAF_BUFFER, LEAF_INT, LEAF_OBJECT };
+enum { LEAF_SEQ = 1, LEAF_BUFFER, LEAF_INT, LEAF_OBJECT, LEAF_TYPE };
 
 typedef struct {
     int kind;
-    PyObject *a;     /* SEQ: its type; OBJECT: the object */
-    PyObject *b;     /* OBJECT: its _id, or NULL */
+    PyObject *a;     /* SEQ: its type; OBJECT: the object; TYPE: the datatype's key */
+    PyObject *b;     /* TYPE: the datatype class */
     Py_ssize_t n;    /* SEQ: its length; INT: its value */
 } Leaf;
 
 typedef struct {
     Leaf leaves[MAX_LEAVES];
     int nleaves;
+    PyObject *type_maps;          /* the derived datatypes' maps, by handle (``_typecalls._MAPS``) */
     /* the buffer: an ndarray of this layout */
     PyTypeObject *array_type;
     int ndim;
@@ -73,8 +74,8 @@ typedef struct {
     PyObject *peer_done, *peers, *peer_arrive, *flight_names;
 } Repeated;
 
-static PyObject *s_epoch, *s_seq, *s_bank, *s_closed, *s_stash, *s_coll_seq, *s_id, *s_wait_word, *s_wait_words,
-    *s_wake, *s_check;
+static PyObject *s_epoch, *s_seq, *s_bank, *s_closed, *s_stash, *s_coll_seq, *s_id, *s_key, *s_committed, *s_made_as,
+    *s_wait_word, *s_wait_words, *s_wake, *s_check;
 
 static inline int64_t load(const int64_t *q, Py_ssize_t w) { return __atomic_load_n(q + w, __ATOMIC_ACQUIRE); }
 static inline void store(int64_t *q, Py_ssize_t w, int64_t v) { __atomic_store_n(q + w, v, __ATOMIC_RELEASE); }
@@ -113,6 +114,47 @@ static int ints_of(PyObject *seq, Py_ssize_t *out, int most, const char *what)
     return (int)n;
 }
 
+/* What the parse keys a datatype by (``_argcache._type``): its map's first
+   making (``made_as``) or its handle, if committed; a predefined one's
+   ``_id``; NULL (no error set) for a freed or uncommitted one. */
+static PyObject *datatype_key(const Side *side, PyObject *datatype)
+{
+    PyObject *id = PyObject_GetAttr(datatype, s_id);
+    if (id == NULL)
+        return NULL;
+    PyObject *tm = PyDict_GetItemWithError(side->type_maps, id);  /* borrowed */
+    if (tm == NULL) {
+        if (PyErr_Occurred()) {
+            Py_DECREF(id);
+            return NULL;
+        }
+        PyObject *key = PyObject_GetAttr(datatype, s_key);
+        int predefined = key != NULL && PyObject_RichCompareBool(id, key, Py_EQ) > 0;
+        Py_XDECREF(key);
+        if (predefined)
+            return id;
+        Py_DECREF(id);
+        return NULL;
+    }
+    int committed = 0;
+    PyObject *flag = PyObject_GetAttr(tm, s_committed);
+    if (flag != NULL) {
+        committed = PyObject_IsTrue(flag) > 0;
+        Py_DECREF(flag);
+    }
+    PyObject *made = committed ? PyObject_GetAttr(tm, s_made_as) : NULL;
+    if (made == NULL) {
+        Py_DECREF(id);
+        return NULL;
+    }
+    if (made == Py_None) {
+        Py_DECREF(made);
+        return id;
+    }
+    Py_DECREF(id);
+    return made;
+}
+
 /* Whether ``obj`` walks as ``leaves`` from ``*at`` on; the buffer's object in *buffer. */
 static int matches(const Side *side, PyObject *obj, int *at, int depth, PyObject **buffer)
 {
@@ -145,18 +187,24 @@ static int matches(const Side *side, PyObject *obj, int *at, int depth, PyObject
         long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
         return !overflow && v == leaf->n;
     }
-    case LEAF_OBJECT: {
-        if (obj != leaf->a)
-            return 0;
-        if (leaf->b == NULL)
-            return 1;
-        PyObject *id = PyObject_GetAttr(obj, s_id);
-        if (id == NULL) {
+    case LEAF_OBJECT:
+        return obj == leaf->a;
+    case LEAF_TYPE: {
+        int is = PyObject_IsInstance(obj, leaf->b);
+        if (is <= 0) {
             PyErr_Clear();
             return 0;
         }
-        Py_DECREF(id);
-        return id == leaf->b;
+        PyObject *key = datatype_key(side, obj);
+        if (key == NULL) {
+            PyErr_Clear();
+            return 0;
+        }
+        int same = PyObject_RichCompareBool(key, leaf->a, Py_EQ);
+        Py_DECREF(key);
+        if (same < 0)
+            PyErr_Clear();
+        return same > 0;
     }
     }
     return 0;
@@ -564,8 +612,15 @@ static int obj_item(PyObject *dict, const char *key, PyObject **out)
 static int init_side(Side *side, PyObject *dict)
 {
     PyObject *leaves = item(dict, "leaves"), *format = item(dict, "format"), *type = item(dict, "array_type");
-    if (leaves == NULL || format == NULL || type == NULL)
+    PyObject *maps = item(dict, "type_maps");
+    if (leaves == NULL || format == NULL || type == NULL || maps == NULL)
         return -1;
+    if (!PyDict_Check(maps)) {
+        PyErr_SetString(PyExc_TypeError, "Repeated: type_maps must be a dict");
+        return -1;
+    }
+    Py_INCREF(maps);
+    side->type_maps = maps;
     if (!PyList_Check(leaves) || PyList_GET_SIZE(leaves) > MAX_LEAVES) {
         PyErr_SetString(PyExc_ValueError, "Repeated: leaves must be a list of at most 96");
         return -1;
@@ -579,6 +634,10 @@ static int init_side(Side *side, PyObject *dict)
             return -1;
         leaf->n = (Py_ssize_t)n;
         leaf->a = a == Py_None && leaf->kind != LEAF_OBJECT ? NULL : a;
+        if (leaf->kind == LEAF_TYPE && (leaf->a == NULL || b == Py_None)) {
+            PyErr_SetString(PyExc_ValueError, "Repeated: a datatype leaf needs its key and class");
+            return -1;
+        }
         leaf->b = b == Py_None ? NULL : b;
         Py_XINCREF(leaf->a);
         Py_XINCREF(leaf->b);
@@ -692,6 +751,7 @@ static int Repeated_traverse(Repeated *self, visitproc visit, void *arg)
             Py_VISIT(self->side[k].leaves[i].b);
         }
         Py_VISIT(self->side[k].array_type);
+        Py_VISIT(self->side[k].type_maps);
     }
     for (int i = 0; i < self->npeers; i++)
         Py_VISIT(self->peer_rank[i]);
@@ -710,6 +770,7 @@ static int Repeated_clear(Repeated *self)
         }
         self->side[k].nleaves = 0;
         Py_CLEAR(self->side[k].array_type);
+        Py_CLEAR(self->side[k].type_maps);
     }
     for (int i = 0; i < self->npeers; i++)
         Py_CLEAR(self->peer_rank[i]);
@@ -756,7 +817,8 @@ PyMODINIT_FUNC PyInit__compiled(void)
         return NULL;
     struct { PyObject **slot; const char *name; } names[] = {
         {&s_epoch, "_epoch"}, {&s_seq, "_seq"}, {&s_bank, "_bank"}, {&s_closed, "_closed"},
-        {&s_stash, "_stash"}, {&s_coll_seq, "coll_seq"}, {&s_id, "_id"}, {&s_wait_word, "wait_word"},
+        {&s_stash, "_stash"}, {&s_coll_seq, "coll_seq"}, {&s_id, "_id"}, {&s_key, "_key"}, {&s_committed, "committed"},
+        {&s_made_as, "made_as"}, {&s_wait_word, "wait_word"},
         {&s_wait_words, "wait_words"}, {&s_wake, "_wake_sleeping_peers"}, {&s_check, "_check"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)

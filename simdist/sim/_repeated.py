@@ -69,7 +69,7 @@ def _loops(shape, user_strides, arena_strides, itemsize: int) -> tuple[list, lis
 
 
 def _side(leaves: list, buf: np.ndarray, rows: np.ndarray, arena_rows: list[np.ndarray], base: int,
-          writable: bool) -> dict | None:
+          writable: bool, type_maps: dict) -> dict | None:
     """One buffer's part of a ``Repeated``: the argument's template, the
     buffer's layout, where its rows lie from its data pointer and in the
     arena (per bank), and the loops that copy them."""
@@ -82,13 +82,13 @@ def _side(leaves: list, buf: np.ndarray, rows: np.ndarray, arena_rows: list[np.n
     shape, user, arena, run = _loops(rows.shape, rows.strides, arena_rows[0].strides, rows.itemsize)
     if arena_rows[1].strides != arena_rows[0].strides:
         return None
-    return {"leaves": leaves, "array_type": np.ndarray, "format": view.format, "shape": list(view.shape),
+    return {"leaves": leaves, "type_maps": type_maps, "array_type": np.ndarray, "format": view.format, "shape": list(view.shape),
             "strides": list(view.strides), "itemsize": view.itemsize, "writable": int(writable),
             "offset": _address(rows) - _address(buf), "run": run, "loops": shape, "user_steps": user,
             "arena_steps": arena, "arena_offset": [_address(a) - base for a in arena_rows]}
 
 
-def repeated(sc, transport, caller: dict, sizes: list[int], expected: list[int], sides: tuple):
+def repeated(sc, transport, caller: dict, sizes: list[int], expected: list[int], sides: tuple, type_maps: dict):
     """A ``Repeated`` of ``sc``'s sized alltoall of ``sizes`` (this rank's
     blocks) and ``expected`` (the blocks it receives), each moved through
     its row; or None where the compiled path cannot do that call.
@@ -98,7 +98,9 @@ def repeated(sc, transport, caller: dict, sizes: list[int], expected: list[int],
     mail the caller's progress step looks at; ``caller`` the rest of the
     caller's state the call reads and counts: ``st`` (whose ``coll_seq``
     it counts), ``engine`` and ``flight_names`` (the engine's attributes
-    that are all empty when no message is in flight)."""
+    that are all empty when no message is in flight); ``type_maps`` the
+    derived datatypes' maps by handle, where the leaves' datatype keys are
+    looked up."""
     if not available() or sc._sized is None or len(sizes) > MAX_MEMBERS:
         return None
     plan, room, width, my_heads, their_heads, their_rows = sc._sized
@@ -111,7 +113,7 @@ def repeated(sc, transport, caller: dict, sizes: list[int], expected: list[int],
     made = []
     for (leaves, buf, rows), mine in zip(sides, (True, False)):
         views = [sc._row_view(rows, bank, mine) for bank in (0, 1)]
-        made.append(_side(leaves, buf, rows, views, base, not mine))
+        made.append(_side(leaves, buf, rows, views, base, not mine, type_maps))
     if None in made or any(len(s["leaves"]) > MAX_LEAVES for s in made):
         return None
     bank = sc._bank
