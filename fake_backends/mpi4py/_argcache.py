@@ -32,9 +32,12 @@ refuses it. A parse that raises keeps nothing. What is kept holds no
 memory of the program's and no handle: layouts (``_layouts``) and counts;
 at most ``LIMIT`` keys, all dropped when full. A parse is kept the second time
 its key comes, so a call made once costs no keeping. Blocks of at most
-``ROWS_UP_TO`` bytes that are the rows of one strided array (a
-transpose's are) are kept as that array's shape too, so that one copy
-moves them all.
+``ROWS_UP_TO`` bytes (``ROWS_COMPILED_UP_TO`` where the compiled path is
+built) that are the rows of one strided array (a transpose's are) are kept
+as that array's shape too, so that one copy moves them all.
+
+``template`` gives the compiled path (``simdist.sim._repeated``) the
+leaves it compares a later call's arguments with, keyed as here.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ from __future__ import annotations
 import operator
 
 import numpy as np
+
+from simdist.sim import _repeated as _compiled_path
 
 from ._typecalls import _MAPS
 from ._buffers import BufSpec, _items, parse_vector, parse_w
@@ -55,6 +60,12 @@ LIMIT = 64
 #: takes through its row (one copy by itself) outweighs the calls that moving
 #: each block takes.
 ROWS_UP_TO = 16 << 10
+#: ... and up to this many where the compiled path (``simdist.sim._repeated``)
+#: moves them: it pays no call per block, so the second copy of a rank's block
+#: to itself outweighs moving the blocks apart only further on (at 2 ranks:
+#: N = 32 subarray transposes of 128 KiB blocks 27 against 66 us a call,
+#: N = 128 vector ones of 32 KiB 15 against 44).
+ROWS_COMPILED_UP_TO = 128 << 10
 
 _kept: dict = {}
 _index = operator.index
@@ -123,7 +134,7 @@ class _Plan:
         self.blocks = blocks
         self.nbytes = [part.nbytes for part in parts]
         self.c_order = buf.flags.c_contiguous  # as the key's shape, strides and dtype say
-        small = self.nbytes and self.nbytes[0] <= ROWS_UP_TO
+        small = self.nbytes and self.nbytes[0] <= (ROWS_COMPILED_UP_TO if _compiled_path.available() else ROWS_UP_TO)
         self.rows = stepped_rows([where for _, where in blocks]) if small else None
 
     def parts(self, buf: np.ndarray, datatypes: list) -> tuple[list[BufSpec], np.ndarray | None]:

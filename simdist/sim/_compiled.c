@@ -233,22 +233,47 @@ static int take_buffer(const Side *side, PyObject *spec, Py_buffer *view)
     return 1;
 }
 
+/* ``n`` runs of ``run`` bytes, ``sstep`` and ``dstep`` apart; a run of a
+   fixed small size is one load and store (a column's elements). */
+static inline void copy_runs(char *dst, Py_ssize_t dstep, const char *src, Py_ssize_t sstep, Py_ssize_t n,
+                             Py_ssize_t run)
+{
+#define RUNS(SIZE) for (Py_ssize_t k = 0; k < n; k++) memcpy(dst + k * dstep, src + k * sstep, SIZE); break;
+    switch (run) {
+    case 1: RUNS(1)
+    case 2: RUNS(2)
+    case 4: RUNS(4)
+    case 8: RUNS(8)
+    case 16: RUNS(16)
+    default: RUNS(run)
+    }
+#undef RUNS
+}
+
 /* Copy the rows between user memory and the arena, ``to_arena`` or back. */
 static void copy_rows(const Side *side, char *user, char *arena, int to_arena)
 {
-    Py_ssize_t index[MAX_DIMS] = {0};
     int cdim = side->cdim;
+    if (cdim == 0) {
+        if (to_arena)
+            memcpy(arena, user, side->run);
+        else
+            memcpy(user, arena, side->run);
+        return;
+    }
+    Py_ssize_t index[MAX_DIMS] = {0}, n = side->cshape[cdim - 1];
+    Py_ssize_t ustep = side->user_step[cdim - 1], astep = side->arena_step[cdim - 1];
     for (;;) {
         Py_ssize_t u = 0, a = 0;
-        for (int d = 0; d < cdim; d++) {
+        for (int d = 0; d < cdim - 1; d++) {
             u += index[d] * side->user_step[d];
             a += index[d] * side->arena_step[d];
         }
         if (to_arena)
-            memcpy(arena + a, user + u, side->run);
+            copy_runs(arena + a, astep, user + u, ustep, n, side->run);
         else
-            memcpy(user + u, arena + a, side->run);
-        int d = cdim - 1;
+            copy_runs(user + u, ustep, arena + a, astep, n, side->run);
+        int d = cdim - 2;
         while (d >= 0 && ++index[d] == side->cshape[d])
             index[d--] = 0;
         if (d < 0)
