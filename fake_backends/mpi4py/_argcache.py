@@ -245,7 +245,7 @@ def w_parts(spec, n: int, *, writable: bool, what: str) -> tuple[list[BufSpec], 
 
 #: A template's leaves: a list or tuple (its type and length), the buffer,
 #: an int (its value), None, a datatype (its key, as ``_type``'s, and the class).
-_SEQ, _BUFFER, _INT, _OBJECT, _TYPE = 1, 2, 3, 4, 5
+_SEQ, _BUFFER, _INT, _NONE, _TYPE = 1, 2, 3, 4, 5
 
 
 def template(spec) -> tuple[list, np.ndarray] | None:
@@ -274,7 +274,7 @@ def template(spec) -> tuple[list, np.ndarray] | None:
         elif isinstance(obj, Datatype):
             leaves.append((_TYPE, _type(obj), Datatype, 0))
         elif obj is None:
-            leaves.append((_OBJECT, None, None, 0))
+            leaves.append((_NONE, None, None, 0))
         else:
             raise _Refused
 

@@ -114,7 +114,7 @@ def _repeated(st, call: str, sendbuf, recvbuf) -> bool | None:
             return out
         if out is not False:
             got, longest, room = out
-            send, sizes, recv, expected = _parts(st, call, sendbuf, recvbuf)
+            (send, sizes, _), (recv, expected, _) = _parts(st, call, sendbuf, recvbuf)
             pack, unpack = _movers(st.rank, send, recv)
             if longest > room:
                 st.sc.sized_phases(sizes, pack, unpack, expected, got, longest)
@@ -123,15 +123,35 @@ def _repeated(st, call: str, sendbuf, recvbuf) -> bool | None:
     return False
 
 
+#: How each call parses one of its buffer arguments: (blocks, their lengths, their rows or None).
+_PARSE = {"Alltoallv": lambda st, spec, writable, what: vector_parts(spec, writable=writable, blocks=st.size, what=what),
+          "Alltoallw": lambda st, spec, writable, what: w_parts(spec, st.size, writable=writable, what=what)}
+
+
 def _parts(st, call: str, sendbuf, recvbuf):
-    """The blocks and their lengths of both buffers of Alltoallv or Alltoallw."""
-    if call == "Alltoallv":
-        recv, expected, _ = vector_parts(recvbuf, writable=True, blocks=st.size, what="recvbuf")
-        send, sizes, _ = vector_parts(sendbuf, writable=False, blocks=st.size, what="sendbuf")
-    else:
-        recv, expected, _ = w_parts(recvbuf, st.size, writable=True, what="recvbuf")
-        send, sizes, _ = w_parts(sendbuf, st.size, writable=False, what="sendbuf")
-    return send, sizes, recv, expected
+    """Both buffers of Alltoallv or Alltoallw as (blocks, their lengths,
+    their rows or None), the send buffer's first; in place, the receive
+    buffer's blocks as they are now."""
+    parse = _PARSE[call]
+    recv = parse(st, recvbuf, True, "recvbuf")
+    if is_in_place(sendbuf):
+        return (_copies(recv[0]), recv[1], None), recv
+    return parse(st, sendbuf, False, "sendbuf"), recv
+
+
+def _transpose(comm, call: str, sendbuf, recvbuf) -> None:
+    """Alltoallv or Alltoallw: by a compiled transpose where one has these
+    arguments (``_repeated``), else parsed here; a call whose blocks all
+    moved through their rows leaves a compiled transpose for its repeats."""
+    st = comm._st()
+    compiled = st.repeats and _repeated(st, call, sendbuf, recvbuf)
+    if compiled:
+        return
+    st, sc = comm._coll()
+    (send, sizes, send_rows), (recv, expected, recv_rows) = _parts(st, call, sendbuf, recvbuf)
+    if _alltoall_blocks(st, sc, call, send, recv, sizes, expected, send_rows, recv_rows) and (
+            send_rows is not None and recv_rows is not None and compiled is not None):
+        _compile(st, call, sendbuf, recvbuf, sizes, expected, send_rows, recv_rows)
 
 
 def _compile(st, call: str, sendbuf, recvbuf, sizes, expected, send_rows, recv_rows) -> None:
@@ -221,30 +241,8 @@ class VectorCollectives:
     def Alltoallv(self, sendbuf, recvbuf) -> None:
         """Block ``j`` of rank ``i``'s ``sendbuf`` becomes block ``i`` of rank
         ``j``'s ``recvbuf``."""
-        compiled = self._st().repeats and _repeated(self._st(), "Alltoallv", sendbuf, recvbuf)
-        if compiled:
-            return
-        st, sc = self._coll()
-        recv, expected, recv_rows = vector_parts(recvbuf, writable=True, blocks=st.size, what="recvbuf")
-        if is_in_place(sendbuf):
-            send, sizes, send_rows = _copies(recv), expected, None
-        else:
-            send, sizes, send_rows = vector_parts(sendbuf, writable=False, blocks=st.size, what="sendbuf")
-        if _alltoall_blocks(st, sc, "Alltoallv", send, recv, sizes, expected, send_rows, recv_rows) and (
-                send_rows is not None and recv_rows is not None and compiled is not None):
-            _compile(st, "Alltoallv", sendbuf, recvbuf, sizes, expected, send_rows, recv_rows)
+        _transpose(self, "Alltoallv", sendbuf, recvbuf)
 
     def Alltoallw(self, sendbuf, recvbuf) -> None:
         """As Alltoallv, with a datatype per block and displacements in bytes."""
-        compiled = self._st().repeats and _repeated(self._st(), "Alltoallw", sendbuf, recvbuf)
-        if compiled:
-            return
-        st, sc = self._coll()
-        recv, expected, recv_rows = w_parts(recvbuf, st.size, writable=True, what="recvbuf")
-        if is_in_place(sendbuf):
-            send, sizes, send_rows = _copies(recv), expected, None
-        else:
-            send, sizes, send_rows = w_parts(sendbuf, st.size, writable=False, what="sendbuf")
-        if _alltoall_blocks(st, sc, "Alltoallw", send, recv, sizes, expected, send_rows, recv_rows) and (
-                send_rows is not None and recv_rows is not None and compiled is not None):
-            _compile(st, "Alltoallw", sendbuf, recvbuf, sizes, expected, send_rows, recv_rows)
+        _transpose(self, "Alltoallw", sendbuf, recvbuf)

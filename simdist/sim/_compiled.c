@@ -9,8 +9,9 @@
    every block in its row (release, heads, rows, ``_meet``, rows back,
    ``_done``, ``_end``). It returns False where the arguments differ from
    what it holds, None where they do not but the state asks for the Python
-   path (having changed nothing either way), True when the call is done, and (lengths received, longest
-   block) when a block's length or size needs the rest of the Python path.
+   path (having changed nothing either way), True when the call is done,
+   and (lengths received, longest block, a row's room) when a block's
+   length or size needs the rest of the Python path.
    Every wait longer than the arena's spin, every sleeping peer to wake
    and every signature that differs goes back to the Python methods. */
 
@@ -25,11 +26,11 @@
 #define MAX_MEMBERS 64
 #define MAX_DEPTH 3
 
-enum { LEAF_SEQ = 1, LEAF_BUFFER, LEAF_INT, LEAF_OBJECT, LEAF_TYPE };
+enum { LEAF_SEQ = 1, LEAF_BUFFER, LEAF_INT, LEAF_NONE, LEAF_TYPE };
 
 typedef struct {
     int kind;
-    PyObject *a;     /* SEQ: its type; OBJECT: the object; TYPE: the datatype's key */
+    PyObject *a;     /* SEQ: its type; TYPE: the datatype's key */
     PyObject *b;     /* TYPE: the datatype class */
     Py_ssize_t n;    /* SEQ: its length; INT: its value */
 } Leaf;
@@ -187,8 +188,8 @@ static int matches(const Side *side, PyObject *obj, int *at, int depth, PyObject
         long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
         return !overflow && v == leaf->n;
     }
-    case LEAF_OBJECT:
-        return obj == leaf->a;
+    case LEAF_NONE:
+        return obj == Py_None;
     case LEAF_TYPE: {
         int is = PyObject_IsInstance(obj, leaf->b);
         if (is <= 0) {
@@ -357,7 +358,21 @@ static int wake_sleepers(Repeated *self, const int64_t *q)
     return 0;
 }
 
-/* ``_release(bank)``: wait until the readers of this rank's half slot are done. */
+/* arena.<method>(first, epoch, who, True): a wait of the Python path. */
+static int call_wait(Repeated *self, PyObject *method, PyObject *first, int64_t epoch, PyObject *who)
+{
+    PyObject *target = PyLong_FromLongLong(epoch), *r = NULL;
+    if (target != NULL)
+        r = PyObject_CallMethodObjArgs(self->arena, method, first, target, who, Py_True, NULL);
+    Py_XDECREF(target);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* ``_release(bank)``: wait until the readers of this rank's half slot
+   (pending: (their done words, the epoch, their ranks)) are done. */
 static int release(Repeated *self, const int64_t *q, int bank)
 {
     PyObject *readers = PyList_GetItem(self->pending, bank);
@@ -366,63 +381,28 @@ static int release(Repeated *self, const int64_t *q, int bank)
     if (readers == Py_None)
         return 0;
     Py_INCREF(readers);
-    Py_INCREF(Py_None);
-    if (PyList_SetItem(self->pending, bank, Py_None) < 0) {
-        Py_DECREF(readers);
-        return -1;
-    }
-    PyObject *words = PyTuple_GetItem(readers, 0), *target = PyTuple_GetItem(readers, 1);
-    int r = 0;
-    if (words == NULL || target == NULL) {
+    int r = PyList_SetItem(self->pending, bank, Py_NewRef(Py_None));
+    PyObject *words = r < 0 ? NULL : PySequence_Fast(PyTuple_GET_ITEM(readers, 0), "readers");
+    int64_t want = words == NULL ? -1 : PyLong_AsLongLong(PyTuple_GET_ITEM(readers, 1));
+    if (words == NULL || (want == -1 && PyErr_Occurred())) {
         r = -1;
     } else {
-        int64_t want = PyLong_AsLongLong(target);
-        PyObject *fast = PySequence_Fast(words, "readers");
-        if (fast == NULL || (want == -1 && PyErr_Occurred())) {
-            r = -1;
-        } else {
-            for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast); i++) {
-                Py_ssize_t w = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fast, i));
-                if (load(q, w) < want) {
-                    PyObject *args = PySequence_Tuple(readers), *fn = PyObject_GetAttr(self->arena, s_wait_words);
-                    PyObject *out = NULL;
-                    if (args != NULL && fn != NULL) {
-                        PyObject *full = PyTuple_Pack(4, PyTuple_GET_ITEM(args, 0), PyTuple_GET_ITEM(args, 1),
-                                                      PyTuple_GET_ITEM(args, 2), Py_True);
-                        if (full != NULL)
-                            out = PyObject_Call(fn, full, NULL);
-                        Py_XDECREF(full);
-                    }
-                    Py_XDECREF(args);
-                    Py_XDECREF(fn);
-                    r = out == NULL ? -1 : 0;
-                    Py_XDECREF(out);
-                    break;
-                }
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(words); i++) {
+            if (load(q, PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(words, i))) < want) {
+                r = call_wait(self, s_wait_words, PyTuple_GET_ITEM(readers, 0), want, PyTuple_GET_ITEM(readers, 2));
+                break;
             }
         }
-        Py_XDECREF(fast);
     }
+    Py_XDECREF(words);
     Py_DECREF(readers);
     return r;
 }
 
-/* arena.<method>(first, epoch, who, True), taking the reference to ``first``. */
-static int call_wait(Repeated *self, PyObject *method, PyObject *first, int64_t epoch, PyObject *who)
-{
-    PyObject *target = PyLong_FromLongLong(epoch), *r = NULL;
-    if (first != NULL && target != NULL)
-        r = PyObject_CallMethodObjArgs(self->arena, method, first, target, who, Py_True, NULL);
-    Py_XDECREF(first);
-    Py_XDECREF(target);
-    if (r == NULL)
-        return -1;
-    Py_DECREF(r);
-    return 0;
-}
-
-/* ``_meet``'s arrival and look at the peers, after this rank's part is written. */
-static int meet(Repeated *self, int64_t *q, int bank, int64_t epoch)
+/* ``_meet``'s arrival and look at the peers, after this rank's part is
+   written; ``*arrived`` becomes ``epoch`` once ``sc._epoch`` is (what
+   ``_end`` stores, should the meeting raise). */
+static int meet(Repeated *self, int64_t *q, int bank, int64_t epoch, int64_t *arrived)
 {
     Py_ssize_t seq;
     if (set_ssize(self->sc, s_bank, bank) < 0 || get_ssize(self->sc, s_seq, &seq) < 0
@@ -434,6 +414,7 @@ static int meet(Repeated *self, int64_t *q, int bank, int64_t epoch)
     store(q, self->state_word, self->call_state);
     if (set_ssize(self->sc, s_epoch, epoch) < 0)
         return -1;
+    *arrived = epoch;
     store(q, self->arrive, epoch);
     fence();
     if (wake_sleepers(self, q) < 0)
@@ -443,15 +424,18 @@ static int meet(Repeated *self, int64_t *q, int bank, int64_t epoch)
         Py_ssize_t w = self->peer_call_epoch[bank][i];
         for (long k = 0; k < self->spin && load(q, w) < epoch; k++)
             relax();
-        if (load(q, w) < epoch && call_wait(self, s_wait_word, PyLong_FromSsize_t(w), epoch, self->peer_rank[i]) < 0)
-            return -1;
+        if (load(q, w) < epoch) {
+            PyObject *word = PyLong_FromSsize_t(w);
+            int r = word == NULL ? -1 : call_wait(self, s_wait_word, word, epoch, self->peer_rank[i]);
+            Py_XDECREF(word);
+            if (r < 0)
+                return -1;
+        }
         if (memcmp(mine, q + self->peer_sig[bank][i], self->sig_words * 8) != 0) {
-            Py_INCREF(self->peer_arrive);
             if (call_wait(self, s_wait_words, self->peer_arrive, epoch, self->peers) < 0)
                 return -1;
-            PyObject *r;
             PyObject *nbytes = PyLong_FromSsize_t(self->sig_words * 8);
-            r = nbytes == NULL ? NULL : PyObject_CallMethodOneArg(self->sc, s_check, nbytes);
+            PyObject *r = nbytes == NULL ? NULL : PyObject_CallMethodOneArg(self->sc, s_check, nbytes);
             Py_XDECREF(nbytes);
             if (r == NULL)
                 return -1;
@@ -507,14 +491,9 @@ static PyObject *exchange(Repeated *self, int64_t *q, char *base, char *send, ch
         store(q, word + 1, self->longest_mine);
     }
     copy_rows(&self->side[0], send, base + self->side[0].arena_offset[bank], 1);
-    if (meet(self, q, bank, epoch) < 0) {
-        Py_ssize_t now = epoch0;
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        get_ssize(self->sc, s_epoch, &now);
-        PyErr_Clear();
-        PyErr_Restore(type, value, tb);
-        end(self, q, now);
+    int64_t arrived = epoch0;
+    if (meet(self, q, bank, epoch, &arrived) < 0) {
+        end(self, q, arrived);
         return NULL;
     }
     int64_t got[MAX_MEMBERS], longest = 0;
@@ -564,25 +543,21 @@ static PyObject *Repeated_call(Repeated *self, PyObject *args, PyObject *kwargs)
         PyBuffer_Release(&send);
         Py_RETURN_FALSE;
     }
-    PyObject *out = Py_False;
-    Py_INCREF(out);
+    PyObject *out;
     if (PyObject_GetBuffer(self->q, &arena, PyBUF_CONTIG) < 0) {
         PyErr_Clear();  /* the arena is gone: the Python path says why */
+        out = Py_NewRef(Py_False);
     } else {
         int64_t *q = (int64_t *)arena.buf;
         Py_ssize_t epoch;
         int allowed = state_allows(self, q, &epoch);
-        if (allowed < 0) {
-            Py_CLEAR(out);
-        } else if (!allowed) {
-            Py_DECREF(out);
-            out = Py_None;  /* the arguments are this call's, the state is not: the Python path */
-            Py_INCREF(out);
-        } else {
-            Py_DECREF(out);
+        if (allowed < 0)
+            out = NULL;
+        else if (!allowed)  /* the arguments are this call's, the state is not: the Python path */
+            out = Py_NewRef(Py_None);
+        else
             out = exchange(self, q, (char *)arena.buf, (char *)send.buf + self->side[0].offset,
                            (char *)recv.buf + self->side[1].offset, epoch);
-        }
         PyBuffer_Release(&arena);
     }
     PyBuffer_Release(&send);
@@ -658,7 +633,7 @@ static int init_side(Side *side, PyObject *dict)
         if (!PyArg_ParseTuple(PyList_GET_ITEM(leaves, i), "iOOL", &leaf->kind, &a, &b, &n))
             return -1;
         leaf->n = (Py_ssize_t)n;
-        leaf->a = a == Py_None && leaf->kind != LEAF_OBJECT ? NULL : a;
+        leaf->a = a == Py_None ? NULL : a;
         if (leaf->kind == LEAF_TYPE && (leaf->a == NULL || b == Py_None)) {
             PyErr_SetString(PyExc_ValueError, "Repeated: a datatype leaf needs its key and class");
             return -1;
