@@ -82,7 +82,7 @@ class _SelfComm:
     def alltoall(self, x):
         return np.array(x, copy=True)
 
-    def alltoall_sized(self, sizes, pack, unpack, expected, rows=None):
+    def alltoall_sized(self, sizes, pack, unpack, expected, rows=None, own=None):
         block = np.empty(sizes[0], np.uint8)
         pack(0, 0, block)
         if list(sizes) == list(expected):

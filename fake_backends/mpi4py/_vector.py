@@ -69,8 +69,14 @@ def _alltoall_blocks(st, sc, call: str, send: list[BufSpec], recv: list[BufSpec]
     writes no block. Returns whether the rows moved every block."""
     pack, unpack = _movers(st.rank, send, recv)
     rows = None if send_rows is None or recv_rows is None else (send_rows, recv_rows)
-    got, whole = sc.alltoall_sized(sizes, pack, unpack, expected, rows)
-    _finish(call, st.rank, send, recv, got, expected, whole)
+    moved = []
+
+    def own():
+        _copy_block(send[st.rank], recv[st.rank])
+        moved.append(True)
+
+    got, whole = sc.alltoall_sized(sizes, pack, unpack, expected, rows, own)
+    _finish(call, st.rank, send, recv, got, expected, whole or bool(moved))
     return whole
 
 

@@ -214,7 +214,7 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
             return self._exchange(x, self._plan((_ALLTOALL, x.dtype, x.shape, -1), 0, -1), self._take_mine)
         return self._alltoall_phases(x)
 
-    def alltoall_sized(self, sizes, pack, unpack, expected, rows=None) -> tuple[list[int], bool]:
+    def alltoall_sized(self, sizes, pack, unpack, expected, rows=None, own=None) -> tuple[list[int], bool]:
         """An alltoall of blocks of any lengths that never holds the message,
         for the simulated mpi4py's Alltoallv and Alltoallw: this rank's
         block for member ``j`` is ``sizes[j]`` bytes, ``pack(j, lo, out)``
@@ -230,7 +230,8 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
         ``recv_rows`` takes member ``j``'s block for this rank; one copy each
         way moves every block (this rank's own too). Used where every block
         fits in its row and the members' rows step evenly; else ``pack`` and
-        ``unpack`` move each block.
+        ``unpack`` move each block, and ``own()``, where given, this rank's
+        own block, once the lengths are known to be ``expected``.
 
         One meeting when every block fits in its row (a member's share of
         half a slot, headed by the block's length): no exchange of lengths
@@ -244,7 +245,7 @@ class SimComm(PhaseProtocol, OnePhaseCalls, ChunkedCalls, Communicator):
             lengths = self.allgather(np.asarray(sizes, np.int64))
             got, longest, room, whole = lengths[:, self._rank].tolist(), int(lengths.max()), -1, False
         else:
-            got, longest, room, whole = self._exchange_sized(sizes, pack, unpack, expected, rows)
+            got, longest, room, whole = self._exchange_sized(sizes, pack, unpack, expected, rows, own)
         if longest > room:
             self.sized_phases(sizes, pack, unpack, expected, got, longest)
         return got, whole
