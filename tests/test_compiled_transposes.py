@@ -283,3 +283,135 @@ for step in range(8):
 assert took_compiled_path(comm, "Alltoallw")
 assert len(comm._st().repeats.get("Alltoallw", {})) == (1 if COMPILED else 0)
 """), 3)
+
+
+# -- streamed: blocks longer than rows ------------------------------------------------
+STREAMED = """
+def slab_transpose(comm, m=4, k=1024, dtype=np.complex128, order="C"):
+    '''A transpose of (m, m * size, k) slabs into (m * size, m, k) pencils:
+    blocks of m * m * k elements (256 KiB at the defaults), longer than
+    rows, through subarray types; its arguments, fill and check.'''
+    size, rank = comm.size, comm.rank
+    n = m * size
+    slab, pencil = np.zeros((m, n, k), dtype, order=order), np.zeros((n, m, k), dtype, order=order)
+    base = MPI.DOUBLE_COMPLEX if dtype == np.complex128 else MPI.DOUBLE
+    o = MPI.ORDER_C if order == "C" else MPI.ORDER_FORTRAN
+    sends, recvs = cuts(slab.shape, 1, base, o), cuts(pencil.shape, 0, base, o)
+    send = [slab, [1] * size, [0] * size, sends]
+    recv = [pencil, [1] * size, [0] * size, recvs]
+
+    def whole(p, step):
+        return (np.arange(m * n * k).reshape(m, n, k) * (1 + 1j if dtype == np.complex128 else 1)
+                + 1000 * p + step).astype(dtype)
+
+    def fill(step):
+        slab[...] = whole(rank, step)
+        pencil[...] = -1
+
+    def check(step):
+        for p in range(size):
+            assert np.array_equal(pencil[p * m:(p + 1) * m], whole(p, step)[:, rank * m:(rank + 1) * m]), (step, p)
+    return send, recv, fill, check
+"""
+
+
+def streamed(compiled: str, body: str) -> str:
+    return program(compiled, STREAMED + body)
+
+
+@MODES
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_streamed_transposes_land_every_block(tmp_path, compiled, n):
+    ok(tmp_path, streamed(compiled, """
+for order, dtype in (("C", np.complex128), ("F", np.float64)):
+    send, recv, fill, check = slab_transpose(comm, dtype=dtype, order=order)
+    for step in range(6):
+        fill(step)
+        comm.Alltoallw(send, recv)
+        check(step)
+assert took_compiled_path(comm, "Alltoallw")
+# blocks of different lengths, contiguous: rank r sends (r + j + 1) * 40000 doubles to rank j
+counts = [(rank + j + 1) * 40000 for j in range(size)]
+incoming = [(p + rank + 1) * 40000 for p in range(size)]
+out = np.zeros(sum(counts))
+got = np.zeros(sum(incoming))
+displs = [sum(counts[:j]) for j in range(size)]
+rdispls = [sum(incoming[:p]) for p in range(size)]
+for step in range(5):
+    for j in range(size):
+        out[displs[j]:displs[j] + counts[j]] = np.arange(counts[j]) + 1000 * rank + 100 * j + step
+    got[...] = -1
+    comm.Alltoallv([out, counts, displs, MPI.DOUBLE], [got, incoming, rdispls, MPI.DOUBLE])
+    for p in range(size):
+        assert np.array_equal(got[rdispls[p]:rdispls[p] + incoming[p]],
+                              np.arange(incoming[p]) + 1000 * p + 100 * rank + step), (step, p)
+assert took_compiled_path(comm, "Alltoallv")
+"""), n)
+
+
+@MODES
+def test_a_streamed_transpose_truncates_where_a_peer_sends_more_and_goes_on(tmp_path, compiled):
+    ok(tmp_path, streamed(compiled, """
+k = 40000  # doubles a block: longer than rows
+counts, displs = [k] * size, [j * (k + 1) for j in range(size)]
+out, got = np.zeros(size * (k + 1)), np.zeros(size * (k + 1))
+more = [k + 1 if j == 0 else k for j in range(size)]  # rank 1's block for rank 0, one longer
+
+def call(step, sent):
+    for j in range(size):
+        out[displs[j]:displs[j] + sent[j]] = np.arange(sent[j]) + 1000 * rank + 100 * j + step
+    got[...] = -1
+    comm.Alltoallv([out, sent, displs, MPI.DOUBLE], [got, counts, displs, MPI.DOUBLE])
+    for p in range(size):
+        assert np.array_equal(got[displs[p]:displs[p] + k], np.arange(k) + 1000 * p + 100 * rank + step), (step, p)
+
+for step in range(4):
+    call(step, counts)
+for step in range(4, 8):  # from its second time on, rank 1's longer call is compiled too
+    try:
+        call(step, more if rank == 1 else counts)
+    except MPI.Exception as e:
+        assert rank == 0 and e.Get_error_class() == MPI.ERR_TRUNCATE, (rank, e)
+        assert np.all(got == -1), "a truncated receive writes no block"
+    else:
+        assert rank != 0
+for step in range(8, 12):  # and the streams go on, on every rank
+    call(step, counts)
+assert took_compiled_path(comm, "Alltoallv")
+"""), 3)
+
+
+def test_a_rank_off_the_compiled_path_moves_streamed_blocks_in_phases(tmp_path):
+    """A rank whose calls are not compiled never streams; the others see it
+    in the heads and move their blocks in phases, as it does."""
+    ok(tmp_path, streamed("1", """
+if rank == 1:
+    os.environ["SIMDIST_COMPILED"] = "0"
+send, recv, fill, check = slab_transpose(comm)
+for step in range(8):
+    fill(step)
+    comm.Alltoallw(send, recv)
+    check(step)
+done = sum(r.calls for r in comm._st().repeats.get("Alltoallw", {}).values())
+assert (done == 0) if rank == 1 else (done > 0), (rank, done)
+"""), 3)
+
+
+@MODES
+def test_a_peer_that_never_calls_a_streamed_transpose_is_reported(tmp_path, compiled):
+    source = streamed(compiled, """
+import time
+send, recv, fill, check = slab_transpose(comm)
+for step in range(5):
+    fill(step)
+    comm.Alltoallw(send, recv)
+if rank == 0:
+    comm.Alltoallw(send, recv)  # the waiting line
+else:
+    time.sleep(60)
+""")
+    outcome = run(tmp_path, source, 2, timeout=3.0)
+    line = (PRELUDE + source).splitlines().index("    comm.Alltoallw(send, recv)  # the waiting line") + 1
+    assert outcome.status == 124
+    assert f"rank 0: waiting in alltoall #6 (blocks of any lengths) on the world at prog.py:{line}" in outcome.error
+    assert "rank 1: running user code (5 calls completed)" in outcome.error, outcome.error

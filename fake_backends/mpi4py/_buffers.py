@@ -110,6 +110,16 @@ class BufSpec:
             return self.target[layout.start:layout.start + layout.run]
         return None
 
+    def runs(self, base: int) -> np.ndarray | None:
+        """The runs of memory the bytes lie in, in packed order, as (offset
+        from address ``base``, length) rows of int64; None where they are
+        not a grid of runs."""
+        if self.raw is not None:
+            return np.array([[self.raw.__array_interface__["data"][0] - base, self.raw.size]], np.int64)
+        if isinstance(self.layout, Grid):
+            return self.layout.runs(self.target.__array_interface__["data"][0] - base)
+        return None
+
     def pack_range(self, out: np.ndarray, lo: int) -> None:
         """Write packed bytes ``lo:lo + out.size`` into ``out``."""
         if self.raw is not None:

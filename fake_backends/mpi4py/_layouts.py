@@ -109,6 +109,15 @@ class Grid:
         else:  # a receive shorter than the type: the first bytes only
             self.scatter_range(memory, packed[:nbytes], 0)
 
+    def runs(self, at: int) -> np.ndarray:
+        """The runs of memory the layout reaches, in packed order, as
+        (offset, length) rows of int64, offsets from ``at`` (where the
+        memory's byte 0 lies)."""
+        starts = np.full(1, at + self.start, np.int64)
+        for n, stride in zip(self.shape, self.strides):
+            starts = (starts[:, None] + np.arange(n, dtype=np.int64) * stride).reshape(-1)
+        return np.stack([starts, np.full(starts.size, self.run, np.int64)], 1)
+
     def _pieces(self, memory: np.ndarray, lo: int, nbytes: int):
         """Packed bytes ``lo:lo + nbytes`` as strided views of the memory in
         packed order, in the largest unit that divides the bounds."""

@@ -25,7 +25,7 @@ import numpy as np
 from simdist import checks
 from simdist.sim import _repeated as _compiled_path
 
-from ._argcache import template, vector_parts, w_parts
+from ._argcache import ROWS_COMPILED_UP_TO, template, vector_parts, w_parts
 from ._typecalls import _MAPS
 from ._buffers import BufSpec, is_in_place, parse, parse_vector
 from ._errors import ERR_TRUNCATE, Exception as MPIException
@@ -148,20 +148,32 @@ def _parts(st, call: str, sendbuf, recvbuf):
 def _transpose(comm, call: str, sendbuf, recvbuf) -> None:
     """Alltoallv or Alltoallw: by a compiled transpose where one has these
     arguments (``_repeated``), else parsed here; a call whose blocks all
-    moved through their rows leaves a compiled transpose for its repeats."""
+    moved through their rows, or that has a block longer than rows, leaves
+    a compiled transpose for its repeats."""
     st = comm._st()
     compiled = st.repeats and _repeated(st, call, sendbuf, recvbuf)
     if compiled:
         return
     st, sc = comm._coll()
     (send, sizes, send_rows), (recv, expected, recv_rows) = _parts(st, call, sendbuf, recvbuf)
-    if _alltoall_blocks(st, sc, call, send, recv, sizes, expected, send_rows, recv_rows) and (
-            send_rows is not None and recv_rows is not None and compiled is not None):
-        _compile(st, call, sendbuf, recvbuf, sizes, expected, send_rows, recv_rows)
+    whole = _alltoall_blocks(st, sc, call, send, recv, sizes, expected, send_rows, recv_rows)
+    if compiled is None:
+        return
+    if whole and send_rows is not None and recv_rows is not None:
+        _compile(st, call, sendbuf, recvbuf, sizes, expected, (send_rows, recv_rows))
+    elif max(*sizes, *expected) > ROWS_COMPILED_UP_TO:  # blocks longer than rows: streamed
+        _compile(st, call, sendbuf, recvbuf, sizes, expected, (send, recv))
 
 
-def _compile(st, call: str, sendbuf, recvbuf, sizes, expected, send_rows, recv_rows) -> None:
-    """After a call that moved every block through its rows: keep a compiled
+def _refused(sendbuf, recvbuf) -> bool:
+    """What ``_compile`` keeps for arguments it cannot compile: never these."""
+    return False
+
+
+def _compile(st, call: str, sendbuf, recvbuf, sizes, expected, moved) -> None:
+    """After a call that moved every block through its rows (``moved``: the
+    rows of both sides), or that has a block longer than rows (``moved``:
+    both sides' blocks, which a streamed transpose moves): keep a compiled
     transpose of it for the calls that repeat it (none under ``--check``,
     whose hooks see every call in Python)."""
     if checks.any_enabled() or not _compiled_path.available():
@@ -174,13 +186,28 @@ def _compile(st, call: str, sendbuf, recvbuf, sizes, expected, send_rows, recv_r
     kept = st.repeats.setdefault(call, {})
     if key in kept:
         return
-    made = _compiled_path.repeated(
-        st.sc, st.engine._transport, {"st": st, "engine": st.engine, "flight_names": st.engine.FLIGHT}, sizes,
-        expected, ((*sides[0], send_rows), (*sides[1], recv_rows)), _MAPS)
+    caller = {"st": st, "engine": st.engine, "flight_names": st.engine.FLIGHT}
+    if isinstance(moved[0], np.ndarray):
+        made = _compiled_path.repeated(st.sc, st.engine._transport, caller, sizes, expected,
+                                       ((*sides[0], moved[0]), (*sides[1], moved[1])), _MAPS)
+    else:
+        runs = [_runs(blocks, buf) for blocks, (_, buf) in zip(moved, sides)]
+        made = None if None in runs else _compiled_path.streamed(
+            st.sc, st.engine._transport, caller, sizes, expected, ((*sides[0], runs[0]), (*sides[1], runs[1])),
+            _MAPS)
+        made = _refused if None in runs else made
     if made is not None:
         if len(kept) >= REPEATS_KEPT:
             del kept[next(iter(kept))]
         kept[key] = made
+
+
+def _runs(blocks: list[BufSpec], buf: np.ndarray) -> list | None:
+    """Each block's runs of memory, offsets from ``buf``'s data pointer (None
+    where a block is not a grid of runs)."""
+    base = buf.__array_interface__["data"][0]
+    runs = [block.runs(base) for block in blocks]
+    return None if any(r is None for r in runs) else runs
 
 
 def _copy_block(source: BufSpec, dest: BufSpec) -> None:

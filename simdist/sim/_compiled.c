@@ -13,13 +13,20 @@
    and (lengths received, longest block, a row's room) when a block's
    length or size needs the rest of the Python path.
    Every wait longer than the arena's spin, every sleeping peer to wake
-   and every signature that differs goes back to the Python methods. */
+   and every signature that differs goes back to the Python methods.
+
+   A call whose blocks are longer than rows goes *streamed* where every
+   member's call is compiled so (see ``stream``); where one is not, it goes
+   the Python path's way, in phases. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <sched.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_DIMS 32
 #define MAX_LEAVES 96
@@ -50,6 +57,10 @@ typedef struct {
     int cdim;
     Py_ssize_t cshape[MAX_DIMS], user_step[MAX_DIMS], arena_step[MAX_DIMS], run;
     Py_ssize_t arena_offset[2];   /* of the rows in the arena, per bank, in bytes */
+    /* streamed: the blocks' runs of memory, (offset from the data pointer,
+       length) pairs; block j's are runs first[j] to first[j + 1] */
+    Py_ssize_t *runs;
+    Py_ssize_t first[MAX_MEMBERS + 1];
 } Side;
 
 typedef struct {
@@ -60,6 +71,10 @@ typedef struct {
     int inline_call;
     long spin;
     Py_ssize_t calls;             /* the calls done here */
+    int streamed, me;             /* streamed: the blocks through rings (``stream``); me: this member */
+    Py_ssize_t frag, depth;       /* streamed: a fragment's bytes, the fragments a ring holds */
+    int64_t yield_ns;             /* streamed: how long an idle rank yields before it waits in Python */
+    PyObject *member_rank[MAX_MEMBERS];
     /* words of arena.q */
     Py_ssize_t polls, ring_head, ring_tail, ring_step, ring_n;
     Py_ssize_t seq_word[2], call_epoch[2], ctx_word, state_word, arrive, done, progress;
@@ -74,6 +89,17 @@ typedef struct {
     PyObject *sc, *st, *engine, *mail, *arena, *q, *pending, *last_static, *static_sig;
     PyObject *peer_done, *peers, *peer_arrive, *flight_names;
 } Repeated;
+
+/* A streamed row, from its head's word: the stream token (the call's
+   epoch, where the row's sender streams), the fragments written (by the
+   sender) and read (by the receiver), each on a line of its own, then the
+   ring of fragments. A row of the Python path has only the first two words
+   of the head (its length, the sender's longest block) and its bytes after
+   the head's line (``_one_phase.SIZED_HEAD``). */
+#define TOKEN 2
+#define PRODUCED 8
+#define CONSUMED 16
+#define RING 24
 
 static PyObject *s_epoch, *s_seq, *s_bank, *s_closed, *s_stash, *s_coll_seq, *s_id, *s_key, *s_committed, *s_made_as,
     *s_wait_word, *s_wait_words, *s_wake, *s_check;
@@ -341,7 +367,18 @@ static int state_allows(Repeated *self, const int64_t *q, Py_ssize_t *epoch)
     PyObject *last = PyList_GetItem(self->last_static, (*epoch + 1) & 1);
     if (last == NULL)
         return -1;
-    return last == self->static_sig;
+    return last == self->static_sig ? 1 : self->streamed ? 2 : 0;  /* 2: a streamed call signs the bank */
+}
+
+/* ``_sign(static, bank, seq)``: the bank's signature made this exchange's, as ``_meet`` makes a new one. */
+static int sign(Repeated *self, int bank)
+{
+    Py_ssize_t seq;
+    if (get_ssize(self->sc, s_seq, &seq) < 0)
+        return -1;
+    PyObject *r = PyObject_CallMethod(self->sc, "_sign", "Oin", self->static_sig, bank, seq + 1);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
 }
 
 static int wake_sleepers(Repeated *self, const int64_t *q)
@@ -475,8 +512,173 @@ static int bump(PyObject *obj, PyObject *name)
     return get_ssize(obj, name, &v) < 0 ? -1 : set_ssize(obj, name, v + 1);
 }
 
-/* The exchange itself, once both buffers are exported and the state allows it. */
-static PyObject *exchange(Repeated *self, int64_t *q, char *base, char *send, char *recv, Py_ssize_t epoch0)
+/* -- streamed -------------------------------------------------------------------- */
+
+/* Where a block's bytes stand in its runs of memory. */
+typedef struct {
+    char *base;
+    const Py_ssize_t *runs;
+    Py_ssize_t at, end, pos;   /* the run, one past the last, the byte in the run */
+} Cursor;
+
+static void cursor_at(Cursor *c, char *base, const Side *side, int j)
+{
+    c->base = base;
+    c->runs = side->runs;
+    c->at = side->first[j];
+    c->end = side->first[j + 1];
+    c->pos = 0;
+}
+
+/* Move the block's next ``n`` bytes into ``packed`` (``gather``) or out of it. */
+static void cursor_move(Cursor *c, char *packed, Py_ssize_t n, int gather)
+{
+    while (n > 0 && c->at < c->end) {
+        Py_ssize_t len = c->runs[2 * c->at + 1], m = len - c->pos;
+        m = m < n ? m : n;
+        char *mem = c->base + c->runs[2 * c->at] + c->pos;
+        if (gather)
+            memcpy(packed, mem, m);
+        else
+            memcpy(mem, packed, m);
+        packed += m;
+        n -= m;
+        if ((c->pos += m) == len) {
+            c->at++;
+            c->pos = 0;
+        }
+    }
+}
+
+/* A rank's block to itself: run by run, from one side's runs to the other's. */
+static void cursor_copy(Cursor *to, Cursor *from)
+{
+    while (to->at < to->end && from->at < from->end) {
+        Py_ssize_t a = to->runs[2 * to->at + 1] - to->pos, b = from->runs[2 * from->at + 1] - from->pos;
+        Py_ssize_t m = a < b ? a : b;
+        memcpy(to->base + to->runs[2 * to->at] + to->pos, from->base + from->runs[2 * from->at] + from->pos, m);
+        if ((to->pos += m) == to->runs[2 * to->at + 1]) {
+            to->at++;
+            to->pos = 0;
+        }
+        if ((from->pos += m) == from->runs[2 * from->at + 1]) {
+            from->at++;
+            from->pos = 0;
+        }
+    }
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The blocks of a streamed call, once every member's head said it streams:
+   each block goes in fragments of ``frag`` bytes through a ring of ``depth``
+   in its sender's row for the receiver, the sender counting what it wrote
+   (PRODUCED), the receiver what it read (CONSUMED); a rank writes and reads
+   whatever its rings allow, round its peers, so a block never waits for a
+   whole other one, and its copies stay small enough for the caches (at
+   2 and 4 ranks faster than one copy of the whole block each way). A rank
+   that receives what it does not expect (``accept`` false) reads its
+   fragments and drops them. An idle rank spins, yields, then waits in
+   Python on one word it needs (a peer that can move it is never idle), so
+   hang reports and aborts see it as any wait. */
+static int stream(Repeated *self, int64_t *q, char *arena, int bank, char *send, char *recv, const int64_t *got,
+                  int accept)
+{
+    int n = self->n, me = self->me;
+    Py_ssize_t frag = self->frag, depth = self->depth;
+    Cursor out[MAX_MEMBERS], in[MAX_MEMBERS];
+    int64_t sent[MAX_MEMBERS], sends[MAX_MEMBERS], taken[MAX_MEMBERS], takes[MAX_MEMBERS];
+    int64_t left_out[MAX_MEMBERS], left_in[MAX_MEMBERS];
+    for (int j = 0; j < n; j++) {
+        cursor_at(&out[j], send, &self->side[0], j);
+        cursor_at(&in[j], recv, &self->side[1], j);
+        sent[j] = taken[j] = 0;
+        left_out[j] = j == me ? 0 : self->sizes[j];
+        left_in[j] = j == me ? 0 : got[j];
+        sends[j] = (left_out[j] + frag - 1) / frag;
+        takes[j] = (left_in[j] + frag - 1) / frag;
+    }
+    if (accept)
+        cursor_copy(&in[me], &out[me]);
+    Py_ssize_t mine = self->my_heads[bank];
+    long idle = 0;
+    int64_t since = 0;
+    for (;;) {
+        int moved = 0, busy = 0;
+        Py_ssize_t wait_word = -1;
+        int64_t wait_for = 0;
+        int wait_on = 0;
+        for (int k = 1; k < n; k++) {
+            int j = (me + k) % n, i = (me - k + n) % n;
+            Py_ssize_t to = mine + j * self->head_step, from = self->their_heads[bank][i];
+            while (sent[j] < sends[j] && sent[j] - load(q, to + CONSUMED) < depth) {
+                Py_ssize_t m = left_out[j] < frag ? left_out[j] : frag;
+                cursor_move(&out[j], arena + (to + RING) * 8 + (sent[j] % depth) * frag, m, 1);
+                left_out[j] -= m;
+                store(q, to + PRODUCED, ++sent[j]);
+                moved = 1;
+            }
+            while (taken[i] < takes[i] && load(q, from + PRODUCED) > taken[i]) {
+                Py_ssize_t m = left_in[i] < frag ? left_in[i] : frag;
+                if (accept)
+                    cursor_move(&in[i], arena + (from + RING) * 8 + (taken[i] % depth) * frag, m, 0);
+                left_in[i] -= m;
+                store(q, from + CONSUMED, ++taken[i]);
+                moved = 1;
+            }
+            if (wait_word < 0 && taken[i] < takes[i]) {
+                wait_word = from + PRODUCED;
+                wait_for = taken[i] + 1;
+                wait_on = i;
+            } else if (wait_word < 0 && sent[j] < sends[j]) {
+                wait_word = to + CONSUMED;
+                wait_for = sent[j] - depth + 1;
+                wait_on = j;
+            }
+            busy = busy || sent[j] < sends[j] || taken[i] < takes[i];
+        }
+        if (moved) {  /* _publish's fence and wake, once for the round */
+            fence();
+            if (wake_sleepers(self, q) < 0)
+                return -1;
+            idle = 0;
+            continue;
+        }
+        if (!busy)
+            return 0;
+        if (idle < self->spin) {
+            idle++;
+            relax();
+            continue;
+        }
+        if (idle++ == self->spin)
+            since = now_ns();
+        if (now_ns() - since < self->yield_ns) {
+            sched_yield();
+            continue;
+        }
+        PyObject *word = PyLong_FromSsize_t(wait_word);
+        int r = word == NULL ? -1 : call_wait(self, s_wait_word, word, wait_for, self->member_rank[wait_on]);
+        Py_XDECREF(word);
+        if (r < 0)
+            return -1;
+        idle = 0;
+    }
+}
+
+/* The exchange itself, once both buffers are exported and the state allows
+   it (``unsigned_bank``: once its bank is signed for it). A streamed call
+   has heads that say so (the stream token, and a longest block past a row,
+   so that a member whose call is not streamed goes in phases) and moves
+   the blocks by ``stream`` if every member streams, else leaves them to the
+   Python path's phases; a call of rows moves them through its rows. */
+static PyObject *exchange(Repeated *self, int64_t *q, char *base, char *send, char *recv, Py_ssize_t epoch0,
+                          int unsigned_bank)
 {
     int bank = (int)((epoch0 + 1) & 1);
     int64_t epoch = epoch0 + 1;
@@ -485,35 +687,56 @@ static PyObject *exchange(Repeated *self, int64_t *q, char *base, char *send, ch
         return NULL;
     if (!self->inline_call && release(self, q, bank) < 0)
         return NULL;
+    if (unsigned_bank && sign(self, bank) < 0)
+        return NULL;
     Py_ssize_t word = self->my_heads[bank];
     for (int j = 0; j < self->n; j++, word += self->head_step) {
         store(q, word, self->sizes[j]);
         store(q, word + 1, self->longest_mine);
+        store(q, word + TOKEN, self->streamed ? epoch : 0);
+        if (self->streamed) {
+            store(q, word + PRODUCED, 0);
+            store(q, word + CONSUMED, 0);
+        }
     }
-    copy_rows(&self->side[0], send, base + self->side[0].arena_offset[bank], 1);
+    if (!self->streamed)
+        copy_rows(&self->side[0], send, base + self->side[0].arena_offset[bank], 1);
     int64_t arrived = epoch0;
     if (meet(self, q, bank, epoch, &arrived) < 0) {
         end(self, q, arrived);
         return NULL;
     }
     int64_t got[MAX_MEMBERS], longest = 0;
-    int same = 1;
+    int same = 1, all = 1;
     for (int j = 0; j < self->n; j++) {
         Py_ssize_t head = self->their_heads[bank][j];
         got[j] = load(q, head);
         int64_t l = load(q, head + 1);
         longest = l > longest ? l : longest;
         same = same && got[j] == self->expected[j];
+        all = all && load(q, head + TOKEN) == epoch;
     }
-    if (longest <= self->room && same)
-        copy_rows(&self->side[1], recv, base + self->side[1].arena_offset[bank], 0);
+    int whole;  /* every block moved */
+    if (self->streamed) {
+        if (all && stream(self, q, base, bank, send, recv, got, same) < 0) {
+            end(self, q, epoch);
+            return NULL;
+        }
+        whole = all && same;
+        if (all)  /* nothing left for phases: a length that differs raises in the rest */
+            longest = 0;
+    } else {
+        whole = longest <= self->room && same;
+        if (whole)
+            copy_rows(&self->side[1], recv, base + self->side[1].arena_offset[bank], 0);
+    }
     if (!self->inline_call && done(self, q, bank, epoch) < 0) {
         end(self, q, epoch);
         return NULL;
     }
     end(self, q, epoch);
     self->calls++;
-    if (longest <= self->room && same)
+    if (whole)
         Py_RETURN_TRUE;
     PyObject *lengths = PyList_New(self->n);
     if (lengths == NULL)
@@ -557,7 +780,7 @@ static PyObject *Repeated_call(Repeated *self, PyObject *args, PyObject *kwargs)
             out = Py_NewRef(Py_None);
         else
             out = exchange(self, q, (char *)arena.buf, (char *)send.buf + self->side[0].offset,
-                           (char *)recv.buf + self->side[1].offset, epoch);
+                           (char *)recv.buf + self->side[1].offset, epoch, allowed == 2);
         PyBuffer_Release(&arena);
     }
     PyBuffer_Release(&send);
@@ -609,6 +832,31 @@ static int obj_item(PyObject *dict, const char *key, PyObject **out)
     return 0;
 }
 
+/* A streamed side: its blocks' runs (a flat list of offset, length pairs) and where each block's start. */
+static int init_runs(Side *side, PyObject *dict)
+{
+    PyObject *runs = PySequence_Fast(item(dict, "runs"), "runs");
+    if (runs == NULL)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(runs);
+    side->runs = PyMem_Malloc((n ? n : 1) * sizeof(Py_ssize_t));
+    if (side->runs == NULL) {
+        Py_DECREF(runs);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        side->runs[i] = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(runs, i));
+        if (side->runs[i] == -1 && PyErr_Occurred()) {
+            Py_DECREF(runs);
+            return -1;
+        }
+    }
+    Py_DECREF(runs);
+    side->offset = 0;
+    return ints_item(dict, "first", side->first, MAX_MEMBERS + 1) < 0 ? -1 : 0;
+}
+
 static int init_side(Side *side, PyObject *dict)
 {
     PyObject *leaves = item(dict, "leaves"), *format = item(dict, "format"), *type = item(dict, "array_type");
@@ -657,12 +905,15 @@ static int init_side(Side *side, PyObject *dict)
     Py_ssize_t writable, offsets[2];
     int ndim = ints_item(dict, "shape", side->shape, MAX_DIMS);
     if (ndim < 0 || ints_item(dict, "strides", side->strides, MAX_DIMS) != ndim
-        || ssize_item(dict, "itemsize", &side->itemsize) < 0 || ssize_item(dict, "writable", &writable) < 0
-        || ssize_item(dict, "offset", &side->offset) < 0 || ssize_item(dict, "run", &side->run) < 0
-        || ints_item(dict, "arena_offset", offsets, 2) != 2)
+        || ssize_item(dict, "itemsize", &side->itemsize) < 0 || ssize_item(dict, "writable", &writable) < 0)
         return PyErr_Occurred() ? -1 : (PyErr_SetString(PyExc_ValueError, "Repeated: strides"), -1);
     side->ndim = ndim;
     side->writable = (int)writable;
+    if (PyDict_GetItemString(dict, "runs") != NULL)
+        return init_runs(side, dict);
+    if (ssize_item(dict, "offset", &side->offset) < 0 || ssize_item(dict, "run", &side->run) < 0
+        || ints_item(dict, "arena_offset", offsets, 2) != 2)
+        return PyErr_Occurred() ? -1 : (PyErr_SetString(PyExc_ValueError, "Repeated: rows"), -1);
     side->arena_offset[0] = offsets[0];
     side->arena_offset[1] = offsets[1];
     int cdim = ints_item(dict, "loops", side->cshape, MAX_DIMS);
@@ -717,6 +968,24 @@ static int Repeated_init(Repeated *self, PyObject *args, PyObject *kwargs)
         || ints_item(d, "their_heads_1", self->their_heads[1], MAX_MEMBERS) != n)
         return PyErr_Occurred() ? -1 : (PyErr_SetString(PyExc_ValueError, "Repeated: peers"), -1);
     self->npeers = p;
+    Py_ssize_t streamed, me, yield_ns;
+    if (ssize_item(d, "streamed", &streamed) < 0 || ssize_item(d, "me", &me) < 0
+        || ssize_item(d, "frag", &self->frag) < 0 || ssize_item(d, "depth", &self->depth) < 0
+        || ssize_item(d, "yield_ns", &yield_ns) < 0)
+        return -1;
+    self->streamed = (int)streamed;
+    self->me = (int)me;
+    self->yield_ns = yield_ns;
+    if (self->streamed && (self->side[0].runs == NULL || self->side[1].runs == NULL || self->frag <= 0
+                           || self->depth <= 0)) {
+        PyErr_SetString(PyExc_ValueError, "Repeated: a streamed call needs both sides' runs, a fragment and a depth");
+        return -1;
+    }
+    PyObject *members = item(d, "members");
+    if (members == NULL || !PyList_Check(members) || PyList_GET_SIZE(members) != n)
+        return PyErr_Occurred() ? -1 : (PyErr_SetString(PyExc_ValueError, "Repeated: members"), -1);
+    for (int i = 0; i < n; i++)
+        self->member_rank[i] = Py_NewRef(PyList_GET_ITEM(members, i));
     PyObject *ranks = item(d, "peers");
     if (ranks == NULL || !PyList_Check(ranks) || PyList_GET_SIZE(ranks) != p)
         return PyErr_Occurred() ? -1 : (PyErr_SetString(PyExc_ValueError, "Repeated: peers"), -1);
@@ -755,6 +1024,8 @@ static int Repeated_traverse(Repeated *self, visitproc visit, void *arg)
     }
     for (int i = 0; i < self->npeers; i++)
         Py_VISIT(self->peer_rank[i]);
+    for (int i = 0; i < self->n; i++)
+        Py_VISIT(self->member_rank[i]);
 #define VISIT(name) Py_VISIT(self->name);
     OBJECTS(VISIT)
     return 0;
@@ -775,6 +1046,9 @@ static int Repeated_clear(Repeated *self)
     for (int i = 0; i < self->npeers; i++)
         Py_CLEAR(self->peer_rank[i]);
     self->npeers = 0;
+    for (int i = 0; i < self->n; i++)
+        Py_CLEAR(self->member_rank[i]);
+    self->n = 0;
 #define CLEAR(name) Py_CLEAR(self->name);
     OBJECTS(CLEAR)
     return 0;
@@ -784,6 +1058,8 @@ static void Repeated_dealloc(Repeated *self)
 {
     PyObject_GC_UnTrack(self);
     Repeated_clear(self);
+    for (int k = 0; k < 2; k++)
+        PyMem_Free(self->side[k].runs);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 

@@ -37,8 +37,10 @@ FOLD_ROWS_FROM = 6
 FOLD_ROWS_PER_RANK = 4
 #: A plan's fields from this index on: fold by rows, inline, ufunc, divisor.
 PLAN_BY_ROWS = 3
-#: The head of each of its rows: the block's length, the sender's longest block.
-SIZED_HEAD = 16
+#: The head of each of its rows, a cache line: the block's length, the
+#: sender's longest block, and a word that a compiled call streaming its
+#: blocks sets (see ``_compiled.c``'s ``stream``), which the Python path clears.
+SIZED_HEAD = 64
 
 _REDUCE_SCATTER, _ALLTOALL = sig.KIND_CODE["reduce_scatter"], sig.KIND_CODE["alltoall"]
 _BYTE = np.dtype(np.uint8)
@@ -164,6 +166,7 @@ class OnePhaseCalls:
             for n in sizes:  # the heads as words of the arena: no numpy call per word
                 q[word] = n
                 q[word + 1] = longest
+                q[word + 2] = 0
                 word += step
             if whole:
                 self._row_view(rows[0], bank, True)[...] = rows[0]  # a setitem: cheaper than np.copyto's dispatch

@@ -182,11 +182,7 @@ class PhaseProtocol:
         if static is self._last_static[bank] or static == self._last_static[bank]:
             q[self._seq_word[bank]] = seq  # only the sequence number changes
         else:
-            packer = sig.packer(max(static[STATIC_NDIM], 0))
-            packer.pack_into(self._arena.mm, self._my_sig[bank], static[STATIC_KIND], seq, *static[STATIC_OP:])
-            self._last_static[bank] = static
-            self._sig_bytes[bank] = packer.size
-            self._last_views[bank] = None
+            self._sign(static, bank, seq)
         q[self._my_call_epoch[bank]] = epoch  # the signature is complete
         q[self._ctx_word] = self._ctx
         q[self._state] = CALL
@@ -209,6 +205,15 @@ class PhaseProtocol:
                 self._arena.wait_words(self._peer_arrive, epoch, self._peers, True)
                 self._check(self._sig_bytes[bank])
                 return
+
+    def _sign(self, static: tuple, bank: int, seq: int) -> None:
+        """Write the signature of ``static`` with sequence number ``seq`` in
+        ``bank`` (not yet complete: its call epoch comes after)."""
+        packer = sig.packer(max(static[STATIC_NDIM], 0))
+        packer.pack_into(self._arena.mm, self._my_sig[bank], static[STATIC_KIND], seq, *static[STATIC_OP:])
+        self._last_static[bank] = static
+        self._sig_bytes[bank] = packer.size
+        self._last_views[bank] = None
 
     def _end(self) -> None:
         # done: this rank reads nothing more of the call (what a rank that

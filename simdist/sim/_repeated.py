@@ -28,7 +28,10 @@ import os
 
 import numpy as np
 
+from .. import _signature as sig
+from ._arena import YIELD_NS
 from ._layout import CALL, USER
+from ._phases import STATIC_NDIM
 
 try:
     from . import _compiled
@@ -104,36 +107,104 @@ def repeated(sc, transport, caller: dict, sizes: list[int], expected: list[int],
     if not available() or sc._sized is None or len(sizes) > MAX_MEMBERS:
         return None
     plan, room, width, my_heads, their_heads, their_rows = sc._sized
-    static, inline = plan[0], plan[4]
-    span = transport._mail.ring_span(tuple(transport.members))
-    if their_rows is None or max(sizes) > room or span is None:
+    if their_rows is None or max(sizes) > room:
         return None
-    arena = sc._arena
-    base = _address(np.frombuffer(arena.q, np.int64, count=1))
+    base = _address(np.frombuffer(sc._arena.q, np.int64, count=1))
     made = []
     for (leaves, buf, rows), mine in zip(sides, (True, False)):
         views = [sc._row_view(rows, bank, mine) for bank in (0, 1)]
         made.append(_side(leaves, buf, rows, views, base, not mine, type_maps))
-    if None in made or any(len(s["leaves"]) > MAX_LEAVES for s in made):
+    return _made(sc, transport, caller, sizes, expected, made, max(sizes), None)
+
+
+#: A streamed call's fragments: at most this many bytes, and at most this
+#: many in a ring (``_compiled.c``'s ``stream``; 64 KiB in rings of 4 to 8
+#: measured fastest at 2 and 4 ranks for blocks of 256 KiB to 8 MiB).
+FRAGMENT, DEPTH = 64 << 10, 8
+#: Where a streamed row's ring starts, in bytes from its head (three cache lines).
+RING_AT = 192
+#: At most this many runs of memory in a streamed side's blocks.
+MAX_RUNS = 1 << 16
+
+
+def _ring(width: int) -> tuple[int, int] | None:
+    """A streamed row's fragment size and ring depth (the same on every
+    member: rows are as wide everywhere), or None if too narrow."""
+    room = width - RING_AT
+    frag = min(FRAGMENT, room // 2 & ~63)
+    return None if frag < 4096 else (frag, min(DEPTH, room // frag))
+
+
+def _runs_side(leaves: list, buf: np.ndarray, blocks: list, writable: bool, type_maps: dict) -> dict | None:
+    """One buffer's part of a streamed ``Repeated``: the argument's template,
+    the buffer's layout and each block's runs of memory, as (offset from
+    the buffer's data pointer, length) pairs; None where a run lies
+    outside the buffer (a parse over a copy of it) or there are too many."""
+    if buf.ndim > MAX_DIMS or sum(len(b) for b in blocks) > MAX_RUNS:
+        return None
+    address = _address(buf)
+    lo, hi = _bounds(buf) if buf.size else (address, address)
+    runs, first = [], [0]
+    for block in blocks:
+        if len(block):
+            if block[:, 0].min() < lo - address or (block[:, 0] + block[:, 1]).max() > hi - address:
+                return None
+            runs.extend(block.reshape(-1).tolist())
+        first.append(len(runs) // 2)
+    view = memoryview(buf)
+    return {"leaves": leaves, "type_maps": type_maps, "array_type": np.ndarray, "format": view.format,
+            "shape": list(view.shape), "strides": list(view.strides), "itemsize": view.itemsize,
+            "writable": int(writable), "runs": runs, "first": first}
+
+
+def streamed(sc, transport, caller: dict, sizes: list[int], expected: list[int], sides: tuple, type_maps: dict):
+    """A streamed ``Repeated`` (``_compiled.c``'s ``stream``) of a sized
+    alltoall whose blocks are longer than rows: as ``repeated``, but each
+    of ``sides`` is (the template leaves, the buffer, per block its runs of
+    memory as an int64 array of (offset from the buffer's data pointer,
+    length) rows). None where the compiled path cannot do it."""
+    if not available() or sc._sized is None or len(sizes) > MAX_MEMBERS:
+        return None
+    plan, room, width, my_heads, their_heads, their_rows = sc._sized
+    ring = _ring(width)
+    if ring is None:
+        return None
+    made = [_runs_side(leaves, buf, blocks, not mine, type_maps)
+            for (leaves, buf, blocks), mine in zip(sides, (True, False))]
+    return _made(sc, transport, caller, sizes, expected, made, max(*sizes, room + 1), ring)
+
+
+def _made(sc, transport, caller, sizes, expected, sides, longest: int, ring):
+    """The ``Repeated`` of both ``sides`` (None if either is), with the words
+    of ``sc`` it reads and writes; ``longest`` goes in its heads; ``ring``
+    is a streamed call's (fragment, depth), else None."""
+    plan, room, width, my_heads, their_heads, their_rows = sc._sized
+    static, inline = plan[0], plan[4]
+    span = transport._mail.ring_span(tuple(transport.members))
+    if span is None or None in sides or any(len(s["leaves"]) > MAX_LEAVES for s in sides):
         return None
     bank = sc._bank
-    if sc._last_static[bank] is not static:
+    if ring is None and sc._last_static[bank] is not static:  # a streamed call signs its bank where it must
         return None
+    arena = sc._arena
     head, tail, step, n = span
+    frag, depth = ring or (0, 0)
     words = {
-        "sizes": list(sizes), "expected": list(expected), "longest": max(sizes), "room": room,
+        "sizes": list(sizes), "expected": list(expected), "longest": longest, "room": room,
         "inline": int(bool(inline)), "spin": arena.spin_iters,
         "polls": transport._mail.polls_word, "ring_head": head, "ring_tail": tail, "ring_step": step, "ring_n": n,
         "seq_word": sc._seq_word, "call_epoch": sc._my_call_epoch, "ctx_word": sc._ctx_word,
         "state_word": sc._state, "arrive": sc._my_arrive, "done": sc._my_done, "progress": sc._progress,
         "sleepers": list(sc._sleeper_words), "my_sig": [off // 8 for off in sc._my_sig],
-        "sig_words": sc._sig_bytes[bank] // 8, "my_heads": my_heads, "head_step": width // 8,
+        "sig_words": sig.packer(max(static[STATIC_NDIM], 0)).size // 8, "my_heads": my_heads, "head_step": width // 8,
         "ctx": sc._ctx, "call_state": CALL, "user_state": USER,
         "peer_call_epoch_0": sc._peer_call_epoch[0], "peer_call_epoch_1": sc._peer_call_epoch[1],
         "peer_sig_0": [off // 8 for off in sc._peer_sig[0]], "peer_sig_1": [off // 8 for off in sc._peer_sig[1]],
         "their_heads_0": their_heads[0], "their_heads_1": their_heads[1], "peers": sc._peers,
+        "streamed": int(ring is not None), "me": sc._rank, "frag": frag, "depth": depth, "yield_ns": YIELD_NS,
+        "members": list(sc._members),
         "sc": sc, "arena": arena, "q": arena.q, "pending": arena.pending_release, "last_static": sc._last_static,
         "static": static, "peer_done": sc._peer_done, "peer_arrive": sc._peer_arrive, "mail": transport._mail,
         **caller,
     }
-    return _compiled.Repeated(made[0], made[1], words)
+    return _compiled.Repeated(sides[0], sides[1], words)
