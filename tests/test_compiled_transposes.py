@@ -415,3 +415,22 @@ else:
     assert outcome.status == 124
     assert f"rank 0: waiting in alltoall #6 (blocks of any lengths) on the world at prog.py:{line}" in outcome.error
     assert "rank 1: running user code (5 calls completed)" in outcome.error, outcome.error
+
+
+def test_streams_of_one_small_fragment_a_ring_land_every_block_with_late_ranks(tmp_path):
+    """Rings of one 4 KiB fragment make every rank wait for its peers at
+    every step, and a late rank puts the others to sleep: the blocks still
+    land, call after call."""
+    ok(tmp_path, streamed("1", """
+import time
+from simdist.sim import _repeated
+_repeated.FRAGMENT, _repeated.DEPTH = 4096, 1
+send, recv, fill, check = slab_transpose(comm)  # blocks of 256 KiB: 64 fragments each
+for step in range(300):
+    fill(step)
+    comm.Alltoallw(send, recv)
+    check(step)
+    if step % 37 == rank:
+        time.sleep(0.002)  # a rank late now and then
+assert took_compiled_path(comm, "Alltoallw")
+"""), 4)

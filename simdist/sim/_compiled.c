@@ -74,6 +74,7 @@ typedef struct {
     int streamed, me;             /* streamed: the blocks through rings (``stream``); me: this member */
     Py_ssize_t frag, depth;       /* streamed: a fragment's bytes, the fragments a ring holds */
     int64_t yield_ns;             /* streamed: how long an idle rank yields before it waits in Python */
+    Py_ssize_t events[2][MAX_MEMBERS];  /* streamed: per bank, each member's EVENTS word */
     PyObject *member_rank[MAX_MEMBERS];
     /* words of arena.q */
     Py_ssize_t polls, ring_head, ring_tail, ring_step, ring_n;
@@ -97,6 +98,7 @@ typedef struct {
    of the head (its length, the sender's longest block) and its bytes after
    the head's line (``_one_phase.SIZED_HEAD``). */
 #define TOKEN 2
+#define EVENTS 3   /* in a member's row for itself: what its peers published for it, counted */
 #define PRODUCED 8
 #define CONSUMED 16
 #define RING 24
@@ -583,9 +585,11 @@ static int64_t now_ns(void)
    whole other one, and its copies stay small enough for the caches (at
    2 and 4 ranks faster than one copy of the whole block each way). A rank
    that receives what it does not expect (``accept`` false) reads its
-   fragments and drops them. An idle rank spins, yields, then waits in
-   Python on one word it needs (a peer that can move it is never idle), so
-   hang reports and aborts see it as any wait. */
+   fragments and drops them. A rank that writes or reads a peer's counter
+   adds one to that peer's EVENTS word; an idle rank spins, yields, then
+   waits in Python until its own EVENTS word passes what it was before the
+   rank last looked at its rings, so any news wakes it, and hang reports,
+   the deadlock check and aborts see an exact wait as any other. */
 static int stream(Repeated *self, int64_t *q, char *arena, int bank, char *send, char *recv, const int64_t *got,
                   int accept)
 {
@@ -605,14 +609,13 @@ static int stream(Repeated *self, int64_t *q, char *arena, int bank, char *send,
     }
     if (accept)
         cursor_copy(&in[me], &out[me]);
-    Py_ssize_t mine = self->my_heads[bank];
+    Py_ssize_t mine = self->my_heads[bank], news = self->events[bank][me];
+    const Py_ssize_t *events = self->events[bank];
     long idle = 0;
     int64_t since = 0;
     for (;;) {
-        int moved = 0, busy = 0;
-        Py_ssize_t wait_word = -1;
-        int64_t wait_for = 0;
-        int wait_on = 0;
+        int moved = 0, busy = 0, wait_on = -1;
+        int64_t seen = __atomic_load_n(q + news, __ATOMIC_SEQ_CST);  /* before the rings: news after it wakes */
         for (int k = 1; k < n; k++) {
             int j = (me + k) % n, i = (me - k + n) % n;
             Py_ssize_t to = mine + j * self->head_step, from = self->their_heads[bank][i];
@@ -621,6 +624,7 @@ static int stream(Repeated *self, int64_t *q, char *arena, int bank, char *send,
                 cursor_move(&out[j], arena + (to + RING) * 8 + (sent[j] % depth) * frag, m, 1);
                 left_out[j] -= m;
                 store(q, to + PRODUCED, ++sent[j]);
+                __atomic_fetch_add(q + events[j], 1, __ATOMIC_SEQ_CST);
                 moved = 1;
             }
             while (taken[i] < takes[i] && load(q, from + PRODUCED) > taken[i]) {
@@ -629,17 +633,13 @@ static int stream(Repeated *self, int64_t *q, char *arena, int bank, char *send,
                     cursor_move(&in[i], arena + (from + RING) * 8 + (taken[i] % depth) * frag, m, 0);
                 left_in[i] -= m;
                 store(q, from + CONSUMED, ++taken[i]);
+                __atomic_fetch_add(q + events[i], 1, __ATOMIC_SEQ_CST);
                 moved = 1;
             }
-            if (wait_word < 0 && taken[i] < takes[i]) {
-                wait_word = from + PRODUCED;
-                wait_for = taken[i] + 1;
-                wait_on = i;
-            } else if (wait_word < 0 && sent[j] < sends[j]) {
-                wait_word = to + CONSUMED;
-                wait_for = sent[j] - depth + 1;
+            if (wait_on < 0 && taken[i] < takes[i])
+                wait_on = i;  /* the peer reported as waited for */
+            else if (wait_on < 0 && sent[j] < sends[j])
                 wait_on = j;
-            }
             busy = busy || sent[j] < sends[j] || taken[i] < takes[i];
         }
         if (moved) {  /* _publish's fence and wake, once for the round */
@@ -662,8 +662,8 @@ static int stream(Repeated *self, int64_t *q, char *arena, int bank, char *send,
             sched_yield();
             continue;
         }
-        PyObject *word = PyLong_FromSsize_t(wait_word);
-        int r = word == NULL ? -1 : call_wait(self, s_wait_word, word, wait_for, self->member_rank[wait_on]);
+        PyObject *word = PyLong_FromSsize_t(news);
+        int r = word == NULL ? -1 : call_wait(self, s_wait_word, word, seen + 1, self->member_rank[wait_on]);
         Py_XDECREF(word);
         if (r < 0)
             return -1;
@@ -699,6 +699,8 @@ static PyObject *exchange(Repeated *self, int64_t *q, char *base, char *send, ch
             store(q, word + CONSUMED, 0);
         }
     }
+    if (self->streamed)
+        store(q, self->events[bank][self->me], 0);
     if (!self->streamed)
         copy_rows(&self->side[0], send, base + self->side[0].arena_offset[bank], 1);
     int64_t arrived = epoch0;
@@ -975,6 +977,9 @@ static int Repeated_init(Repeated *self, PyObject *args, PyObject *kwargs)
         return -1;
     self->streamed = (int)streamed;
     self->me = (int)me;
+    if (ints_item(d, "events_0", self->events[0], MAX_MEMBERS) != n
+        || ints_item(d, "events_1", self->events[1], MAX_MEMBERS) != n)
+        return PyErr_Occurred() ? -1 : (PyErr_SetString(PyExc_ValueError, "Repeated: events"), -1);
     self->yield_ns = yield_ns;
     if (self->streamed && (self->side[0].runs == NULL || self->side[1].runs == NULL || self->frag <= 0
                            || self->depth <= 0)) {

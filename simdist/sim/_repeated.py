@@ -123,6 +123,8 @@ def repeated(sc, transport, caller: dict, sizes: list[int], expected: list[int],
 FRAGMENT, DEPTH = 64 << 10, 8
 #: Where a streamed row's ring starts, in bytes from its head (three cache lines).
 RING_AT = 192
+#: The word of a row's head that counts what a streamed call's peers published for its member.
+EVENTS = 3
 #: At most this many runs of memory in a streamed side's blocks.
 MAX_RUNS = 1 << 16
 
@@ -189,6 +191,8 @@ def _made(sc, transport, caller, sizes, expected, sides, longest: int, ring):
     arena = sc._arena
     head, tail, step, n = span
     frag, depth = ring or (0, 0)
+    # each member's EVENTS word (``_compiled.c``): in the head of its row for itself
+    events = [[(off + i * width) // 8 + EVENTS for i, off in enumerate(offs)] for offs in sc._half_off]
     words = {
         "sizes": list(sizes), "expected": list(expected), "longest": longest, "room": room,
         "inline": int(bool(inline)), "spin": arena.spin_iters,
@@ -202,6 +206,7 @@ def _made(sc, transport, caller, sizes, expected, sides, longest: int, ring):
         "peer_sig_0": [off // 8 for off in sc._peer_sig[0]], "peer_sig_1": [off // 8 for off in sc._peer_sig[1]],
         "their_heads_0": their_heads[0], "their_heads_1": their_heads[1], "peers": sc._peers,
         "streamed": int(ring is not None), "me": sc._rank, "frag": frag, "depth": depth, "yield_ns": YIELD_NS,
+        "events_0": events[0], "events_1": events[1],
         "members": list(sc._members),
         "sc": sc, "arena": arena, "q": arena.q, "pending": arena.pending_release, "last_static": sc._last_static,
         "static": static, "peer_done": sc._peer_done, "peer_arrive": sc._peer_arrive, "mail": transport._mail,
