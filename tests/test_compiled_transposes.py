@@ -246,23 +246,6 @@ else:
 
 
 @MODES
-def test_a_peer_that_never_calls_is_reported_with_the_waiting_line(tmp_path, compiled):
-    source = program(compiled, """
-import time
-column, send, recv, fill, check = called_often(comm)
-if rank == 0:
-    comm.Alltoallv(send, recv)  # the waiting line
-else:
-    time.sleep(60)
-""")
-    outcome = run(tmp_path, source, 2, timeout=3.0)
-    line = (PRELUDE + source).splitlines().index("    comm.Alltoallv(send, recv)  # the waiting line") + 1
-    assert outcome.status == 124
-    assert f"rank 0: waiting in alltoall #6 (blocks of any lengths) on the world at prog.py:{line}" in outcome.error
-    assert "rank 1: running user code (5 calls completed)" in outcome.error, outcome.error
-
-
-@MODES
 def test_subarray_types_made_again_per_call_take_the_path_of_the_first(tmp_path, compiled):
     """As an FFT library that makes its plan's types per transpose: new
     handles on the same numbers match the compiled transpose, which holds
@@ -397,21 +380,31 @@ assert (done == 0) if rank == 1 else (done > 0), (rank, done)
 """), 3)
 
 
-@MODES
-def test_a_peer_that_never_calls_a_streamed_transpose_is_reported(tmp_path, compiled):
-    source = streamed(compiled, """
-import time
-send, recv, fill, check = slab_transpose(comm)
+#: kind: (how its program is made, five calls that take the path, the call).
+FIVE_CALLS = {
+    "rows": (program, "column, send, recv, fill, check = called_often(comm)", "Alltoallv"),
+    "streamed": (streamed, """send, recv, fill, check = slab_transpose(comm)
 for step in range(5):
     fill(step)
-    comm.Alltoallw(send, recv)
+    comm.Alltoallw(send, recv)""", "Alltoallw"),
+}
+
+
+@MODES
+@pytest.mark.parametrize("kind", sorted(FIVE_CALLS))
+def test_a_peer_that_never_calls_is_reported_with_the_waiting_line(tmp_path, compiled, kind):
+    made, calls, call = FIVE_CALLS[kind]
+    waiting = f"    comm.{call}(send, recv)  # the waiting line"
+    source = made(compiled, f"""
+import time
+{calls}
 if rank == 0:
-    comm.Alltoallw(send, recv)  # the waiting line
+{waiting}
 else:
     time.sleep(60)
 """)
     outcome = run(tmp_path, source, 2, timeout=3.0)
-    line = (PRELUDE + source).splitlines().index("    comm.Alltoallw(send, recv)  # the waiting line") + 1
+    line = (PRELUDE + source).splitlines().index(waiting) + 1
     assert outcome.status == 124
     assert f"rank 0: waiting in alltoall #6 (blocks of any lengths) on the world at prog.py:{line}" in outcome.error
     assert "rank 1: running user code (5 calls completed)" in outcome.error, outcome.error

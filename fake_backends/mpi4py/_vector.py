@@ -192,10 +192,9 @@ def _compile(st, call: str, sendbuf, recvbuf, sizes, expected, moved) -> None:
                                        ((*sides[0], moved[0]), (*sides[1], moved[1])), _MAPS)
     else:
         runs = [_runs(blocks, buf) for blocks, (_, buf) in zip(moved, sides)]
-        made = None if None in runs else _compiled_path.streamed(
+        made = _refused if None in runs else _compiled_path.streamed(
             st.sc, st.engine._transport, caller, sizes, expected, ((*sides[0], runs[0]), (*sides[1], runs[1])),
             _MAPS)
-        made = _refused if None in runs else made
     if made is not None:
         if len(kept) >= REPEATS_KEPT:
             del kept[next(iter(kept))]

@@ -94,11 +94,12 @@ typedef struct {
 /* A streamed row, from its head's word: the stream token (the call's
    epoch, where the row's sender streams), the fragments written (by the
    sender) and read (by the receiver), each on a line of its own, then the
-   ring of fragments. A row of the Python path has only the first two words
+   ring of fragments. Word 3 of a member's row for itself counts what its
+   peers published for it (``_repeated.EVENTS``: ``events``). A row of the
+   Python path has only the first two words
    of the head (its length, the sender's longest block) and its bytes after
    the head's line (``_one_phase.SIZED_HEAD``). */
 #define TOKEN 2
-#define EVENTS 3   /* in a member's row for itself: what its peers published for it, counted */
 #define PRODUCED 8
 #define CONSUMED 16
 #define RING 24
@@ -597,15 +598,12 @@ static int stream(Repeated *self, int64_t *q, char *arena, int bank, char *send,
     Py_ssize_t frag = self->frag, depth = self->depth;
     Cursor out[MAX_MEMBERS], in[MAX_MEMBERS];
     int64_t sent[MAX_MEMBERS], sends[MAX_MEMBERS], taken[MAX_MEMBERS], takes[MAX_MEMBERS];
-    int64_t left_out[MAX_MEMBERS], left_in[MAX_MEMBERS];
-    for (int j = 0; j < n; j++) {
+    for (int j = 0; j < n; j++) {  /* a cursor stops at its block's end: the last fragment is the rest */
         cursor_at(&out[j], send, &self->side[0], j);
         cursor_at(&in[j], recv, &self->side[1], j);
         sent[j] = taken[j] = 0;
-        left_out[j] = j == me ? 0 : self->sizes[j];
-        left_in[j] = j == me ? 0 : got[j];
-        sends[j] = (left_out[j] + frag - 1) / frag;
-        takes[j] = (left_in[j] + frag - 1) / frag;
+        sends[j] = j == me ? 0 : (self->sizes[j] + frag - 1) / frag;
+        takes[j] = j == me ? 0 : (got[j] + frag - 1) / frag;
     }
     if (accept)
         cursor_copy(&in[me], &out[me]);
@@ -620,18 +618,14 @@ static int stream(Repeated *self, int64_t *q, char *arena, int bank, char *send,
             int j = (me + k) % n, i = (me - k + n) % n;
             Py_ssize_t to = mine + j * self->head_step, from = self->their_heads[bank][i];
             while (sent[j] < sends[j] && sent[j] - load(q, to + CONSUMED) < depth) {
-                Py_ssize_t m = left_out[j] < frag ? left_out[j] : frag;
-                cursor_move(&out[j], arena + (to + RING) * 8 + (sent[j] % depth) * frag, m, 1);
-                left_out[j] -= m;
+                cursor_move(&out[j], arena + (to + RING) * 8 + (sent[j] % depth) * frag, frag, 1);
                 store(q, to + PRODUCED, ++sent[j]);
                 __atomic_fetch_add(q + events[j], 1, __ATOMIC_SEQ_CST);
                 moved = 1;
             }
             while (taken[i] < takes[i] && load(q, from + PRODUCED) > taken[i]) {
-                Py_ssize_t m = left_in[i] < frag ? left_in[i] : frag;
                 if (accept)
-                    cursor_move(&in[i], arena + (from + RING) * 8 + (taken[i] % depth) * frag, m, 0);
-                left_in[i] -= m;
+                    cursor_move(&in[i], arena + (from + RING) * 8 + (taken[i] % depth) * frag, frag, 0);
                 store(q, from + CONSUMED, ++taken[i]);
                 __atomic_fetch_add(q + events[i], 1, __ATOMIC_SEQ_CST);
                 moved = 1;

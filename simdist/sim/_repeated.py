@@ -81,14 +81,26 @@ def _side(leaves: list, buf: np.ndarray, rows: np.ndarray, arena_rows: list[np.n
     (lo, hi), (row_lo, row_hi) = _bounds(buf), _bounds(rows)
     if not lo <= row_lo <= row_hi <= hi or buf.ndim > MAX_DIMS or rows.ndim > MAX_DIMS:
         return None  # rows outside the buffer: over a copy of it
-    view = memoryview(buf)
     shape, user, arena, run = _loops(rows.shape, rows.strides, arena_rows[0].strides, rows.itemsize)
     if arena_rows[1].strides != arena_rows[0].strides:
         return None
-    return {"leaves": leaves, "type_maps": type_maps, "array_type": np.ndarray, "format": view.format, "shape": list(view.shape),
-            "strides": list(view.strides), "itemsize": view.itemsize, "writable": int(writable),
-            "offset": _address(rows) - _address(buf), "run": run, "loops": shape, "user_steps": user,
-            "arena_steps": arena, "arena_offset": [_address(a) - base for a in arena_rows]}
+    return {**_buffer(leaves, buf, writable, type_maps), "offset": _address(rows) - _address(buf), "run": run,
+            "loops": shape, "user_steps": user, "arena_steps": arena,
+            "arena_offset": [_address(a) - base for a in arena_rows]}
+
+
+def _buffer(leaves: list, buf: np.ndarray, writable: bool, type_maps: dict) -> dict:
+    """What either kind of side holds of its argument: the template, where
+    its datatype keys are looked up, and the buffer's layout."""
+    view = memoryview(buf)
+    return {"leaves": leaves, "type_maps": type_maps, "array_type": np.ndarray, "format": view.format,
+            "shape": list(view.shape), "strides": list(view.strides), "itemsize": view.itemsize,
+            "writable": int(writable)}
+
+
+def _compilable(sc, sizes: list[int]) -> bool:
+    """Whether a call of ``sc``'s sized alltoall of ``sizes`` may be compiled at all."""
+    return available() and sc._sized is not None and len(sizes) <= MAX_MEMBERS
 
 
 def repeated(sc, transport, caller: dict, sizes: list[int], expected: list[int], sides: tuple, type_maps: dict):
@@ -104,7 +116,7 @@ def repeated(sc, transport, caller: dict, sizes: list[int], expected: list[int],
     that are all empty when no message is in flight); ``type_maps`` the
     derived datatypes' maps by handle, where the leaves' datatype keys are
     looked up."""
-    if not available() or sc._sized is None or len(sizes) > MAX_MEMBERS:
+    if not _compilable(sc, sizes):
         return None
     plan, room, width, my_heads, their_heads, their_rows = sc._sized
     if their_rows is None or max(sizes) > room:
@@ -153,10 +165,7 @@ def _runs_side(leaves: list, buf: np.ndarray, blocks: list, writable: bool, type
                 return None
             runs.extend(block.reshape(-1).tolist())
         first.append(len(runs) // 2)
-    view = memoryview(buf)
-    return {"leaves": leaves, "type_maps": type_maps, "array_type": np.ndarray, "format": view.format,
-            "shape": list(view.shape), "strides": list(view.strides), "itemsize": view.itemsize,
-            "writable": int(writable), "runs": runs, "first": first}
+    return {**_buffer(leaves, buf, writable, type_maps), "runs": runs, "first": first}
 
 
 def streamed(sc, transport, caller: dict, sizes: list[int], expected: list[int], sides: tuple, type_maps: dict):
@@ -165,7 +174,7 @@ def streamed(sc, transport, caller: dict, sizes: list[int], expected: list[int],
     of ``sides`` is (the template leaves, the buffer, per block its runs of
     memory as an int64 array of (offset from the buffer's data pointer,
     length) rows). None where the compiled path cannot do it."""
-    if not available() or sc._sized is None or len(sizes) > MAX_MEMBERS:
+    if not _compilable(sc, sizes):
         return None
     plan, room, width, my_heads, their_heads, their_rows = sc._sized
     ring = _ring(width)
